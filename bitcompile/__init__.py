@@ -1,0 +1,12 @@
+"""bitcompile: binary and APoT-quantized Linear/Conv2d on bit-packed kernels, as a torch.compile backend.
+
+`import bitcompile` registers the `bitcompile` ops (schemas, fake kernels, autograd) and the
+backend; it compiles nothing. Kernels are built on first use (see bitcompile._build).
+"""
+
+from bitcompile import ops
+from bitcompile.ops import ste_sign
+
+__version__ = "0.1.0"
+
+__all__ = ["ops", "ste_sign"]

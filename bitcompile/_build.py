@@ -1,0 +1,146 @@
+"""Builds the C++/CUDA kernels with torch.utils.cpp_extension and ninja, on first use.
+
+`import bitcompile` never compiles: ops.py registers a small Python loader for the CPU and CUDA
+dispatch keys, and the first call of any op on a device builds (or takes from the cache) the
+shared library of that device, whose TORCH_LIBRARY_IMPL blocks then serve every later call
+straight from the dispatcher.
+
+The cache is torch's (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions); sources and
+flags are hashed by cpp_extension, so an edit rebuilds. `python -m bitcompile._build` (or the
+`bitcompile-build` command) prebuilds and says what it built.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+# A build killed half way (Ctrl-C, OOM, a timed-out CI job) leaves cpp_extension's `lock` file
+# behind, and every later build then waits on it forever. A lock older than this is stale.
+STALE_LOCK_SECONDS = float(os.environ.get("BITCOMPILE_STALE_LOCK_SECONDS", 600))
+
+
+class KernelBuildError(RuntimeError):
+    """The C++/CUDA kernels of bitcompile could not be compiled or loaded."""
+
+
+def source_dir() -> Path:
+    """Where the kernel sources are: csrc/ of a checkout, or bitcompile/csrc of a wheel."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("bitcompile.csrc")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            if Path(location, "cpu").is_dir():
+                return Path(location)
+    checkout = Path(__file__).resolve().parent.parent / "csrc"
+    if checkout.is_dir():
+        return checkout
+    raise KernelBuildError("bitcompile: kernel sources (csrc/) not found next to the package")
+
+
+def _build_directory(name: str) -> Path:
+    from torch.utils.cpp_extension import _get_build_directory
+
+    return Path(_get_build_directory(name, verbose=False))
+
+
+def _clear_stale_lock(name: str) -> None:
+    lock = _build_directory(name) / "lock"
+    if lock.exists() and time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+        print(f"bitcompile: removing stale build lock {lock} (a build was interrupted)", file=sys.stderr)
+        lock.unlink(missing_ok=True)
+
+
+def _cpu_flags() -> list[str]:
+    # Built on the machine that runs it, so -march=native picks POPCNT/AVX2 (or AVX-512) when the
+    # CPU has them; the library name carries torch's CPU capability so a shared cache directory
+    # never hands an AVX2 build to a CPU without AVX2.
+    return ["-O3", "-march=native", "-fopenmp", "-std=c++17"]
+
+
+def _cuda_arch_flags() -> list[str]:
+    """-gencode flags for the visible GPUs; Hopper gets sm_90a (wgmma needs the 'a' target)."""
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return []  # the user chose: cpp_extension reads the variable itself
+    flags = []
+    for index in range(torch.cuda.device_count()):
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = f"{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+        flag = f"-gencode=arch=compute_{arch},code=sm_{arch}"
+        if flag not in flags:
+            flags.append(flag)
+    return flags
+
+
+def _load(name: str, sources: list[str], **kwargs) -> None:
+    from torch.utils import cpp_extension
+
+    if shutil.which("ninja") is None and not cpp_extension.is_ninja_available():
+        raise KernelBuildError("bitcompile: ninja is needed to build the kernels (pip install ninja)")
+    _clear_stale_lock(name)
+    verbose = os.environ.get("BITCOMPILE_VERBOSE_BUILD", "0") == "1"
+    try:
+        cpp_extension.load(name=name, sources=sources, is_python_module=False, verbose=verbose, **kwargs)
+    except Exception as error:  # compiler missing, compile error, ...: say which build failed
+        raise KernelBuildError(
+            f"bitcompile: building the {name} kernels failed: {error}. "
+            "A C++17 compiler (and nvcc for CUDA) is needed; set BITCOMPILE_VERBOSE_BUILD=1 to see the build."
+        ) from error
+
+
+def cpu_library_name() -> str:
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    return f"bitcompile_cpu_{capability}"
+
+
+def build_cpu() -> str:
+    root = source_dir()
+    sources = sorted(glob.glob(str(root / "cpu" / "*.cpp")))
+    name = cpu_library_name()
+    flags = _cpu_flags()
+    _load(name, sources, extra_cflags=flags, extra_ldflags=["-fopenmp"], extra_include_paths=[str(root)])
+    return name
+
+
+def build_cuda() -> str:
+    if not torch.cuda.is_available():
+        raise KernelBuildError("bitcompile: CUDA kernels asked for, but torch sees no CUDA GPU")
+    root = source_dir()
+    sources = sorted(glob.glob(str(root / "cuda" / "*.cpp")) + glob.glob(str(root / "cuda" / "*.cu")))
+    name = "bitcompile_cuda"
+    _load(
+        name,
+        sources,
+        extra_cflags=["-O3", "-std=c++17"],
+        extra_cuda_cflags=["-O3", "-std=c++17", "--use_fast_math", "-lineinfo"] + _cuda_arch_flags(),
+        extra_include_paths=[str(root)],
+    )
+    return name
+
+
+def main() -> None:
+    """Prebuild the kernels for this machine and report what was built."""
+    start = time.perf_counter()
+    print(f"bitcompile: building CPU kernels ({cpu_library_name()}) ...", flush=True)
+    from bitcompile import ops
+
+    ops.load_kernels("cpu")
+    print(f"  CPU kernels ready ({time.perf_counter() - start:.1f} s)")
+    if torch.cuda.is_available():
+        start = time.perf_counter()
+        print(f"bitcompile: building CUDA kernels for {_cuda_arch_flags() or os.environ.get('TORCH_CUDA_ARCH_LIST')} ...", flush=True)
+        ops.load_kernels("cuda")
+        print(f"  CUDA kernels ready ({time.perf_counter() - start:.1f} s)")
+    else:
+        print("bitcompile: no CUDA GPU visible, CUDA kernels not built")
+
+
+if __name__ == "__main__":
+    main()
