@@ -95,49 +95,77 @@ def _load(name: str, sources: list[str], **kwargs) -> None:
         ) from error
 
 
-def cpu_library_name() -> str:
-    capability = torch.backends.cpu.get_cpu_capability().lower()
-    return f"bitcompile_cpu_{capability}"
+# One shared library per op family and device: a family builds (and rebuilds) on its own, and a
+# compile error in one family's sources names that family. Paths are relative to csrc/.
+LIBRARIES = {
+    "cpu": {
+        "binary": ["cpu/binary_ops.cpp"],
+        "apot": ["cpu/apot_ops.cpp"],
+    },
+    "cuda": {
+        "binary": ["cuda/binary_ops.cpp", "cuda/binary_kernels.cu"],
+        "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu"],
+    },
+}
 
 
-def build_cpu() -> str:
+def _families(device: str) -> list[str]:
+    # Developers working on one family can build only it: BITCOMPILE_DEV_FAMILIES=binary
+    chosen = os.environ.get("BITCOMPILE_DEV_FAMILIES")
+    families = list(LIBRARIES[device])
+    return [f for f in families if f in chosen.split(",")] if chosen else families
+
+
+def library_name(device: str, family: str) -> str:
+    if device == "cpu":
+        # -march=native below: the name carries torch's CPU capability so that a shared cache
+        # directory never hands an AVX2 build to a CPU without AVX2.
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        return f"bitcompile_cpu_{capability}_{family}"
+    return f"bitcompile_cuda_{family}"
+
+
+def build_cpu() -> list[str]:
     root = source_dir()
-    sources = sorted(glob.glob(str(root / "cpu" / "*.cpp")))
-    name = cpu_library_name()
-    flags = _cpu_flags()
-    _load(name, sources, extra_cflags=flags, extra_ldflags=["-fopenmp"], extra_include_paths=[str(root)])
-    return name
+    built = []
+    for family in _families("cpu"):
+        name = library_name("cpu", family)
+        sources = [str(root / path) for path in LIBRARIES["cpu"][family]]
+        _load(name, sources, extra_cflags=_cpu_flags(), extra_ldflags=["-fopenmp"], extra_include_paths=[str(root)])
+        built.append(name)
+    return built
 
 
-def build_cuda() -> str:
+def build_cuda() -> list[str]:
     if not torch.cuda.is_available():
         raise KernelBuildError("bitcompile: CUDA kernels asked for, but torch sees no CUDA GPU")
     root = source_dir()
-    sources = sorted(glob.glob(str(root / "cuda" / "*.cpp")) + glob.glob(str(root / "cuda" / "*.cu")))
-    name = "bitcompile_cuda"
-    _load(
-        name,
-        sources,
-        extra_cflags=["-O3", "-std=c++17"],
-        extra_cuda_cflags=["-O3", "-std=c++17", "--use_fast_math", "-lineinfo"] + _cuda_arch_flags(),
-        extra_include_paths=[str(root)],
-    )
-    return name
+    built = []
+    for family in _families("cuda"):
+        name = library_name("cuda", family)
+        sources = [str(root / path) for path in LIBRARIES["cuda"][family]]
+        _load(
+            name,
+            sources,
+            extra_cflags=["-O3", "-std=c++17"],
+            extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo"] + _cuda_arch_flags(),
+            extra_include_paths=[str(root)],
+        )
+        built.append(name)
+    return built
 
 
 def main() -> None:
     """Prebuild the kernels for this machine and report what was built."""
     start = time.perf_counter()
-    print(f"bitcompile: building CPU kernels ({cpu_library_name()}) ...", flush=True)
     from bitcompile import ops
 
-    ops.load_kernels("cpu")
-    print(f"  CPU kernels ready ({time.perf_counter() - start:.1f} s)")
+    print("bitcompile: building the CPU kernels ...", flush=True)
+    print(f"  built {', '.join(ops.load_kernels('cpu'))} ({time.perf_counter() - start:.1f} s)")
     if torch.cuda.is_available():
         start = time.perf_counter()
         print(f"bitcompile: building CUDA kernels for {_cuda_arch_flags() or os.environ.get('TORCH_CUDA_ARCH_LIST')} ...", flush=True)
-        ops.load_kernels("cuda")
-        print(f"  CUDA kernels ready ({time.perf_counter() - start:.1f} s)")
+        print(f"  built {', '.join(ops.load_kernels('cuda'))} ({time.perf_counter() - start:.1f} s)")
     else:
         print("bitcompile: no CUDA GPU visible, CUDA kernels not built")
 

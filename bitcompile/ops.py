@@ -116,6 +116,7 @@ class _LazyKernels:
         self.dispatch_key = dispatch_key
         self.build = build
         self.loaded = False
+        self.built: list[str] = []
         self.lock = threading.Lock()
         self.library = None
         self._register_stand_ins()
@@ -132,17 +133,18 @@ class _LazyKernels:
 
         return call_after_loading
 
-    def load(self) -> None:
+    def load(self) -> list[str]:
         with self.lock:
             if self.loaded:
-                return
+                return self.built
             self.library._destroy()
             try:
-                self.build()
+                self.built = self.build()
             except Exception:
                 self._register_stand_ins()  # keep a clear error for the next call too
                 raise
             self.loaded = True
+            return self.built
 
 
 _lazy_kernels = {
@@ -151,9 +153,10 @@ _lazy_kernels = {
 }
 
 
-def load_kernels(device: str = "cpu") -> None:
-    """Build (or take from the cache) and load the kernels of `device` ("cpu" or "cuda") now."""
-    _lazy_kernels[torch.device(device).type].load()
+def load_kernels(device: str = "cpu") -> list[str]:
+    """Build (or take from the cache) and load the kernels of `device` ("cpu" or "cuda") now;
+    returns the names of the libraries loaded."""
+    return _lazy_kernels[torch.device(device).type].load()
 
 
 # ----------------------------------------------------------------------------------------------

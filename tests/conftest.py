@@ -1,0 +1,55 @@
+"""Shared test fixtures: devices, fresh random seeds, dtype tolerances."""
+
+import os
+import random
+import zlib
+
+import pytest
+import torch
+
+import bitcompile  # noqa: F401  (registers the ops)
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu"] + (["cuda"] if CUDA else [])
+FLOAT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+# Tolerances of DESIGN.md "Tests": fp32 ~1e-5 relative, fp16/bf16 ~1e-2.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def pytest_configure(config):
+    # Fresh random inputs every run (DESIGN.md); the seed is printed so a failure can be replayed
+    # with BITCOMPILE_TEST_SEED=<seed>.
+    seed = int(os.environ.get("BITCOMPILE_TEST_SEED", random.SystemRandom().randrange(2**31)))
+    config._bitcompile_seed = seed
+
+
+def pytest_report_header(config):
+    return f"bitcompile test seed: {config._bitcompile_seed} (set BITCOMPILE_TEST_SEED to replay)"
+
+
+@pytest.fixture(autouse=True)
+def _seed_each_test(request):
+    seed = request.config._bitcompile_seed + zlib.crc32(request.node.nodeid.encode()) % 100003
+    torch.manual_seed(seed)
+    random.seed(seed)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    if request.param == "cuda":
+        request.applymarker(pytest.mark.cuda)
+    return request.param
+
+
+def assert_close_relative(actual, expected, dtype, what=""):
+    """‖actual - expected‖ / ‖expected‖ within the dtype's tolerance (METHOD.md's measure)."""
+    actual = actual.double().cpu()
+    expected = expected.double().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert torch.isfinite(actual).all(), f"{what}: non-finite values"
+    if expected.numel() == 0:
+        return
+    error = (actual - expected).norm() / expected.norm().clamp_min(1e-30)
+    assert error <= TOLERANCE[dtype], f"{what}: relative error {error:.3g} > {TOLERANCE[dtype]}"
