@@ -653,3 +653,15 @@ def apot_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation
         x, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), bits, code_values,
         alpha, bias,
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# Layer ops of bitcompile.nn (BinaryLinear / BinaryConv2d activation binarizer)
+# ----------------------------------------------------------------------------------------------
+# (section: layer ops)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backend weight ops: packing a live float weight at run time, cached by tensor version
+# ----------------------------------------------------------------------------------------------
+# (section: backend weight ops)
