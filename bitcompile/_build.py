@@ -6,7 +6,7 @@ shared library of that device, whose TORCH_LIBRARY_IMPL blocks then serve every 
 straight from the dispatcher.
 
 The cache is torch's (`TORCH_EXTENSIONS_DIR`, default ~/.cache/torch_extensions); sources and
-flags are hashed by cpp_extension, so an edit rebuilds. `python -m bitcompile._build` (or the
+flags are hashed by cpp_extension, so an edit rebuilds. `python -m bitcompile` (or the
 `bitcompile-build` command) prebuilds and says what it built.
 """
 
@@ -169,6 +169,3 @@ def main() -> None:
     else:
         print("bitcompile: no CUDA GPU visible, CUDA kernels not built")
 
-
-if __name__ == "__main__":
-    main()
