@@ -1,0 +1,236 @@
+"""Times the bitcompile ops against dense PyTorch baselines in the same process.
+
+    python benchmarks/bench_ops.py            # every row this machine can run, plus the M sweep on GPU
+    python benchmarks/bench_ops.py --quick    # fewer repetitions (a smoke run)
+
+Baselines (DESIGN.md "Benchmarks"): cuBLAS through F.linear in bf16, cuDNN through F.conv2d in
+fp16 channels_last, fp32 F.linear / F.conv2d on CPU. GPU times are triton.testing.do_bench
+medians with L2 flushed; kernels of a few microseconds are also timed inside a CUDA graph, where
+launch cost no longer dominates. Ratios are baseline time / our time (> 1: we are faster).
+The table is printed and appended to benchmarks/RESULTS.md with the date, device and versions;
+on GPU a plot of speedup against M goes to benchmarks/speedup_vs_m.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+import bitcompile
+from bitcompile import ops
+
+HERE = Path(__file__).resolve().parent
+
+
+# ----------------------------------------------------------------------------------------------
+# Timing
+# ----------------------------------------------------------------------------------------------
+def time_cpu(fn, repeat: int) -> float:
+    """Median wall time in microseconds (after warm-up)."""
+    for _ in range(3):
+        fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6
+
+
+def time_cuda(fn, repeat_ms: int) -> float:
+    """do_bench median in microseconds, L2 flushed between runs."""
+    from triton.testing import do_bench
+
+    return do_bench(fn, warmup=25, rep=repeat_ms, return_mode="median") * 1e3
+
+
+def time_cuda_graph(fn, replays: int = 200) -> float:
+    """Microseconds per call of `fn` captured `replays` times in one CUDA graph (launch cost amortized)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(replays):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples = []
+    for _ in range(5):
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / replays)
+    return statistics.median(samples)
+
+
+# ----------------------------------------------------------------------------------------------
+# Problems: each returns (ours, baseline) callables on fresh random data
+# ----------------------------------------------------------------------------------------------
+def linear_problem(op: str, m: int, n: int, k: int, device: str):
+    act_dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    x = torch.randn(m, k, device=device, dtype=act_dtype)
+    w = torch.randn(n, k, device=device)
+    dense_w = w.to(act_dtype)
+    alpha = w.abs().mean(1)
+    baseline = lambda: F.linear(x, dense_w)  # noqa: E731
+    if op == "binary_linear":
+        packed = ops.pack_signs(w)
+        # includes binarizing and packing x: it happens inside the op
+        ours = lambda: torch.ops.bitcompile.binary_linear(x, packed, k, alpha)  # noqa: E731
+    elif op == "binary_weight_linear":
+        packed = ops.pack_signs(w)
+        ours = lambda: torch.ops.bitcompile.binary_weight_linear(x, packed, k, alpha)  # noqa: E731
+    elif op == "apot_linear":
+        from bitcompile import apot
+
+        scheme = apot.scheme("apot4") if hasattr(apot, "scheme") else None
+        codes = torch.randint(0, 16, (n, k), device=device)
+        packed = ops.pack_codes(codes, 4)
+        table = (scheme.code_values if scheme is not None else torch.linspace(-1, 1, 16)).to(device)
+        ours = lambda: torch.ops.bitcompile.apot_linear(x, packed, k, 4, table, alpha)  # noqa: E731
+    else:
+        raise ValueError(op)
+    return ours, baseline, 2 * m * n * k
+
+
+def conv_problem(batch: int, channels: int, size: int, device: str):
+    dtype = torch.float16 if device == "cuda" else torch.float32
+    x = torch.randn(batch, channels, size, size, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(channels, channels, 3, 3, device=device)
+    dense_w = w.to(dtype).contiguous(memory_format=torch.channels_last)
+    packed = ops.pack_signs(w.permute(0, 2, 3, 1))
+    ours = lambda: torch.ops.bitcompile.binary_conv2d(x, packed, channels, [3, 3], [1, 1], [1, 1], [1, 1])  # noqa: E731
+    baseline = lambda: F.conv2d(x, dense_w, padding=1)  # noqa: E731
+    return ours, baseline, 2 * batch * channels * channels * 9 * size * size
+
+
+# Rows of the speed issue: (label, device, builder, target ratio)
+ROWS = [
+    ("binary_linear W1A1 M=4096 N=K=8192", "cuda", lambda: linear_problem("binary_linear", 4096, 8192, 8192, "cuda"), 10),
+    ("binary_linear W1A1 M=512 N=K=8192", "cuda", lambda: linear_problem("binary_linear", 512, 8192, 8192, "cuda"), 6),
+    ("binary_weight_linear W1A16 M=1 N=K=8192", "cuda", lambda: linear_problem("binary_weight_linear", 1, 8192, 8192, "cuda"), 5),
+    ("binary_weight_linear W1A16 M=1 N=K=16384", "cuda", lambda: linear_problem("binary_weight_linear", 1, 16384, 16384, "cuda"), 8),
+    ("binary_weight_linear W1A16 M=16 N=K=8192", "cuda", lambda: linear_problem("binary_weight_linear", 16, 8192, 8192, "cuda"), None),
+    ("apot_linear apot4 M=1 N=K=8192", "cuda", lambda: linear_problem("apot_linear", 1, 8192, 8192, "cuda"), 3),
+    ("apot_linear apot4 M=4096 N=K=8192", "cuda", lambda: linear_problem("apot_linear", 4096, 8192, 8192, "cuda"), 0.8),
+    ("binary_conv2d 3x3 pad 1 B=64 C=256 14x14", "cuda", lambda: conv_problem(64, 256, 14, "cuda"), 4),
+    ("binary_linear W1A1 M=64 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_linear", 64, 4096, 4096, "cpu"), 6),
+    ("binary_weight_linear M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_weight_linear", 1, 4096, 4096, "cpu"), 4),
+    ("binary_conv2d 3x3 pad 1 B=8 C=128 14x14 (CPU)", "cpu", lambda: conv_problem(8, 128, 14, "cpu"), None),
+]
+
+
+def run_rows(quick: bool):
+    results = []
+    for label, device, build, target in ROWS:
+        if device == "cuda" and not torch.cuda.is_available():
+            continue
+        try:
+            ours, baseline, work = build()
+            if device == "cuda":
+                t_ours, t_base = time_cuda(ours, 50 if quick else 200), time_cuda(baseline, 50 if quick else 200)
+                g_ours, g_base = time_cuda_graph(ours, 20 if quick else 100), time_cuda_graph(baseline, 20 if quick else 100)
+            else:
+                repeat = 5 if quick else 30
+                t_ours, t_base = time_cpu(ours, repeat), time_cpu(baseline, repeat)
+                g_ours = g_base = None
+        except Exception as error:  # a missing op is reported as a row, not a crash
+            results.append((label, device, None, None, None, None, target, f"{type(error).__name__}: {error}"[:120]))
+            continue
+        results.append((label, device, t_ours, t_base, g_ours, g_base, target, ""))
+    return results
+
+
+def sweep_m(quick: bool):
+    """Speedup of binary_linear and binary_weight_linear over bf16 F.linear, N=K=8192, against M."""
+    sizes = [1, 4, 16, 64, 256, 1024, 4096] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+    curves = {"binary_linear": [], "binary_weight_linear": []}
+    for op in curves:
+        for m in sizes:
+            ours, baseline, _ = linear_problem(op, m, 8192, 8192, "cuda")
+            curves[op].append(time_cuda(baseline, 50) / time_cuda(ours, 50))
+    return sizes, curves
+
+
+def format_table(results) -> str:
+    lines = [
+        "| shape | ours (us) | baseline (us) | ratio | ours in graph (us) | baseline in graph (us) | graph ratio | target |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, device, t_ours, t_base, g_ours, g_base, target, error in results:
+        if error:
+            lines.append(f"| {label} | error: {error} | | | | | | {target or ''} |")
+            continue
+        ratio = t_base / t_ours
+        graph = f"{g_ours:.1f} | {g_base:.1f} | {g_base / g_ours:.2f}x" if g_ours else " | | "
+        met = "" if target is None else (f">= {target}x " + ("met" if max(ratio, (g_base / g_ours) if g_ours else 0) >= target else "MISSED"))
+        lines.append(f"| {label} | {t_ours:.1f} | {t_base:.1f} | {ratio:.2f}x | {graph} | {met} |")
+    return "\n".join(lines)
+
+
+def environment() -> str:
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+    cuda = f", CUDA {torch.version.cuda}" if torch.cuda.is_available() else ""
+    return (f"{datetime.date.today().isoformat()}, {device}, torch {torch.__version__}{cuda}, "
+            f"{torch.get_num_threads()} CPU threads, bitcompile {bitcompile.__version__}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the M sweep on GPU")
+    parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the table is appended to")
+    args = parser.parse_args()
+
+    results = run_rows(args.quick)
+    table = format_table(results)
+    header = f"## {environment()}"
+    print(header)
+    print(table)
+    with open(args.results, "a") as out:
+        out.write(f"\n{header}\n\n{table}\n")
+
+    if torch.cuda.is_available() and not args.no_sweep:
+        sizes, curves = sweep_m(args.quick)
+        sweep = "| M | " + " | ".join(curves) + " |\n|---|" + "---|" * len(curves) + "\n"
+        sweep += "\n".join(f"| {m} | " + " | ".join(f"{curves[op][i]:.2f}x" for op in curves) + " |" for i, m in enumerate(sizes))
+        print("\nspeedup over bf16 F.linear, N=K=8192\n" + sweep)
+        with open(args.results, "a") as out:
+            out.write(f"\nSpeedup over bf16 F.linear against M (N=K=8192):\n\n{sweep}\n")
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            figure, axis = plt.subplots(figsize=(6, 4))
+            for op, values in curves.items():
+                axis.plot(sizes, values, marker="o", label=op)
+            axis.axhline(1.0, color="grey", linewidth=0.8)
+            axis.set_xscale("log", base=2)
+            axis.set_xlabel("M (batch rows)")
+            axis.set_ylabel("speedup over bf16 F.linear")
+            axis.set_title(f"N=K=8192, {torch.cuda.get_device_name()}")
+            axis.legend()
+            figure.tight_layout()
+            figure.savefig(HERE / "speedup_vs_m.png", dpi=120)
+            print(f"plot: {HERE / 'speedup_vs_m.png'}")
+        except ImportError:
+            print("matplotlib not installed: no plot")
+
+
+if __name__ == "__main__":
+    main()
