@@ -1,27 +1,581 @@
-// PLACEHOLDER to validate the build pipeline; replaced by the real CPU kernels.
-#include <torch/library.h>
+// CPU kernels of the binary ops (SPEC 2.1-2.4): pack_signs, binary_linear, binary_weight_linear,
+// binary_conv2d. Schemas, fake kernels and autograd are in bitcompile/ops.py; the float64 math these
+// kernels reproduce is in bitcompile/reference.py.
+//
+// Layout of the work:
+// - x is converted to contiguous fp32 rows once (fp16/bf16 convert exactly) and packed here with
+//   the stored sign format (bit j of int32 word w = value 32*w + j, 1 for x >= 0, tail bits 0).
+// - binary_linear and binary_conv2d are one XOR/popcount GEMM (binary_gemm). The conv becomes a
+//   GEMM by gathering, per output pixel, the packed words of every tap in w_packed's
+//   [KH, KW, C/32] order (a bit-level im2col, 32x smaller than a float one).
+// - Rows are padded to an even number of int32 words so the inner loops run on 64-bit words.
+// - torch.sign zeros and zero padding use a second bit plane `nonzero`; only rows that have a
+//   zero take the masked path.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "checks.h"
 
+namespace bitcompile {
 namespace {
+
+// ------------------------------------------------------------------------------------------------
+// Packing
+// ------------------------------------------------------------------------------------------------
+
+// The low `count` bits set (count in 1..32): the valid bits of a row's last word.
+inline uint32_t low_bits(int64_t count) { return count >= 32 ? 0xFFFFFFFFu : (uint32_t(1) << count) - 1; }
+
+inline int64_t round_up_even(int64_t words) { return words + (words & 1); }
+
+// Bit j of the result = predicate(x[j]) for 32 floats; predicate is x >= 0, or x != 0 for NONZERO.
+// NaN gives 0 for x >= 0 and 1 for x != 0, as the scalar comparisons do.
+template <bool NONZERO>
+inline uint32_t pack32(const float* x) {
+#ifdef __AVX2__
+  const __m256 zero = _mm256_setzero_ps();
+  uint32_t bits = 0;
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    __m256 v = _mm256_loadu_ps(x + 8 * chunk);
+    __m256 hit = NONZERO ? _mm256_cmp_ps(v, zero, _CMP_NEQ_UQ) : _mm256_cmp_ps(v, zero, _CMP_GE_OQ);
+    bits |= uint32_t(_mm256_movemask_ps(hit)) << (8 * chunk);
+  }
+  return bits;
+#else
+  uint32_t bits = 0;
+  for (int j = 0; j < 32; ++j) bits |= uint32_t(NONZERO ? x[j] != 0.0f : x[j] >= 0.0f) << j;
+  return bits;
+#endif
+}
+
+// One row of k floats into packed_words(k) words; the tail bits of the last word stay 0.
+template <bool NONZERO>
+inline void pack_row(const float* x, int64_t k, uint32_t* out) {
+  const int64_t full = k / 32;
+  for (int64_t w = 0; w < full; ++w) out[w] = pack32<NONZERO>(x + 32 * w);
+  if (k % 32) {
+    uint32_t bits = 0;
+    for (int64_t j = 0; j < k % 32; ++j) {
+      float v = x[32 * full + j];
+      bits |= uint32_t(NONZERO ? v != 0.0f : v >= 0.0f) << j;
+    }
+    out[full] = bits;
+  }
+}
+
+inline int32_t popcount_words(const uint32_t* words, int64_t count) {
+  int32_t total = 0;
+  for (int64_t w = 0; w < count; ++w) total += __builtin_popcount(words[w]);
+  return total;
+}
+
+// Packed rows of a float matrix [R, K]: sign bits, and with `with_nonzero` the x != 0 plane, the
+// number of nonzeros per row and a per-row "has a zero" flag. Row stride `stride32` int32 words.
+struct PackedRows {
+  at::Tensor bits;           // int32 [R, stride32]
+  at::Tensor nonzero;        // int32 [R, stride32] or undefined
+  at::Tensor nonzero_count;  // int32 [R] or undefined
+  at::Tensor has_zero;       // uint8 [R] or undefined
+};
+
+PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero) {
+  const int64_t r = rows.size(0), k = rows.size(1), words = packed_words(k);
+  auto int_options = rows.options().dtype(at::kInt);
+  PackedRows packed;
+  packed.bits = at::zeros({r, stride32}, int_options);
+  if (with_nonzero) {
+    packed.nonzero = at::zeros({r, stride32}, int_options);
+    packed.nonzero_count = at::empty({r}, int_options);
+    packed.has_zero = at::empty({r}, rows.options().dtype(at::kByte));
+  }
+  const float* x = rows.data_ptr<float>();
+  auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
+  auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
+  at::parallel_for(0, r, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      pack_row<false>(x + i * k, k, bits + i * stride32);
+      if (!with_nonzero) continue;
+      pack_row<true>(x + i * k, k, nonzero + i * stride32);
+      int32_t count = popcount_words(nonzero + i * stride32, words);
+      packed.nonzero_count.data_ptr<int32_t>()[i] = count;
+      packed.has_zero.data_ptr<uint8_t>()[i] = count != k;
+    }
+  });
+  return packed;
+}
+
+// x [..., K] (any float dtype, any strides) as contiguous fp32 [M, K].
+at::Tensor float_rows(const at::Tensor& x, int64_t k) { return x.reshape({-1, k}).to(at::kFloat).contiguous(); }
+
+// w_packed [N, W] as contiguous int32 rows of an even stride (zero word appended when W is odd),
+// 8-byte aligned, so that rows read as 64-bit words.
+at::Tensor even_word_rows(const at::Tensor& w_packed2d) {
+  const int64_t n = w_packed2d.size(0), words = w_packed2d.size(1);
+  at::Tensor w = w_packed2d.contiguous();
+  if (words % 2 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 8 == 0) return w;
+  at::Tensor padded = at::zeros({n, round_up_even(words)}, w.options());
+  padded.narrow(1, 0, words).copy_(w);
+  return padded;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Epilogue shared by the linear and conv kernels
+// ------------------------------------------------------------------------------------------------
+
+// out = acc [* row_factor[m]] [* scale[n or 0]] [+ bias[n]], in fp32.
+struct Epilogue {
+  at::Tensor scale_vec, bias_vec;  // keep the fp32 copies alive
+  const float* row_factor = nullptr;
+  const float* scale = nullptr;
+  int64_t scale_stride = 0;  // 0: one scale for all outputs, 1: one per output
+  const float* bias = nullptr;
+
+  Epilogue(const std::optional<at::Tensor>& scale_in, const std::optional<at::Tensor>& bias_in) {
+    if (scale_in.has_value()) {
+      scale_vec = as_float_vector(*scale_in);
+      scale = scale_vec.data_ptr<float>();
+      scale_stride = scale_vec.numel() > 1 ? 1 : 0;
+    }
+    if (bias_in.has_value()) {
+      bias_vec = as_float_vector(*bias_in);
+      bias = bias_vec.data_ptr<float>();
+    }
+  }
+
+  inline float apply(float acc, int64_t m, int64_t n) const {
+    float out = acc;
+    if (row_factor) out *= row_factor[m];
+    if (scale) out *= scale[n * scale_stride];
+    if (bias) out += bias[n];
+    return out;
+  }
+};
+
+// Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel.
+template <typename Fn>
+void for_each_block(int64_t m, int64_t n, int64_t block_m, int64_t block_n, const Fn& fn) {
+  const int64_t blocks_m = (m + block_m - 1) / block_m, blocks_n = (n + block_n - 1) / block_n;
+  at::parallel_for(0, blocks_m * blocks_n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t block = begin; block < end; ++block) {
+      int64_t m0 = (block / blocks_n) * block_m, n0 = (block % blocks_n) * block_n;
+      fn(m0, std::min(m, m0 + block_m), n0, std::min(n, n0 + block_n));
+    }
+  });
+}
+
+// Runs tile<R, C>(m, n) over [m0, m1) x [n0, n1): full ROWS x COLS tiles, single rows/columns at the edges.
+template <int ROWS, int COLS, typename Tile>
+inline void tile_block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Tile& tile) {
+  for (int64_t m = m0; m < m1;) {
+    const bool full_m = m1 - m >= ROWS;
+    for (int64_t n = n0; n < n1;) {
+      const bool full_n = n1 - n >= COLS;
+      if (full_m && full_n) tile.template run<ROWS, COLS>(m, n);
+      else if (full_m) tile.template run<ROWS, 1>(m, n);
+      else if (full_n) tile.template run<1, COLS>(m, n);
+      else tile.template run<1, 1>(m, n);
+      n += full_n ? COLS : 1;
+    }
+    m += full_m ? ROWS : 1;
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// XOR/popcount GEMM: count[i][j] = sum_w popcount((a_i[w] ^ b_j[w]) [& nz_i[w]]) over 64-bit words
+// ------------------------------------------------------------------------------------------------
+#ifdef __AVX512VPOPCNTDQ__
+constexpr int kPopRows = 4, kPopCols = 4;  // 16 zmm accumulators of 32
+
+template <int MR, int NR, bool MASKED>
+inline void xor_popcount_tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
+                              int64_t words, int64_t (&count)[MR][NR]) {
+  __m512i acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
+  // 8 words a step; the last step loads only the words left (masked loads read nothing beyond).
+  for (int64_t w = 0; w < words; w += 8) {
+    const __mmask8 lanes = words - w >= 8 ? __mmask8(0xFF) : __mmask8((1u << (words - w)) - 1);
+    __m512i bv[NR];
+    for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_epi64(lanes, b[j] + w);
+    for (int i = 0; i < MR; ++i) {
+      const __m512i av = _mm512_maskz_loadu_epi64(lanes, a[i] + w);
+      const __m512i mask = MASKED ? _mm512_maskz_loadu_epi64(lanes, nz[i] + w) : _mm512_setzero_si512();
+      for (int j = 0; j < NR; ++j) {
+        __m512i diff = _mm512_xor_si512(av, bv[j]);
+        if (MASKED) diff = _mm512_and_si512(diff, mask);
+        acc[i][j] = _mm512_add_epi64(acc[i][j], _mm512_popcnt_epi64(diff));
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) count[i][j] = _mm512_reduce_add_epi64(acc[i][j]);
+}
+#else
+constexpr int kPopRows = 2, kPopCols = 4;  // 8 accumulators + 6 operands fit the 16 GPRs
+
+template <int MR, int NR, bool MASKED>
+inline void xor_popcount_tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
+                              int64_t words, int64_t (&count)[MR][NR]) {
+  int64_t acc[MR][NR] = {};
+  for (int64_t w = 0; w < words; ++w) {
+    uint64_t bv[NR];
+    for (int j = 0; j < NR; ++j) bv[j] = b[j][w];
+    for (int i = 0; i < MR; ++i) {
+      const uint64_t av = a[i][w], mask = MASKED ? nz[i][w] : ~uint64_t(0);
+      for (int j = 0; j < NR; ++j) acc[i][j] += __builtin_popcountll((av ^ bv[j]) & mask);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) count[i][j] = acc[i][j];
+}
+#endif
+
+// The A side of binary_gemm: packed rows with an even word stride, and (when some row has zeros
+// that must count 0) the nonzero plane with its per-row counts and flags.
+struct BitMatrix {
+  const uint64_t* bits;
+  const uint64_t* nonzero = nullptr;  // null: no row is masked
+  const int32_t* nonzero_count = nullptr;
+  const uint8_t* masked = nullptr;
+  int64_t words64;  // row stride and length in 64-bit words
+  int64_t valid;    // number of real values a row holds (K, or taps * C for the conv)
+};
+
+struct BinaryGemmTile {
+  const BitMatrix& a;
+  const uint64_t* b;
+  const Epilogue& epilogue;
+  float* out;
+  int64_t n;
+
+  template <int MR, int NR>
+  void run(int64_t m0, int64_t n0) const {
+    const uint64_t *a_rows[MR], *nz_rows[MR], *b_rows[NR];
+    bool masked = false;
+    for (int i = 0; i < MR; ++i) {
+      a_rows[i] = a.bits + (m0 + i) * a.words64;
+      nz_rows[i] = a.nonzero ? a.nonzero + (m0 + i) * a.words64 : nullptr;
+      masked = masked || (a.masked && a.masked[m0 + i]);
+    }
+    for (int j = 0; j < NR; ++j) b_rows[j] = b + (n0 + j) * a.words64;
+    int64_t count[MR][NR];
+    if (masked) xor_popcount_tile<MR, NR, true>(a_rows, nz_rows, b_rows, a.words64, count);
+    else xor_popcount_tile<MR, NR, false>(a_rows, nz_rows, b_rows, a.words64, count);
+    for (int i = 0; i < MR; ++i) {
+      // Standard row: dot = K - 2 popc(a ^ b). Masked: dot = popc(nz) - 2 popc((a ^ b) & nz); for
+      // a tile mixing both kinds, nz of a row without zeros is all valid bits, so both agree.
+      const int64_t ones = masked ? a.nonzero_count[m0 + i] : a.valid;
+      for (int j = 0; j < NR; ++j) {
+        const int64_t dot = ones - 2 * count[i][j];
+        out[(m0 + i) * n + n0 + j] = epilogue.apply(float(dot), m0 + i, n0 + j);
+      }
+    }
+  }
+};
+
+// out[M, N] = epilogue(dot(s(a_m), s(b_n))), b: N rows of a.words64 64-bit words.
+void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue, float* out) {
+  const BinaryGemmTile tile{a, b, epilogue, out, n};
+  for_each_block(m, n, 64, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    tile_block<kPopRows, kPopCols>(m0, m1, n0, n1, tile);
+  });
+}
+
+BitMatrix bit_matrix(const PackedRows& rows, int64_t valid) {
+  BitMatrix a;
+  a.bits = reinterpret_cast<const uint64_t*>(rows.bits.data_ptr<int32_t>());
+  a.words64 = rows.bits.size(1) / 2;
+  a.valid = valid;
+  if (rows.nonzero.defined()) {
+    a.nonzero = reinterpret_cast<const uint64_t*>(rows.nonzero.data_ptr<int32_t>());
+    a.nonzero_count = rows.nonzero_count.data_ptr<int32_t>();
+    a.masked = rows.has_zero.data_ptr<uint8_t>();
+  }
+  return a;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Sign-weight dot: acc[i][j] = sum_k x_i[k] * (bit k of w_j ? +1 : -1), fp32, x zero padded to 32
+// ------------------------------------------------------------------------------------------------
+#if defined(__AVX512F__)
+constexpr int kSignRows = 2, kSignCols = 4;
+
+template <int MR, int NR>
+inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64_t words, float (&out)[MR][NR]) {
+  const __m512 zero = _mm512_setzero_ps();
+  __m512 acc[MR][NR][2];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j][0] = acc[i][j][1] = zero;
+  for (int64_t word = 0; word < words; ++word) {
+    __m512 lo[MR], hi[MR];
+    for (int i = 0; i < MR; ++i) {
+      lo[i] = _mm512_loadu_ps(x[i] + 32 * word);
+      hi[i] = _mm512_loadu_ps(x[i] + 32 * word + 16);
+    }
+    for (int j = 0; j < NR; ++j) {
+      // A clear bit is -1: negate those lanes (0 - x) with the inverted bits as the lane mask.
+      const uint32_t negative = ~w[j][word];
+      const __mmask16 neg_lo = __mmask16(negative & 0xFFFF), neg_hi = __mmask16(negative >> 16);
+      for (int i = 0; i < MR; ++i) {
+        acc[i][j][0] = _mm512_add_ps(acc[i][j][0], _mm512_mask_sub_ps(lo[i], neg_lo, zero, lo[i]));
+        acc[i][j][1] = _mm512_add_ps(acc[i][j][1], _mm512_mask_sub_ps(hi[i], neg_hi, zero, hi[i]));
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) out[i][j] = _mm512_reduce_add_ps(_mm512_add_ps(acc[i][j][0], acc[i][j][1]));
+}
+#elif defined(__AVX2__)
+constexpr int kSignRows = 2, kSignCols = 2;
+
+// The sign bit of each of 8 lanes whose weight bit (of the 8 in `bits`) is clear.
+inline __m256 negative_lanes(uint32_t bits) {
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), lane_bit), lane_bit);
+  return _mm256_castsi256_ps(_mm256_andnot_si256(set, _mm256_set1_epi32(int(0x80000000u))));
+}
+
+template <int MR, int NR>
+inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64_t words, float (&out)[MR][NR]) {
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t word = 0; word < words; ++word) {
+    for (int chunk = 0; chunk < 4; ++chunk) {
+      __m256 xv[MR];
+      for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x[i] + 32 * word + 8 * chunk);
+      for (int j = 0; j < NR; ++j) {
+        const __m256 flip = negative_lanes(w[j][word] >> (8 * chunk));  // x * -1 = x with its sign flipped
+        for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_add_ps(acc[i][j], _mm256_xor_ps(xv[i], flip));
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      __m128 sum = _mm_add_ps(_mm256_castps256_ps128(acc[i][j]), _mm256_extractf128_ps(acc[i][j], 1));
+      sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+      sum = _mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1));
+      out[i][j] = _mm_cvtss_f32(sum);
+    }
+}
+#else
+constexpr int kSignRows = 1, kSignCols = 4;
+
+template <int MR, int NR>
+inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64_t words, float (&out)[MR][NR]) {
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < 32 * words; ++k) acc += (w[j][k / 32] >> (k % 32) & 1) ? x[i][k] : -x[i][k];
+      out[i][j] = acc;
+    }
+}
+#endif
+
+struct SignDotTile {
+  const float* x;     // [M, 32 * words], zero padded
+  const uint32_t* w;  // [N, words]
+  int64_t words;
+  const Epilogue& epilogue;
+  float* out;
+  int64_t n;
+
+  template <int MR, int NR>
+  void run(int64_t m0, int64_t n0) const {
+    const float* x_rows[MR];
+    const uint32_t* w_rows[NR];
+    for (int i = 0; i < MR; ++i) x_rows[i] = x + (m0 + i) * 32 * words;
+    for (int j = 0; j < NR; ++j) w_rows[j] = w + (n0 + j) * words;
+    float acc[MR][NR];
+    sign_dot_tile<MR, NR>(x_rows, w_rows, words, acc);
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) out[(m0 + i) * n + n0 + j] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
+  }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Ops
+// ------------------------------------------------------------------------------------------------
+
+// pack_signs: int32 word w of a row holds bit j = (x[32 w + j] >= 0); tail bits 0.
 at::Tensor pack_signs_cpu(const at::Tensor& x) {
-  bitcompile::check_float_input("pack_signs", x);
-  auto k = x.size(-1);
-  auto words = bitcompile::packed_words(k);
-  auto sizes = x.sizes().vec(); sizes.back() = words;
-  auto out = at::zeros(sizes, x.options().dtype(at::kInt));
-  auto xf = x.to(at::kFloat).contiguous().reshape({-1, k});
-  auto o = out.view({-1, words});
-  auto xa = xf.accessor<float,2>(); auto oa = o.accessor<int,2>();
-  for (int64_t r = 0; r < xf.size(0); ++r) for (int64_t j = 0; j < k; ++j) if (xa[r][j] >= 0) oa[r][j/32] |= (1u << (j%32));
+  check_float_input("pack_signs", x);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::pack_signs: x must have a non-empty last dimension");
+  const int64_t k = x.size(-1), words = packed_words(k);
+  auto sizes = x.sizes().vec();
+  sizes.back() = words;
+  PackedRows packed = pack_rows(float_rows(x, k), words, /*with_nonzero=*/false);
+  return packed.bits.view(sizes);
+}
+
+// binary_linear: y = (s(x) @ s(W).T) [* mean|x| per row] * scale + bias; dot exact, epilogue fp32.
+at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                             const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias,
+                             bool sign_zero, bool row_scale) {
+  const char* op = "binary_linear";
+  check_float_input(op, x);
+  check_packed_linear(op, x, w_packed, in_features, packed_words(in_features), at::kInt);
+  check_scale_bias(op, x, w_packed.size(0), scale, bias);
+  const int64_t k = in_features, n = w_packed.size(0);
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = n;
+  const at::Tensor rows = float_rows(x, k);
+  const int64_t m = rows.size(0);
+  at::Tensor out = at::empty({m, n}, rows.options());
+  if (m > 0 && n > 0) {
+    const at::Tensor weight = even_word_rows(w_packed);
+    const PackedRows packed = pack_rows(rows, weight.size(1), sign_zero);
+    Epilogue epilogue(scale, bias);
+    at::Tensor row_mean;
+    if (row_scale) {  // mean |x| over K, summed in float64 (XNOR-Net's beta)
+      row_mean = rows.abs().mean(-1, /*keepdim=*/false, at::kDouble).to(at::kFloat).contiguous();
+      epilogue.row_factor = row_mean.data_ptr<float>();
+    }
+    binary_gemm(bit_matrix(packed, k), m, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()), n, epilogue,
+                out.data_ptr<float>());
+  }
+  return out.view(out_sizes).to(x.scalar_type());
+}
+
+// binary_weight_linear: y = x @ (s(W) * scale).T + bias, fp32 accumulation.
+at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                                    const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
+  const char* op = "binary_weight_linear";
+  check_float_input(op, x);
+  check_packed_linear(op, x, w_packed, in_features, packed_words(in_features), at::kInt);
+  check_scale_bias(op, x, w_packed.size(0), scale, bias);
+  const int64_t k = in_features, n = w_packed.size(0), words = packed_words(k);
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = n;
+  const at::Tensor rows = float_rows(x, k);
+  const int64_t m = rows.size(0);
+  at::Tensor out = at::empty({m, n}, rows.options());
+  if (m > 0 && n > 0) {
+    // Zero padding to whole words: the tail bits of W then multiply zeros.
+    const at::Tensor padded = 32 * words == k ? rows : at::constant_pad_nd(rows, {0, 32 * words - k}, 0).contiguous();
+    const at::Tensor weight = w_packed.contiguous();
+    const Epilogue epilogue(scale, bias);
+    const SignDotTile tile{padded.data_ptr<float>(), reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>()),
+                           words, epilogue, out.data_ptr<float>(), n};
+    for_each_block(m, n, 32, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+      tile_block<kSignRows, kSignCols>(m0, m1, n0, n1, tile);
+    });
+  }
+  return out.view(out_sizes).to(x.scalar_type());
+}
+
+// The patch matrix of binary_conv2d: row (b, oh, ow) holds, tap by tap in w_packed's [KH, KW] order,
+// the C/32 sign words of the input pixel the tap reads. A padded tap holds pad_value's signs: all
+// valid bits for +1, none for -1, and for 0 a cleared nonzero plane so that it counts 0.
+PackedRows conv_patches(const PackedRows& pixels, const ConvGeometry& g, double pad_value, bool sign_zero) {
+  const int64_t channel_words = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
+  const int64_t stride32 = round_up_even(taps * channel_words);
+  const int64_t patches = g.batch * g.out_height * g.out_width;
+  const bool any_padding = g.pad_h > 0 || g.pad_w > 0;
+  const bool with_nonzero = sign_zero || (pad_value == 0.0 && any_padding);
+  auto int_options = pixels.bits.options();
+  PackedRows out;
+  out.bits = at::zeros({patches, stride32}, int_options);
+  if (with_nonzero) {
+    out.nonzero = at::zeros({patches, stride32}, int_options);
+    out.nonzero_count = at::empty({patches}, int_options);
+    out.has_zero = at::empty({patches}, int_options.dtype(at::kByte));
+  }
+  // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
+  std::vector<uint32_t> all_valid(channel_words, 0xFFFFFFFFu);
+  if (channel_words > 0) all_valid.back() = low_bits(g.channels - 32 * (channel_words - 1));
+  const auto* pixel_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
+  const auto* pixel_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
+  const uint8_t* pixel_has_zero = sign_zero ? pixels.has_zero.data_ptr<uint8_t>() : nullptr;
+  auto* bits = reinterpret_cast<uint32_t*>(out.bits.data_ptr<int32_t>());
+  auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(out.nonzero.data_ptr<int32_t>()) : nullptr;
+  const size_t tap_bytes = channel_words * sizeof(uint32_t);
+
+  at::parallel_for(0, patches, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      const int64_t b = p / (g.out_height * g.out_width), oh = p / g.out_width % g.out_height, ow = p % g.out_width;
+      uint32_t* row = bits + p * stride32;
+      uint32_t* row_nonzero = with_nonzero ? nonzero + p * stride32 : nullptr;
+      bool has_zero = false;
+      for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
+        for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+          const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
+          const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
+          const int64_t offset = (kh * g.kernel_w + kw) * channel_words;
+          if (ih >= 0 && ih < g.height && iw >= 0 && iw < g.width) {
+            const int64_t pixel = (b * g.height + ih) * g.width + iw;
+            std::memcpy(row + offset, pixel_bits + pixel * channel_words, tap_bytes);
+            if (!with_nonzero) continue;
+            const uint32_t* source = sign_zero ? pixel_nonzero + pixel * channel_words : all_valid.data();
+            std::memcpy(row_nonzero + offset, source, tap_bytes);
+            has_zero = has_zero || (sign_zero && pixel_has_zero[pixel]);
+          } else {
+            if (pad_value > 0) std::memcpy(row + offset, all_valid.data(), tap_bytes);
+            if (!with_nonzero) continue;
+            if (pad_value != 0.0) std::memcpy(row_nonzero + offset, all_valid.data(), tap_bytes);
+            else has_zero = true;  // the row's nonzero plane stays cleared here
+          }
+        }
+      }
+      if (with_nonzero) {
+        out.nonzero_count.data_ptr<int32_t>()[p] = popcount_words(row_nonzero, taps * channel_words);
+        out.has_zero.data_ptr<uint8_t>()[p] = has_zero;
+      }
+    }
+  });
   return out;
 }
-at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w, int64_t in_features, const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias, bool sign_zero, bool row_scale) {
-  bitcompile::check_packed_linear("binary_linear", x, w, in_features, bitcompile::packed_words(in_features), at::kInt);
-  return at::zeros({1});
+
+// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias, as
+// binary_gemm(conv_patches(x), w_packed viewed as [OC, KH * KW * C/32]).
+at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                             at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                             at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                             const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
+  const char* op = "binary_conv2d";
+  check_float_input(op, x);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const ConvGeometry g = check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
+  check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
+  check_pad_value(op, pad_value);
+  check_scale_bias(op, x, out_channels, scale, bias);
+
+  const at::MemoryFormat memory_format = x.suggest_memory_format();
+  const int64_t patches = g.batch * g.out_height * g.out_width;
+  at::Tensor out = at::empty({patches, out_channels}, x.options().dtype(at::kFloat));
+  if (patches > 0 && out_channels > 0) {
+    // One row per input pixel (NHWC), packed along the channels.
+    const at::Tensor pixels_nhwc = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels});
+    const PackedRows pixels = pack_rows(pixels_nhwc, packed_words(g.channels), sign_zero);
+    const PackedRows patch_rows = conv_patches(pixels, g, pad_value, sign_zero);
+    const at::Tensor weight = even_word_rows(w_packed.reshape({out_channels, -1}));
+    const Epilogue epilogue(scale, bias);
+    const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
+    binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
+                out_channels, epilogue, out.data_ptr<float>());
+  }
+  // [N*OH*OW, OC] is NHWC: a channels_last view of the output, made contiguous for NCHW inputs.
+  return out.view({g.batch, g.out_height, g.out_width, out_channels})
+      .permute({0, 3, 1, 2})
+      .contiguous(memory_format)
+      .to(x.scalar_type());
 }
-}
+
+}  // namespace
+}  // namespace bitcompile
+
 TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
-  m.impl("pack_signs", &pack_signs_cpu);
-  m.impl("binary_linear", &binary_linear_cpu);
+  m.impl("pack_signs", &bitcompile::pack_signs_cpu);
+  m.impl("binary_linear", &bitcompile::binary_linear_cpu);
+  m.impl("binary_weight_linear", &bitcompile::binary_weight_linear_cpu);
+  m.impl("binary_conv2d", &bitcompile::binary_conv2d_cpu);
 }
