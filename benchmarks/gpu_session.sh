@@ -15,6 +15,6 @@ BITCOMPILE_VERBOSE_BUILD=1 python3 -m bitcompile > "$OUT/build.log" 2>&1
 build=$?
 grep -E "built|error|Error" "$OUT/build.log" | tail -40
 [ $build -eq 0 ] || { tail -60 "$OUT/build.log"; exit 1; }
-timeout 420 python3 -m pytest -q -rfE -x -k "$selection" --timeout=120 tests 2>&1 | tee "$OUT/tests.log" | tail -40
+timeout 420 python3 -m pytest -q -rfE -k "$selection" --timeout=120 tests 2>&1 | tee "$OUT/tests.log" | tail -40
 timeout 300 python3 benchmarks/bench_ops.py --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/bench.log" | tail -40
 cp benchmarks/speedup_vs_m.png "$OUT/" 2>/dev/null || true
