@@ -659,6 +659,62 @@ def apot_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation
 # Layer ops of bitcompile.nn (BinaryLinear / BinaryConv2d activation binarizer)
 # ----------------------------------------------------------------------------------------------
 # (section: layer ops)
+#
+# ste_sign_scaled: the activation binarizer of bitcompile.nn.BinaryLinear / BinaryConv2d, with
+# bitorch-engine's gradients. Forward: s(x) (+1 where x >= 0, else -1), which equals
+# s(x / scale) for the positive layer scale; the layer multiplies its output by scale afterwards.
+# Backward: the hardtanh STE of sign(x / scale) for x, and bitorch-engine's LSQ-style gradient
+# for the scale instead of the chain rule:
+#   grad_x     = grad / scale * (|x| <= scale)
+#   grad_scale = sum(grad_x * sign(x)) / sqrt(numel(x))      (torch.sign: 0 at x = 0)
+# With the layer's `* scale` after the matmul, grad_x is exactly bitorch-engine's
+# `grad_output @ (sign(W) * scale_w)`, masked to |x| <= scale_a.
+_lib.define("ste_sign_scaled(Tensor x, Tensor scale) -> Tensor")
+
+
+@torch.library.impl(_lib, "ste_sign_scaled", "CompositeExplicitAutograd")
+def _ste_sign_scaled_impl(x: Tensor, scale: Tensor) -> Tensor:
+    return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
+
+
+@torch.library.register_fake("bitcompile::ste_sign_scaled")
+def _ste_sign_scaled_fake(x, scale):
+    op = "ste_sign_scaled"
+    _check(x.is_floating_point(), op, lambda: f"x must be floating point, got {x.dtype}")
+    _check(scale.is_floating_point(), op, lambda: f"scale must be floating point, got {scale.dtype}")
+    _check(scale.numel() == 1, op, lambda: f"scale must have one element, got shape {tuple(scale.shape)}")
+    _check_same_device(op, x, scale=scale)
+    return torch.empty_like(x)
+
+
+def _ste_sign_scaled_setup(ctx, inputs, output):
+    x, scale = inputs
+    ctx.save_for_backward(x, scale)
+
+
+def _ste_sign_scaled_backward(ctx, grad):
+    x, scale = ctx.saved_tensors
+    compute = torch.promote_types(torch.promote_types(grad.dtype, scale.dtype), torch.float32)
+    g, xc = grad.to(compute), x.to(compute)
+    s = scale.to(compute).reshape(())
+    # torch.where rather than a product: no 0 * inf if a caller passes scale = 0.
+    grad_x = torch.where(xc.abs() <= s, g / s, torch.zeros((), dtype=compute, device=x.device))
+    grad_scale = None
+    if ctx.needs_input_grad[1]:
+        numel = max(x.numel(), 1)
+        grad_scale = ((grad_x * torch.sign(xc)).sum() / math.sqrt(numel)).reshape(scale.shape).to(scale.dtype)
+    return grad_x.to(x.dtype), grad_scale
+
+
+torch.library.register_autograd(
+    "bitcompile::ste_sign_scaled", _ste_sign_scaled_backward, setup_context=_ste_sign_scaled_setup
+)
+
+
+def ste_sign_scaled(x: Tensor, scale: Tensor) -> Tensor:
+    """s(x) (+1 where x >= 0), with bitorch-engine's activation STE: grad_x = grad / scale inside
+    |x| <= scale, grad_scale = sum(grad_x * sign(x)) / sqrt(numel)."""
+    return torch.ops.bitcompile.ste_sign_scaled(x, scale)
 
 
 # ----------------------------------------------------------------------------------------------
