@@ -563,11 +563,12 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
     binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
                 out_channels, epilogue, out.data_ptr<float>());
   }
-  // [N*OH*OW, OC] is NHWC: a channels_last view of the output, made contiguous for NCHW inputs.
-  return out.view({g.batch, g.out_height, g.out_width, out_channels})
-      .permute({0, 3, 1, 2})
-      .contiguous(memory_format)
-      .to(x.scalar_type());
+  // [N*OH*OW, OC] is NHWC. The result is a fresh tensor of the input's memory format (a view
+  // would keep NHWC strides where sizes of 1 make both layouts "contiguous", unlike the fake
+  // kernel's), cast to x's dtype by the same copy.
+  at::Tensor result = at::empty({g.batch, out_channels, g.out_height, g.out_width},
+                                x.options().memory_format(memory_format));
+  return result.copy_(out.view({g.batch, g.out_height, g.out_width, out_channels}).permute({0, 3, 1, 2}));
 }
 
 }  // namespace

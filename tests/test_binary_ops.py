@@ -1,0 +1,535 @@
+"""The binary ops (SPEC 2.1-2.4) against bitcompile.reference: exactness of the integer parts,
+fp32 epilogues, odd sizes, dtypes, layouts, opcheck, STE gradients and argument errors.
+
+Every test takes the conftest `device` fixture, so the same file checks the CUDA kernels on a GPU
+machine. Inputs are fresh random values each run (conftest seeds them and prints the seed).
+"""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from bitcompile import reference
+from conftest import CUDA, FLOAT_DTYPES, assert_close_relative, requires_cuda
+
+ops = torch.ops.bitcompile
+K_SIZES = [1, 31, 32, 33, 127, 129, 1000]
+
+
+# ------------------------------------------------------------------------------------------------
+# Helpers
+# ------------------------------------------------------------------------------------------------
+def random_input(shape, dtype=torch.float32, device="cpu", zeros=False):
+    """Normal values; with `zeros`, about a third of them exactly 0 (what torch.sign outputs)."""
+    x = torch.randn(shape, device=device)
+    if zeros:
+        x = x * (torch.rand(shape, device=device) > 0.33)
+    return x.to(dtype)
+
+
+def packed_weight(n, k, device):
+    w = torch.randn(n, k, device=device)
+    return w, reference.pack_signs(w)
+
+
+def assert_matches(actual, expected, dtype, exact, what):
+    """Exact: equal to the float64 reference cast to the dtype; else relative tolerance."""
+    assert actual.dtype == dtype, f"{what}: dtype {actual.dtype} != {dtype}"
+    if exact:
+        expected = expected.to(dtype)
+        assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        assert torch.equal(actual.cpu(), expected.cpu()), (
+            f"{what}: max abs difference {(actual.double().cpu() - expected.double().cpu()).abs().max()}"
+        )
+    else:
+        assert_close_relative(actual, expected, dtype, what)
+
+
+def non_contiguous(x):
+    """The same values as x, through a view with a doubled last-dimension stride."""
+    wide = torch.empty((*x.shape[:-1], 2 * x.shape[-1]), dtype=x.dtype, device=x.device)
+    wide[..., ::2] = x
+    view = wide[..., ::2]
+    assert not view.is_contiguous() or x.shape[-1] <= 1
+    return view
+
+
+def scale_and_bias(kind, n, device):
+    scale = {"none": None, "scalar": torch.rand((), device=device) + 0.5,
+             "per_channel": torch.rand(n, device=device) + 0.5}[kind]
+    bias = None if kind == "none" else torch.randn(n, device=device)
+    return scale, bias
+
+
+# ------------------------------------------------------------------------------------------------
+# pack_signs
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("k", K_SIZES)
+@pytest.mark.parametrize("leading", [(), (5,), (2, 3)])
+def test_pack_signs_exact(device, k, leading):
+    x = random_input((*leading, k), device=device, zeros=True)  # 0 packs as +1 (s(0) = +1)
+    x[..., 0] = -0.0  # -0.0 >= 0 as well
+    packed = ops.pack_signs(x)
+    assert packed.dtype == torch.int32 and packed.shape == (*leading, (k + 31) // 32)
+    assert torch.equal(packed.cpu(), reference.pack_signs(x.cpu()))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_pack_signs_dtypes_and_views(device, dtype):
+    x = random_input((4, 70), dtype, device)
+    expected = reference.pack_signs(x.float().cpu())
+    assert torch.equal(ops.pack_signs(x).cpu(), expected)
+    assert torch.equal(ops.pack_signs(non_contiguous(x)).cpu(), expected)
+    assert torch.equal(ops.pack_signs(x.T.contiguous().T).cpu(), expected)
+
+
+def test_pack_signs_bit_order(device):
+    x = -torch.ones(2, 40, device=device)
+    x[0, 0] = x[0, 31] = x[1, 32] = 1.0
+    assert ops.pack_signs(x).cpu().tolist() == [[1 | -(2**31), 0], [0, 1]]
+
+
+# ------------------------------------------------------------------------------------------------
+# binary_linear and binary_weight_linear
+# ------------------------------------------------------------------------------------------------
+LINEAR_OPS = ["binary_linear", "binary_weight_linear"]
+
+
+def run_linear(op, x, w_packed, k, scale=None, bias=None, **flags):
+    kernel = getattr(ops, op)(x, w_packed, k, scale, bias, **flags)
+    expected = getattr(reference, op)(x.cpu(), w_packed.cpu(), k, None if scale is None else scale.cpu(),
+                                      None if bias is None else bias.cpu(), **flags)
+    return kernel, expected
+
+
+@pytest.mark.parametrize("op", LINEAR_OPS)
+@pytest.mark.parametrize("k", K_SIZES)
+@pytest.mark.parametrize("m,n", [(0, 65), (1, 1), (7, 65), (64, 1), (64, 65)])
+def test_linear_sizes(device, op, k, m, n):
+    x = random_input((m, k), device=device)
+    _, w_packed = packed_weight(n, k, device)
+    actual, expected = run_linear(op, x, w_packed, k)
+    assert actual.shape == (m, n)
+    # binary_linear is integer valued: exact. binary_weight_linear accumulates floats in fp32.
+    assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} m={m} n={n} k={k}")
+
+
+@pytest.mark.parametrize("op", LINEAR_OPS)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("layout", ["contiguous", "strided", "transposed"])
+def test_linear_dtypes_layouts_batch_dims(device, op, dtype, layout):
+    k, n = 129, 65
+    x = random_input((2, 3, k), dtype, device)
+    if layout == "strided":
+        x = non_contiguous(x)
+    elif layout == "transposed":
+        x = x.transpose(0, 1).contiguous().transpose(0, 1)
+        assert not x.is_contiguous()
+    _, w_packed = packed_weight(n, k, device)
+    actual, expected = run_linear(op, x, w_packed, k)
+    assert actual.shape == (2, 3, n)
+    assert_matches(actual, expected, dtype, op == "binary_linear", f"{op} {dtype} {layout}")
+
+
+@pytest.mark.parametrize("op", LINEAR_OPS)
+@pytest.mark.parametrize("scale_kind", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_linear_scale_bias(device, op, scale_kind, dtype):
+    k, n = 1000, 65
+    x = random_input((7, k), dtype, device)
+    _, w_packed = packed_weight(n, k, device)
+    scale, bias = scale_and_bias(scale_kind, n, device)
+    actual, expected = run_linear(op, x, w_packed, k, scale, bias)
+    exact = op == "binary_linear" and scale_kind == "none"
+    assert_matches(actual, expected, dtype, exact, f"{op} scale={scale_kind}")
+
+
+def test_linear_scale_dtypes_and_shapes(device):
+    """scale may be any float dtype, a 0-d or a 1-element tensor; bias any float dtype."""
+    k, n = 33, 5
+    x = random_input((4, k), device=device)
+    _, w_packed = packed_weight(n, k, device)
+    for scale in (torch.tensor([0.5], device=device), torch.rand(n, device=device, dtype=torch.float64),
+                  torch.rand(n, device=device, dtype=torch.bfloat16)):
+        bias = torch.randn(n, device=device, dtype=torch.float16)
+        for op in LINEAR_OPS:
+            actual, expected = run_linear(op, x, w_packed, k, scale, bias)
+            assert_matches(actual, expected, torch.float32, False, f"{op} scale {scale.dtype} {tuple(scale.shape)}")
+
+
+@pytest.mark.parametrize("k", [1, 33, 127, 1000])
+@pytest.mark.parametrize("sign_zero", [False, True])
+@pytest.mark.parametrize("row_scale", [False, True])
+def test_binary_linear_sign_zero_row_scale(device, k, sign_zero, row_scale):
+    # Rows with and without zeros side by side (a tile mixes both), x as torch.sign outputs it.
+    m, n = 9, 65
+    x = random_input((m, k), device=device, zeros=True)
+    x[::2] = torch.randn(x[::2].shape, device=device)  # even rows: no zeros
+    x[1] = 0.0  # an all-zero row
+    if sign_zero:
+        x = torch.sign(x) * (1 + torch.rand_like(x))  # signs with magnitudes, zeros kept
+    actual, expected = run_linear("binary_linear", x, packed_weight(n, k, device)[1], k,
+                                  sign_zero=sign_zero, row_scale=row_scale)
+    assert_matches(actual, expected, torch.float32, not row_scale, f"sign_zero={sign_zero} row_scale={row_scale}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_binary_linear_all_flags(device, dtype):
+    k, n = 300, 65
+    x = random_input((2, 5, k), dtype, device, zeros=True)
+    scale, bias = scale_and_bias("per_channel", n, device)
+    actual, expected = run_linear("binary_linear", non_contiguous(x), packed_weight(n, k, device)[1], k, scale, bias,
+                                  sign_zero=True, row_scale=True)
+    assert_matches(actual, expected, dtype, False, "all flags")
+
+
+def test_binary_linear_large_dot_exact(device):
+    """Dots up to +-K: K = 4099 all-agreeing and all-disagreeing rows stay exact."""
+    k = 4099
+    w = torch.randn(3, k, device=device)
+    w_packed = reference.pack_signs(w)
+    x = torch.stack([w[0], -w[0], w[1]]).clone()
+    x[2, ::2] *= -1
+    out = ops.binary_linear(x, w_packed, k)
+    assert out[0, 0].item() == k and out[1, 0].item() == -k
+    assert torch.equal(out.cpu(), reference.binary_linear(x.cpu(), w_packed.cpu(), k).float())
+
+
+# ------------------------------------------------------------------------------------------------
+# binary_conv2d
+# ------------------------------------------------------------------------------------------------
+def run_conv(x, weight, stride, padding, dilation, scale=None, bias=None, pad_value=0.0, sign_zero=False):
+    oc, c, kh, kw = weight.shape
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    args = (c, [kh, kw], list(stride), list(padding), list(dilation))
+    kernel = ops.binary_conv2d(x, w_packed, *args, scale, bias, pad_value=pad_value, sign_zero=sign_zero)
+    expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, None if scale is None else scale.cpu(),
+                                       None if bias is None else bias.cpu(), pad_value=pad_value, sign_zero=sign_zero)
+    return kernel, expected
+
+
+# (channels, kernel, stride, padding, dilation, pad_value): every kernel size, stride, padding,
+# dilation and pad value appears, with channel counts around the 32-bit word boundaries.
+CONV_CASES = [
+    (1, 1, 1, 0, 1, 0.0),
+    (3, 3, 1, 1, 1, 0.0),
+    (3, 3, 2, 1, 2, -1.0),
+    (33, 3, 1, 2, 2, 1.0),
+    (33, 5, 2, 2, 1, 0.0),
+    (64, 1, 2, 0, 1, 0.0),
+    (64, 3, 1, 1, 1, -1.0),
+    (64, 7, 1, 2, 1, 1.0),
+    (300, 3, 2, 1, 1, 0.0),
+    (300, 5, 1, 0, 2, -1.0),
+    (32, 7, 2, 1, 2, 0.0),
+]
+
+
+@pytest.mark.parametrize("c,kernel,stride,padding,dilation,pad_value", CONV_CASES)
+def test_conv2d_geometry_exact(device, c, kernel, stride, padding, dilation, pad_value):
+    x = random_input((2, c, 11, 13), device=device)  # odd H and W
+    weight = torch.randn(5, c, kernel, kernel, device=device)
+    actual, expected = run_conv(x, weight, (stride, stride), (padding, padding), (dilation, dilation),
+                                pad_value=pad_value)
+    assert_matches(actual, expected, torch.float32, True, f"conv c={c} k={kernel} s={stride} p={padding} d={dilation}")
+
+
+@pytest.mark.parametrize("pad_value", [0.0, 1.0, -1.0])
+@pytest.mark.parametrize("c", [3, 33, 64])
+def test_conv2d_sign_zero(device, pad_value, c):
+    x = torch.sign(random_input((2, c, 9, 7), device=device, zeros=True))
+    x[0, :, 2, 3] = 0.0  # a pixel with all channels zero
+    weight = torch.randn(4, c, 3, 3, device=device)
+    actual, expected = run_conv(x, weight, (1, 2), (1, 2), (2, 1), pad_value=pad_value, sign_zero=True)
+    assert_matches(actual, expected, torch.float32, True, f"sign_zero pad_value={pad_value}")
+
+
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("scale_kind", ["none", "scalar", "per_channel"])
+def test_conv2d_formats_dtypes_scale(device, memory_format, dtype, scale_kind):
+    x = random_input((3, 40, 9, 11), dtype, device).contiguous(memory_format=memory_format)
+    weight = torch.randn(6, 40, 3, 3, device=device)
+    scale, bias = scale_and_bias(scale_kind, 6, device)
+    actual, expected = run_conv(x, weight, (2, 1), (1, 0), (1, 1), scale, bias, pad_value=-1.0)
+    assert actual.is_contiguous(memory_format=memory_format)
+    assert_matches(actual, expected, dtype, scale_kind == "none", f"conv {memory_format} {dtype} {scale_kind}")
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 5, 5), (1, 8, 1, 1), (2, 5, 1, 9)])
+def test_conv2d_memory_format_matches_fake(device, shape):
+    """The output's strides equal the fake kernel's, also where the layout is ambiguous."""
+    for memory_format in (torch.contiguous_format, torch.channels_last):
+        x = random_input(shape, device=device).contiguous(memory_format=memory_format)
+        w_packed = ops.pack_signs(torch.randn(3, 1, 1, shape[1], device=device))
+        args = (x, w_packed, shape[1], [1, 1], [1, 1], [0, 0], [1, 1])
+        out = ops.binary_conv2d(*args)
+        with FakeTensorMode() as mode:
+            fake = ops.binary_conv2d(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
+        assert out.stride() == fake.stride(), f"{shape} {memory_format}: {out.stride()} != {fake.stride()}"
+
+
+def test_conv2d_non_contiguous_and_empty(device):
+    weight = torch.randn(4, 6, 3, 3, device=device)
+    x = random_input((2, 6, 20, 9), device=device)[:, :, ::2]  # strided view
+    actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1))
+    assert_matches(actual, expected, torch.float32, True, "strided input")
+    empty, expected = run_conv(random_input((0, 6, 8, 8), device=device), weight, (1, 1), (0, 0), (1, 1))
+    assert empty.shape == expected.shape == (0, 4, 6, 6)
+
+
+# ------------------------------------------------------------------------------------------------
+# opcheck
+# ------------------------------------------------------------------------------------------------
+def opcheck_samples(device):
+    """(op name, args, kwargs) for every op; the _ste ops with inputs that require grad."""
+    x = random_input((3, 40), device=device)
+    x3 = random_input((2, 3, 33), torch.bfloat16, device)
+    w = torch.randn(5, 40, device=device)
+    w_packed = reference.pack_signs(w)
+    w33 = reference.pack_signs(torch.randn(5, 33, device=device))
+    scale, bias = torch.rand(5, device=device) + 0.5, torch.randn(5, device=device)
+    xc = random_input((2, 3, 7, 9), device=device)
+    wc = torch.randn(4, 3, 3, 3, device=device)
+    wc_packed = reference.pack_signs(wc.permute(0, 2, 3, 1))
+    geometry = ([3, 3], [2, 1], [1, 1], [1, 2])
+    grad = dict(requires_grad=True)
+    leaf = lambda t: t.detach().clone().requires_grad_(True)  # noqa: E731
+    return [
+        ("pack_signs", (x,), {}),
+        ("pack_signs", (x3,), {}),
+        ("binary_linear", (x, w_packed, 40), {}),
+        ("binary_linear", (x, w_packed, 40, scale, bias), {"sign_zero": True, "row_scale": True}),
+        ("binary_linear", (x3, w33, 33, torch.tensor(0.5, device=device)), {}),
+        ("binary_weight_linear", (x, w_packed, 40), {}),
+        ("binary_weight_linear", (x3, w33, 33, scale, bias), {}),
+        ("binary_conv2d", (xc, wc_packed, 3, *geometry), {}),
+        ("binary_conv2d", (xc.contiguous(memory_format=torch.channels_last), wc_packed, 3, *geometry, None,
+                           torch.randn(4, device=device)), {"pad_value": -1.0, "sign_zero": True}),
+        ("ste_sign", (leaf(x),), {}),
+        ("ste_sign", (leaf(x), 0.5), {}),
+        ("binary_linear_ste", (leaf(x), leaf(w)), {}),
+        ("binary_linear_ste", (leaf(x), leaf(w), leaf(scale), leaf(bias)), {"clip": 1.5, "row_scale": True}),
+        ("binary_linear_ste", (x, w, scale, bias), {}),
+        ("binary_weight_linear_ste", (leaf(x), leaf(w), leaf(scale), leaf(bias)), {}),
+        ("binary_weight_linear_ste", (x, leaf(w)), {"clip": 0.5}),
+        ("binary_conv2d_ste", (leaf(xc), leaf(wc), [1, 1], [1, 1], [1, 1]), {}),
+        ("binary_conv2d_ste", (leaf(xc), leaf(wc), [2, 1], [1, 0], [1, 2], torch.rand(4, device=device, **grad),
+                               torch.randn(4, device=device, **grad)), {"pad_value": 1.0}),
+    ]
+
+
+@pytest.mark.parametrize("index", range(18))
+def test_opcheck(device, index):
+    samples = opcheck_samples(device)
+    assert len(samples) == 18
+    name, args, kwargs = samples[index]
+    torch.library.opcheck(getattr(ops, name).default, args, kwargs)
+
+
+# ------------------------------------------------------------------------------------------------
+# STE gradients against plain PyTorch autograd
+# ------------------------------------------------------------------------------------------------
+class StraightThroughSign(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, clip):
+        ctx.save_for_backward(x)
+        ctx.clip = clip
+        return torch.where(x >= 0, 1.0, -1.0).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x.abs() <= ctx.clip).to(grad.dtype), None
+
+
+def ste(x, clip=1.0):
+    return StraightThroughSign.apply(x, clip)
+
+
+def reference_linear(x, w, scale, bias, clip, row_scale, binarize_x=True):
+    y = F.linear(ste(x, clip) if binarize_x else x, ste(w, clip))
+    if scale is not None:
+        y = y * scale
+    if row_scale:
+        y = y * x.abs().mean(-1, keepdim=True)
+    return y if bias is None else y + bias
+
+
+def reference_conv(x, w, stride, padding, dilation, scale, bias, pad_value, clip):
+    sx = F.pad(ste(x, clip), (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
+    y = F.conv2d(sx, ste(w, clip), stride=stride, dilation=dilation)
+    if scale is not None:
+        y = y * (scale.reshape(1, -1, 1, 1) if scale.numel() > 1 else scale)
+    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+def compare_grads(run_op, run_reference, inputs, what):
+    """Same upstream gradient through both; every input's gradient within fp32 tolerance."""
+    leaves_op = [t.detach().clone().requires_grad_(True) for t in inputs]
+    leaves_ref = [t.detach().clone().requires_grad_(True) for t in inputs]
+    out = run_op(*leaves_op)
+    expected = run_reference(*leaves_ref)
+    assert_close_relative(out.detach(), expected.detach(), torch.float32, f"{what} forward")
+    upstream = torch.randn_like(expected)
+    grads = torch.autograd.grad(out, leaves_op, upstream)
+    expected_grads = torch.autograd.grad(expected, leaves_ref, upstream)
+    for index, (g, e) in enumerate(zip(grads, expected_grads)):
+        assert_close_relative(g, e, torch.float32, f"{what} grad of input {index}")
+
+
+def optional_inputs(scale_kind, n, device):
+    scale, bias = scale_and_bias(scale_kind, n, device)
+    return [t for t in (scale, bias) if t is not None]
+
+
+@pytest.mark.parametrize("scale_kind", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("row_scale", [False, True])
+def test_binary_linear_ste_grads(device, scale_kind, row_scale):
+    k, n, clip = 70, 9, 1.3
+    x = random_input((2, 4, k), device=device) * 1.5  # some |x| beyond clip
+    w = torch.randn(n, k, device=device) * 1.5
+    extra = optional_inputs(scale_kind, n, device)
+
+    def run_op(x, w, *sb):
+        return ops.binary_linear_ste(x, w, *sb, clip=clip, row_scale=row_scale)
+
+    def run_reference(x, w, *sb):
+        return reference_linear(x, w, *(sb or (None, None)), clip, row_scale)
+
+    compare_grads(run_op, run_reference, [x, w, *extra], f"binary_linear_ste {scale_kind} row_scale={row_scale}")
+
+
+@pytest.mark.parametrize("scale_kind", ["none", "scalar", "per_channel"])
+def test_binary_weight_linear_ste_grads(device, scale_kind):
+    k, n, clip = 70, 9, 0.8
+    x = random_input((5, k), device=device)
+    w = torch.randn(n, k, device=device)
+    extra = optional_inputs(scale_kind, n, device)
+
+    def run_op(x, w, *sb):
+        return ops.binary_weight_linear_ste(x, w, *sb, clip=clip)
+
+    def run_reference(x, w, *sb):
+        return reference_linear(x, w, *(sb or (None, None)), clip, False, binarize_x=False)
+
+    compare_grads(run_op, run_reference, [x, w, *extra], f"binary_weight_linear_ste {scale_kind}")
+
+
+@pytest.mark.parametrize("pad_value,scale_kind,padding,stride,dilation", [
+    (0.0, "none", (1, 1), (1, 1), (1, 1)),
+    (-1.0, "per_channel", (1, 2), (2, 1), (1, 1)),
+    (1.0, "scalar", (2, 0), (1, 2), (2, 1)),
+    (0.0, "per_channel", (0, 0), (2, 2), (1, 1)),
+])
+def test_binary_conv2d_ste_grads(device, pad_value, scale_kind, padding, stride, dilation):
+    clip = 1.1
+    x = random_input((2, 5, 9, 8), device=device) * 1.5
+    w = torch.randn(4, 5, 3, 3, device=device) * 1.5
+    extra = optional_inputs(scale_kind, 4, device)
+
+    def run_op(x, w, *sb):
+        return ops.binary_conv2d_ste(x, w, list(stride), list(padding), list(dilation), *sb,
+                                     pad_value=pad_value, clip=clip)
+
+    def run_reference(x, w, *sb):
+        return reference_conv(x, w, stride, padding, dilation, *(sb or (None, None)), pad_value, clip)
+
+    compare_grads(run_op, run_reference, [x, w, *extra], f"binary_conv2d_ste pad={pad_value} {scale_kind}")
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.5])
+def test_ste_sign_grads(device, clip):
+    x = random_input((6, 17), device=device) * 1.5
+    x[0, 0] = 0.0
+    x[0, 1] = clip  # the window includes its edge
+    compare_grads(lambda t: ops.ste_sign(t, clip), lambda t: ste(t, clip), [x], f"ste_sign clip={clip}")
+    assert torch.equal(ops.ste_sign(x, clip), torch.where(x >= 0, 1.0, -1.0))
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: RuntimeError naming the op, eagerly and at trace time (fake tensors)
+# ------------------------------------------------------------------------------------------------
+def bad_calls(device):
+    """(op name, expected message fragment, zero-argument call) for each kind of bad input."""
+    x = random_input((3, 40), device=device)
+    w_packed = reference.pack_signs(torch.randn(5, 40, device=device))
+    xc = random_input((1, 3, 8, 8), device=device)
+    wc_packed = reference.pack_signs(torch.randn(4, 3, 3, 3, device=device))
+    geometry = ([3, 3], [1, 1], [1, 1], [1, 1])
+    conv = lambda *a, **k: lambda: ops.binary_conv2d(*a, **k)  # noqa: E731
+    calls = [
+        ("pack_signs", "must be float32", lambda: ops.pack_signs(x.double())),
+        ("pack_signs", "must be float32", lambda: ops.pack_signs(x.to(torch.int32))),
+        ("pack_signs", "non-empty last dimension", lambda: ops.pack_signs(x[:, :0])),
+    ]
+    for op in LINEAR_OPS:
+        fn = getattr(ops, op)
+        calls += [
+            (op, "must be float32", lambda fn=fn: fn(x.double(), w_packed, 40)),
+            (op, "must be float32", lambda fn=fn: fn(x.to(torch.int64), w_packed, 40)),
+            (op, "wide", lambda fn=fn: fn(random_input((3, 70), device=device), w_packed, 70)),
+            (op, "features", lambda fn=fn: fn(x, w_packed, 41)),
+            (op, "2-D", lambda fn=fn: fn(x, w_packed.reshape(-1), 40)),
+            (op, "w_packed must be", lambda fn=fn: fn(x, w_packed.float(), 40)),
+            (op, "scale", lambda fn=fn: fn(x, w_packed, 40, torch.rand(4, device=device))),
+            (op, "bias", lambda fn=fn: fn(x, w_packed, 40, None, torch.rand(5, 1, device=device))),
+            (op, "bias", lambda fn=fn: fn(x, w_packed, 40, None, torch.rand(6, device=device))),
+        ]
+    calls += [
+        ("binary_conv2d", "must be float32", conv(xc.double(), wc_packed, 3, *geometry)),
+        ("binary_conv2d", "must be float32", conv(xc.to(torch.int32), wc_packed, 3, *geometry)),
+        ("binary_conv2d", "4-D", conv(xc.reshape(-1), wc_packed, 3, *geometry)),
+        ("binary_conv2d", "4-D", conv(xc[0], wc_packed, 3, *geometry)),
+        ("binary_conv2d", "w_packed", conv(xc, wc_packed.reshape(-1), 3, *geometry)),
+        ("binary_conv2d", "w_packed", conv(xc, wc_packed[:, :2], 3, *geometry)),
+        ("binary_conv2d", "channels", conv(xc, wc_packed, 4, *geometry)),
+        ("binary_conv2d", "stride", conv(xc, wc_packed, 3, [3, 3], [0, 1], [1, 1], [1, 1])),
+        ("binary_conv2d", "stride", conv(xc, wc_packed, 3, [3, 3], [1, -1], [1, 1], [1, 1])),
+        ("binary_conv2d", "padding", conv(xc, wc_packed, 3, [3, 3], [1, 1], [-1, 0], [1, 1])),
+        ("binary_conv2d", "dilation", conv(xc, wc_packed, 3, [3, 3], [1, 1], [1, 1], [0, 1])),
+        ("binary_conv2d", "too small", conv(xc, wc_packed, 3, [3, 3], [1, 1], [0, 0], [4, 4])),
+        ("binary_conv2d", "pad_value", conv(xc, wc_packed, 3, *geometry, pad_value=0.5)),
+        ("binary_conv2d", "scale", conv(xc, wc_packed, 3, *geometry, torch.rand(3, device=device))),
+        ("binary_conv2d", "bias", conv(xc, wc_packed, 3, *geometry, None, torch.rand(5, device=device))),
+    ]
+    return calls
+
+
+BAD_CALL_COUNT = 3 + 2 * 9 + 15
+
+
+@pytest.mark.parametrize("index", range(BAD_CALL_COUNT))
+def test_bad_input_raises(device, index):
+    calls = bad_calls(device)
+    assert len(calls) == BAD_CALL_COUNT
+    op, fragment, call = calls[index]
+    with pytest.raises(RuntimeError, match=f"bitcompile::{op}:.*{fragment}"):
+        call()
+
+
+@pytest.mark.parametrize("index", range(BAD_CALL_COUNT))
+def test_bad_input_raises_in_fake_mode(device, index):
+    """The fake kernels reject the same inputs at trace time, with the same op name."""
+    op, fragment, _ = bad_calls(device)[index]
+    with FakeTensorMode():
+        # The inputs are built inside the mode: fake tensors of the same shapes and dtypes.
+        _, _, call = bad_calls(device)[index]
+        with pytest.raises(RuntimeError, match=f"bitcompile::{op}:.*{fragment}"):
+            call()
+
+
+@requires_cuda
+def test_device_mismatch_raises():
+    x = random_input((3, 40), device="cuda")
+    w_packed = reference.pack_signs(torch.randn(5, 40))
+    for op in LINEAR_OPS:
+        with pytest.raises(RuntimeError, match=f"bitcompile::{op}:"):
+            getattr(ops, op)(x, w_packed, 40)
+        with pytest.raises(RuntimeError, match=f"bitcompile::{op}:"):
+            getattr(ops, op)(x, w_packed.cuda(), 40, torch.rand(5))
+    xc = random_input((1, 3, 8, 8), device="cuda")
+    wc_packed = reference.pack_signs(torch.randn(4, 3, 3, 3))
+    with pytest.raises(RuntimeError, match="bitcompile::binary_conv2d:"):
+        ops.binary_conv2d(xc, wc_packed, 3, [3, 3], [1, 1], [1, 1], [1, 1])
