@@ -1,0 +1,337 @@
+// APoT kernels for the CPU (SPEC.md 2.5): pack_codes, apot_linear, apot_linear_int, apot_conv2d.
+//
+// Storage (ops.py): codes along the reduction dimension, two a byte (element 2j in the low nibble,
+// 2j+1 in the high one) for bits <= 4, one a byte above. Weights stay packed; the kernels decode
+// them through the code table (`code_values[c]`, the level of code c relative to alpha).
+// A code outside the table (possible only in a hand-made w_packed with codes >= 2**bits) reads as
+// level 0 rather than reading past the table.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "checks.h"
+
+namespace {
+
+using bitcompile::packed_code_bytes;
+
+// Batches up to this many rows take the GEMV-style loop; larger ones decode blocks of W and use
+// the BLAS GEMM (at::mm), which is then faster than any decode-as-you-go loop.
+constexpr int64_t kSmallBatchRows = 16;
+// Bytes of decoded fp32 weight per block on the GEMM path (the packed weight is what is stored;
+// the decoded block is a per-call temporary of bounded size).
+constexpr int64_t kDecodeBlockBytes = int64_t(4) << 20;
+
+// The code table copied into 256 entries, zero beyond 2**bits, so any byte indexes it safely.
+template <typename T>
+std::array<T, 256> padded_table(const at::Tensor& table) {
+  std::array<T, 256> levels{};
+  auto contiguous = table.contiguous();
+  const T* data = contiguous.data_ptr<T>();
+  for (int64_t i = 0; i < contiguous.numel(); ++i) levels[i] = data[i];
+  return levels;
+}
+
+// Row of packed codes -> k values levels[code] * scale.
+template <typename T>
+inline void decode_row(const uint8_t* row, int64_t k, int64_t bits, const T* levels, T scale, T* out) {
+  if (bits <= 4) {
+    const int64_t pairs = k / 2;
+    for (int64_t j = 0; j < pairs; ++j) {
+      const uint8_t byte = row[j];
+      out[2 * j] = levels[byte & 15] * scale;
+      out[2 * j + 1] = levels[byte >> 4] * scale;
+    }
+    if (k % 2) out[k - 1] = levels[row[pairs] & 15] * scale;
+  } else {
+    for (int64_t j = 0; j < k; ++j) out[j] = levels[row[j]] * scale;
+  }
+}
+
+// fp32 dot product; 16 independent accumulators so the compiler vectorizes it (AVX2 or AVX-512).
+inline float dot(const float* a, const float* b, int64_t k) {
+  float lanes[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= k; j += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] += a[j + l] * b[j + l];
+  float sum = 0.f;
+  for (int l = 0; l < 16; ++l) sum += lanes[l];
+  for (; j < k; ++j) sum += a[j] * b[j];
+  return sum;
+}
+
+// alpha[n] * code_values[code[n, k]] for rows [row0, row0 + rows) of the packed weight, fp32.
+at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows, int64_t k, int64_t bits,
+                         const std::array<float, 256>& levels, const at::Tensor& alpha) {
+  auto out = at::empty({rows, k}, at::TensorOptions().dtype(at::kFloat));
+  const uint8_t* w = w_packed.data_ptr<uint8_t>();
+  const int64_t row_bytes = w_packed.size(1);
+  const float* alpha_data = alpha.data_ptr<float>();
+  const bool per_row = alpha.numel() > 1;
+  float* o = out.data_ptr<float>();
+  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t n = row0 + r;
+      decode_row(w + n * row_bytes, k, bits, levels.data(), alpha_data[per_row ? n : 0], o + r * k);
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// pack_codes
+// ---------------------------------------------------------------------------------------------
+at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
+  TORCH_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);
+  const auto dtype = codes.scalar_type();
+  TORCH_CHECK(dtype == at::kByte || dtype == at::kInt || dtype == at::kLong || dtype == at::kShort ||
+                  dtype == at::kChar,
+              "bitcompile::pack_codes: codes must be an integer tensor, got ", dtype);
+  TORCH_CHECK(codes.dim() >= 1 && codes.size(-1) >= 1,
+              "bitcompile::pack_codes: codes must have a non-empty last dimension");
+  const int64_t k = codes.size(-1);
+  const int64_t width = packed_code_bytes(k, bits);
+  auto sizes = codes.sizes().vec();
+  sizes.back() = width;
+  auto out = at::empty(sizes, codes.options().dtype(at::kByte));
+  auto flat = codes.reshape({-1, k}).contiguous();
+  const int64_t rows = flat.size(0);
+  if (rows == 0) return out;
+  uint8_t* o = out.data_ptr<uint8_t>();
+  const int64_t limit = int64_t(1) << bits;
+  AT_DISPATCH_INTEGRAL_TYPES(dtype, "bitcompile::pack_codes", [&] {
+    const scalar_t* c = flat.data_ptr<scalar_t>();
+    // Range first (one pass), so a bad code raises before anything is written.
+    int64_t low = 0, high = 0;
+    for (int64_t i = 0; i < rows * k; ++i) {
+      low = std::min<int64_t>(low, static_cast<int64_t>(c[i]));
+      high = std::max<int64_t>(high, static_cast<int64_t>(c[i]));
+    }
+    TORCH_CHECK(low >= 0 && high < limit, "bitcompile::pack_codes: code out of range for bits=", bits, ": got ",
+                low < 0 ? low : high, ", codes must be in 0..", limit - 1);
+    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const scalar_t* row = c + r * k;
+        uint8_t* packed = o + r * width;
+        if (bits > 4) {
+          for (int64_t j = 0; j < k; ++j) packed[j] = static_cast<uint8_t>(row[j]);
+        } else {
+          for (int64_t j = 0; j < k / 2; ++j)
+            packed[j] = static_cast<uint8_t>(row[2 * j] | (row[2 * j + 1] << 4));
+          if (k % 2) packed[k / 2] = static_cast<uint8_t>(row[k - 1]);  // high nibble 0
+        }
+      }
+    });
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// apot_linear: y = x @ (alpha[n] * code_values[code]).T + bias, fp32 accumulation.
+// ---------------------------------------------------------------------------------------------
+void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                       int64_t bits, const at::Tensor& code_values, const at::Tensor& alpha,
+                       const std::optional<at::Tensor>& bias) {
+  bitcompile::check_float_input(op, x);
+  bitcompile::check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
+  bitcompile::check_packed_linear(op, x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
+  bitcompile::check_alpha(op, x, alpha, w_packed.size(0));
+  bitcompile::check_scale_bias(op, x, w_packed.size(0), std::nullopt, bias);
+}
+
+at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features, int64_t bits,
+                           const at::Tensor& code_values, const at::Tensor& alpha,
+                           const std::optional<at::Tensor>& bias) {
+  check_apot_linear("apot_linear", x, w_packed, in_features, bits, code_values, alpha, bias);
+  const int64_t k = in_features;
+  const int64_t n = w_packed.size(0);
+  auto out_sizes = x.sizes().vec();
+  out_sizes.back() = n;
+  auto x2 = x.reshape({-1, k}).to(at::kFloat).contiguous();
+  const int64_t m = x2.size(0);
+  if (m == 0 || n == 0) return at::zeros(out_sizes, x.options());
+
+  auto w = w_packed.contiguous();
+  auto alpha_f = bitcompile::as_float_vector(alpha);
+  const auto levels = padded_table<float>(code_values);
+  auto y = at::empty({m, n}, x2.options());
+
+  if (m <= kSmallBatchRows) {
+    // GEMV-style: each thread decodes one weight row at a time and dots it with every x row.
+    const uint8_t* wp = w.data_ptr<uint8_t>();
+    const int64_t row_bytes = w.size(1);
+    const float* xp = x2.data_ptr<float>();
+    const float* ap = alpha_f.data_ptr<float>();
+    const bool per_row = alpha_f.numel() > 1;
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, n, std::max<int64_t>(1, 32768 / k), [&](int64_t begin, int64_t end) {
+      std::vector<float> row(k);
+      for (int64_t j = begin; j < end; ++j) {
+        decode_row(wp + j * row_bytes, k, bits, levels.data(), 1.f, row.data());
+        const float scale = ap[per_row ? j : 0];
+        for (int64_t i = 0; i < m; ++i) yp[i * n + j] = dot(xp + i * k, row.data(), k) * scale;
+      }
+    });
+  } else {
+    // GEMM path: decode blocks of weight rows to fp32 (alpha applied) and hand them to BLAS.
+    const int64_t block = std::max<int64_t>(1, kDecodeBlockBytes / (4 * k));
+    for (int64_t n0 = 0; n0 < n; n0 += block) {
+      const int64_t rows = std::min(block, n - n0);
+      auto decoded = decode_weight(w, n0, rows, k, bits, levels, alpha_f);
+      if (rows == n) {
+        at::mm_out(y, x2, decoded.t());
+      } else {
+        y.narrow(1, n0, rows).copy_(at::mm(x2, decoded.t()));
+      }
+    }
+  }
+  if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
+  return y.to(x.scalar_type()).reshape(out_sizes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// apot_linear_int: y = x_scale * alpha[n] / denominator * S[m, n] + bias,
+// S = sum_k (q[m, k] - z) * N[code[n, k]] = sum_k q * N - z * sum_k N, exact.
+// sum_k q * N is accumulated in int32 over chunks short enough never to overflow
+// (chunk * 255 * max|N| < 2^31), and the chunks in int64; tables too large for that (max|N| >
+// 2^31 / 255) take int64 products. The z term is int64 (wrapping like the int64 reference).
+// ---------------------------------------------------------------------------------------------
+int64_t centred_sum(const uint8_t* q, const int32_t* numerators, int64_t k, int64_t chunk) {
+  int64_t total = 0;
+  if (chunk == 0) {
+    for (int64_t j = 0; j < k; ++j) total += static_cast<int64_t>(q[j]) * numerators[j];
+    return total;
+  }
+  for (int64_t j0 = 0; j0 < k; j0 += chunk) {
+    const int64_t j1 = std::min(k, j0 + chunk);
+    int32_t partial = 0;
+    for (int64_t j = j0; j < j1; ++j) partial += static_cast<int32_t>(q[j]) * numerators[j];
+    total += partial;
+  }
+  return total;
+}
+
+// Longest run of products q * N (q <= 255) whose int32 sum cannot overflow; 0: use int64 products.
+int64_t int32_chunk(int64_t max_abs_numerator) {
+  const int64_t limit = std::numeric_limits<int32_t>::max();
+  const int64_t per_product = 255 * std::max<int64_t>(1, max_abs_numerator);
+  return per_product > limit ? 0 : limit / per_product;
+}
+
+at::Tensor apot_linear_int_cpu(const at::Tensor& q_x, const at::Tensor& x_scale, const at::Tensor& x_zero_point,
+                               const at::Tensor& w_packed, int64_t in_features, int64_t bits,
+                               const at::Tensor& code_numerators, double denominator, const at::Tensor& alpha,
+                               const std::optional<at::Tensor>& bias) {
+  const char* op = "apot_linear_int";
+  TORCH_CHECK(q_x.scalar_type() == at::kByte, "bitcompile::", op, ": q_x must be uint8, got ", q_x.scalar_type());
+  TORCH_CHECK(x_scale.numel() == 1 && x_zero_point.numel() == 1, "bitcompile::", op,
+              ": x_scale and x_zero_point must be scalars (per-tensor)");
+  bitcompile::check_code_table(op, q_x, bits, code_numerators, "code_numerators", at::kInt);
+  TORCH_CHECK(denominator > 0, "bitcompile::", op, ": denominator must be positive, got ", denominator);
+  bitcompile::check_packed_linear(op, q_x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
+  bitcompile::check_alpha(op, q_x, alpha, w_packed.size(0));
+  bitcompile::check_same_device(op, q_x, x_scale, "x_scale");
+  bitcompile::check_same_device(op, q_x, x_zero_point, "x_zero_point");
+  bitcompile::check_scale_bias(op, q_x, w_packed.size(0), std::nullopt, bias);
+
+  const int64_t k = in_features;
+  const int64_t n = w_packed.size(0);
+  auto out_sizes = q_x.sizes().vec();
+  out_sizes.back() = n;
+  auto q2 = q_x.reshape({-1, k}).contiguous();
+  const int64_t m = q2.size(0);
+  auto y = at::empty({m, n}, q_x.options().dtype(at::kFloat));
+  if (m == 0 || n == 0) return y.reshape(out_sizes);
+
+  // The zero point as an integer (truncated like the reference's .to(int64)).
+  const int64_t zero_point = x_zero_point.reshape({-1}).to(at::kLong).item<int64_t>();
+  const double scale = bitcompile::as_float_vector(x_scale).item<float>();
+  const auto numerators = padded_table<int32_t>(code_numerators);
+  int64_t max_abs = 0;
+  for (int32_t v : numerators) max_abs = std::max<int64_t>(max_abs, std::llabs(static_cast<int64_t>(v)));
+  const int64_t chunk = int32_chunk(max_abs);
+
+  auto w = w_packed.contiguous();
+  auto alpha_f = bitcompile::as_float_vector(alpha);
+  auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
+  const uint8_t* wp = w.data_ptr<uint8_t>();
+  const int64_t row_bytes = w.size(1);
+  const uint8_t* qp = q2.data_ptr<uint8_t>();
+  const float* ap = alpha_f.data_ptr<float>();
+  const bool per_row = alpha_f.numel() > 1;
+  const float* bp = bias.has_value() ? bias_f.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, n, std::max<int64_t>(1, 4096 / k), [&](int64_t begin, int64_t end) {
+    std::vector<int32_t> row(k);
+    for (int64_t j = begin; j < end; ++j) {
+      decode_row<int32_t>(wp + j * row_bytes, k, bits, numerators.data(), 1, row.data());
+      int64_t row_sum = 0;
+      for (int64_t t = 0; t < k; ++t) row_sum += row[t];
+      const uint64_t z_term = static_cast<uint64_t>(zero_point) * static_cast<uint64_t>(row_sum);
+      const double factor = static_cast<double>(ap[per_row ? j : 0]);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t qn = centred_sum(qp + i * k, row.data(), k, chunk);
+        const int64_t sum = static_cast<int64_t>(static_cast<uint64_t>(qn) - z_term);
+        // The reference's order: sums * x_scale * alpha / denominator + bias, in float64.
+        double value = static_cast<double>(sum) * scale * factor / denominator;
+        if (bp) value += bp[j];
+        yp[i * n + j] = static_cast<float>(value);
+      }
+    }
+  });
+  return y.reshape(out_sizes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// apot_conv2d: y = conv2d(x, alpha * code_values[code]) + bias. The conv is compute-bound: decode
+// the (small) weight to x's dtype and let oneDNN / ATen run it; the stored weight stays packed.
+// Codes are those of W.permute(0, 2, 3, 1).reshape(OC, KH*KW*C), packed row-wise.
+// ---------------------------------------------------------------------------------------------
+at::Tensor apot_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                           at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                           at::IntArrayRef dilation, int64_t bits, const at::Tensor& code_values,
+                           const at::Tensor& alpha, const std::optional<at::Tensor>& bias) {
+  const char* op = "apot_conv2d";
+  bitcompile::check_float_input(op, x);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const auto g = bitcompile::check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding,
+                                                 dilation);
+  bitcompile::check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
+  TORCH_CHECK(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "bitcompile::", op,
+              ": w_packed must be 2-D uint8, got ", w_packed.dim(), "-D ", w_packed.scalar_type());
+  const int64_t reduction = in_channels * g.kernel_h * g.kernel_w;
+  TORCH_CHECK(w_packed.size(1) == packed_code_bytes(reduction, bits), "bitcompile::", op, ": w_packed is ",
+              w_packed.size(1), " wide, ", reduction, " codes of ", bits, " bits need ",
+              packed_code_bytes(reduction, bits));
+  bitcompile::check_same_device(op, x, w_packed, "w_packed");
+  bitcompile::check_alpha(op, x, alpha, out_channels);
+  bitcompile::check_scale_bias(op, x, out_channels, std::nullopt, bias);
+
+  const auto memory_format = x.suggest_memory_format();
+  auto alpha_f = bitcompile::as_float_vector(alpha);
+  auto decoded = decode_weight(w_packed.contiguous(), 0, out_channels, reduction, bits,
+                               padded_table<float>(code_values), alpha_f);
+  auto weight = decoded.view({out_channels, g.kernel_h, g.kernel_w, in_channels})
+                    .permute({0, 3, 1, 2})
+                    .to(x.scalar_type())
+                    .contiguous(memory_format);
+  auto y = at::conv2d(x, weight, std::nullopt, stride, padding, dilation, 1);
+  if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias).view({1, -1, 1, 1}));
+  return y.contiguous(memory_format);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
+  m.impl("pack_codes", &pack_codes_cpu);
+  m.impl("apot_linear", &apot_linear_cpu);
+  m.impl("apot_linear_int", &apot_linear_int_cpu);
+  m.impl("apot_conv2d", &apot_conv2d_cpu);
+}

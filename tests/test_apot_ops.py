@@ -1,0 +1,471 @@
+"""APoT kernels (pack_codes, apot_linear, apot_linear_int, apot_conv2d) against bitcompile.reference.
+
+Every test takes the `device` fixture, so the same tests run on CUDA on the GPU machine.
+"""
+
+import itertools
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from bitcompile import ops, reference
+from conftest import FLOAT_DTYPES, TOLERANCE, assert_close_relative, requires_cuda
+
+# Signed schemes of SPEC 2.5: one sign bit above the magnitude index, level = sign * N / D.
+SCHEMES = {
+    "apot3": (3, 4, [0, 1, 2, 4]),
+    "apot4": (4, 10, [0, 1, 2, 3, 4, 6, 8, 10]),
+    "apot5": (5, 48, [0, 1, 2, 3, 4, 6, 8, 9, 12, 16, 18, 24, 32, 33, 36, 48]),
+}
+
+
+def signed_numerators(scheme):
+    """int32 numerators of the sign-magnitude codes of a scheme: code = sign << (bits-1) | index."""
+    bits, denominator, magnitudes = SCHEMES[scheme]
+    magnitudes = torch.tensor(magnitudes, dtype=torch.int32)
+    return torch.cat((magnitudes, -magnitudes)), denominator
+
+
+def code_table(bits, kind="random"):
+    """float32 code_values of 2**bits entries: a scheme's signed table or random levels."""
+    if kind == "scheme":
+        scheme = {3: "apot3", 4: "apot4", 5: "apot5"}[bits]
+        numerators, denominator = signed_numerators(scheme)
+        return numerators.to(torch.float32) / denominator
+    return torch.randn(2**bits, dtype=torch.float32)
+
+
+def random_codes(shape, bits, dtype=torch.int64):
+    high = 2**bits
+    if dtype == torch.int8:
+        high = min(high, 128)
+    return torch.randint(0, high, shape, dtype=dtype)
+
+
+def make_weight(n, k, bits, device, table_kind="random"):
+    codes = random_codes((n, k), bits)
+    packed = reference.pack_codes(codes, bits).to(device)
+    return codes, packed, code_table(bits, table_kind).to(device)
+
+
+def make_alpha(n, per_channel, device):
+    shape = (n,) if per_channel else ()
+    return (torch.rand(shape) + 0.5).to(device)
+
+
+# ----------------------------------------------------------------------------------------------
+# pack_codes
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits", range(1, 9))
+@pytest.mark.parametrize("k", [1, 2, 7, 8, 33])
+def test_pack_codes_layout_and_round_trip(device, bits, k):
+    for dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64):
+        codes = random_codes((3, 5, k), bits, dtype)
+        packed = ops.pack_codes(codes.to(device), bits)
+        assert packed.dtype == torch.uint8 and packed.device.type == device
+        assert packed.shape == (3, 5, ops.packed_code_bytes(k, bits))
+        assert torch.equal(packed.cpu(), reference.pack_codes(codes, bits)), (bits, k, dtype)
+        assert torch.equal(reference.unpack_codes(packed.cpu(), k, bits), codes.to(torch.int64))
+
+
+def test_pack_codes_exact_nibbles(device):
+    codes = torch.tensor([[1, 2, 3, 4, 5], [15, 0, 0, 15, 9]], device=device)
+    packed = ops.pack_codes(codes, 4).cpu()
+    assert packed.tolist() == [[0x21, 0x43, 0x05], [0x0F, 0xF0, 0x09]]
+    assert ops.pack_codes(codes, 5).cpu().tolist() == codes.cpu().tolist()
+
+
+def test_pack_codes_non_contiguous_and_empty(device):
+    codes = random_codes((9, 40), 4).to(device)
+    view = codes[::2, 1::3]
+    assert torch.equal(ops.pack_codes(view, 4).cpu(), reference.pack_codes(view.cpu(), 4))
+    empty = ops.pack_codes(torch.zeros((0, 7), dtype=torch.int64, device=device), 3)
+    assert empty.shape == (0, 4)
+
+
+@pytest.mark.parametrize("bits", [1, 4, 5, 8])
+@pytest.mark.parametrize("bad", ["high", "negative"])
+def test_pack_codes_out_of_range(device, bits, bad):
+    codes = random_codes((4, 9), bits)
+    codes[2, 3] = 2**bits if bad == "high" else -1
+    with pytest.raises(RuntimeError, match="bitcompile::pack_codes: code out of range"):
+        ops.pack_codes(codes.to(device), bits)
+
+
+# ----------------------------------------------------------------------------------------------
+# apot_linear
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("k", [1, 31, 33, 127, 129, 1000])
+@pytest.mark.parametrize("m", [0, 1, 7, 64])
+@pytest.mark.parametrize("n", [1, 65])
+def test_apot_linear(device, dtype, k, m, n):
+    # Vary bits, alpha kind and bias over the cases (a full product would be slow on CI's 2 cores).
+    case = k + 3 * m + 7 * n + FLOAT_DTYPES.index(dtype)
+    bits = [4, 3, 8, 5, 2, 4, 6, 1, 7][case % 9]
+    per_channel, with_bias = case % 2 == 0, case % 3 != 0
+    _, packed, table = make_weight(n, k, bits, device, "scheme" if bits in (3, 4, 5) else "random")
+    alpha = make_alpha(n, per_channel, device)
+    bias = torch.randn(n, device=device) if with_bias else None
+    x = torch.randn(m, k, device=device).to(dtype)
+    y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+    assert y.dtype == dtype and y.shape == (m, n) and y.device.type == device
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), None if bias is None else bias.cpu())
+    assert_close_relative(y, expected, dtype, f"bits={bits} k={k} m={m} n={n}")
+
+
+@pytest.mark.parametrize("bits", range(1, 9))
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 40])
+def test_apot_linear_every_bits(device, bits, m):
+    k, n = 77, 40
+    _, packed, table = make_weight(n, k, bits, device)
+    alpha = make_alpha(n, True, device)
+    x = torch.randn(m, k, device=device)
+    y = ops.apot_linear(x, packed, k, bits, table, alpha)
+    assert_close_relative(y, reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu()), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_apot_linear_leading_dims_and_non_contiguous(device, dtype):
+    k, n, bits = 129, 33, 4
+    _, packed, table = make_weight(n, k, bits, device, "scheme")
+    alpha = make_alpha(n, True, device)
+    bias = torch.randn(n, device=device)
+    for x in (
+        torch.randn(2, 3, k, device=device).to(dtype),             # leading dims, small batch
+        torch.randn(4, 2 * k, device=device).to(dtype)[:, ::2],    # strided last dim
+        torch.randn(k, 40, device=device).to(dtype).t(),           # transposed, large batch
+        torch.randn(5, 9, k, device=device).to(dtype).transpose(0, 1),
+        torch.randn(k, device=device).to(dtype),                   # 1-D x
+    ):
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        assert y.shape == (*x.shape[:-1], n) and y.dtype == dtype
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, dtype, f"x shape {tuple(x.shape)}")
+
+
+def test_apot_linear_large_weight(device):
+    # Big enough that the CPU GEMM path decodes the weight in several blocks.
+    k, n, m, bits = 1000, 1100, 24, 4
+    _, packed, table = make_weight(n, k, bits, device, "scheme")
+    alpha = make_alpha(n, True, device)
+    bias = torch.randn(n, device=device)
+    x = torch.randn(m, k, device=device)
+    y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+    assert_close_relative(y, expected, torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# apot_linear_int
+# ----------------------------------------------------------------------------------------------
+def numerator_table(bits, kind):
+    if kind == "scheme":
+        scheme = {3: "apot3", 4: "apot4", 5: "apot5"}[bits]
+        return signed_numerators(scheme)[0]
+    if kind == "int8":
+        return torch.randint(-128, 128, (2**bits,), dtype=torch.int32)
+    # "wide": numerators so large that products q * N no longer fit int32 chunks (int64 path)
+    return torch.randint(-(2**30), 2**30, (2**bits,), dtype=torch.int32)
+
+
+INT_CASES = [
+    (4, "scheme"), (3, "scheme"), (5, "scheme"), (1, "int8"), (2, "int8"), (6, "int8"), (8, "int8"),
+    (4, "wide"), (7, "wide"),
+]
+
+
+@pytest.mark.parametrize("bits,kind", INT_CASES)
+@pytest.mark.parametrize("k", [1, 33, 129, 1000])
+@pytest.mark.parametrize("m", [0, 1, 7, 64])
+def test_apot_linear_int_sums_exact(device, bits, kind, k, m):
+    n = 65 if (k + m) % 2 else 1
+    numerators = numerator_table(bits, kind)
+    codes = random_codes((n, k), bits)
+    packed = reference.pack_codes(codes, bits)
+    q_x = torch.randint(0, 256, (m, k), dtype=torch.uint8)
+    zero_point = torch.tensor(int(torch.randint(0, 256, ())), dtype=torch.int32 if k % 2 else torch.float32)
+    sums = reference.apot_linear_int_sums(q_x, zero_point, packed, k, bits, numerators)
+    one = torch.ones((), device=device)
+    y = ops.apot_linear_int(
+        q_x.to(device), one, zero_point.to(device), packed.to(device), k, bits, numerators.to(device), 1.0, one
+    )
+    assert y.dtype == torch.float32 and y.shape == (m, n)
+    if kind != "wide":
+        assert sums.abs().max().item() < 2**24 if sums.numel() else True
+    # float32(S) is the exact integer below 2**24, and the correctly rounded one above.
+    assert torch.equal(y.cpu(), sums.to(torch.float32)), f"bits={bits} kind={kind} k={k} m={m}"
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize("scheme", ["apot3", "apot4", "apot5"])
+def test_apot_linear_int_scaled(device, per_channel, with_bias, scheme):
+    bits = SCHEMES[scheme][0]
+    numerators, denominator = signed_numerators(scheme)
+    k, n = 300, 65
+    codes = random_codes((n, k), bits)
+    packed = reference.pack_codes(codes, bits)
+    q_x = torch.randint(0, 256, (3, 11, k), dtype=torch.uint8)
+    x_scale = torch.rand(()) * 0.1 + 0.01
+    zero_point = torch.tensor([int(torch.randint(0, 256, ()))])
+    alpha = make_alpha(n, per_channel, "cpu")
+    bias = torch.randn(n) if with_bias else None
+    expected = reference.apot_linear_int(q_x, x_scale, zero_point, packed, k, bits, numerators, float(denominator), alpha, bias)
+    q_strided = torch.randint(0, 256, (3, 11, 2 * k), dtype=torch.uint8)
+    q_strided[..., ::2] = q_x
+    to = lambda t: None if t is None else t.to(device)  # noqa: E731
+    y = ops.apot_linear_int(
+        to(q_strided)[..., ::2], to(x_scale), to(zero_point), to(packed), k, bits, to(numerators),
+        float(denominator), to(alpha), to(bias),
+    )
+    assert y.shape == (3, 11, n) and y.dtype == torch.float32
+    assert_close_relative(y, expected, torch.float32)
+
+
+def test_apot_linear_int_zero_point_outside_byte_range(device):
+    bits, k, n = 4, 50, 9
+    numerators = numerator_table(bits, "int8")
+    packed = reference.pack_codes(random_codes((n, k), bits), bits)
+    q_x = torch.randint(0, 256, (5, k), dtype=torch.uint8)
+    for z in (-300, 1000, 2**20):
+        zero_point = torch.tensor(z, dtype=torch.int64)
+        sums = reference.apot_linear_int_sums(q_x, zero_point, packed, k, bits, numerators)
+        one = torch.ones((), device=device)
+        y = ops.apot_linear_int(q_x.to(device), one, zero_point.to(device), packed.to(device), k, bits,
+                                numerators.to(device), 1.0, one)
+        assert torch.equal(y.cpu(), sums.to(torch.float32)), z
+
+
+# ----------------------------------------------------------------------------------------------
+# apot_conv2d
+# ----------------------------------------------------------------------------------------------
+# (batch, channels, out_channels, H, W, kernel, stride, padding, dilation)
+CONV_CASES = [
+    (2, 3, 8, 9, 11, 3, 1, 1, 1),
+    (1, 1, 1, 5, 5, 1, 1, 0, 1),
+    (2, 16, 5, 13, 7, 3, 2, 0, 1),
+    (1, 70, 33, 9, 9, 3, 1, 2, 2),
+    (3, 5, 7, 15, 10, 5, 2, 2, 1),
+    (1, 33, 4, 11, 13, 5, 1, 1, 2),
+    (2, 2, 3, 7, 7, 1, 2, 1, 1),
+    (1, 8, 16, 6, 17, (3, 5), (1, 2), (0, 2), (2, 1)),
+]
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, tuple) else (v, v)
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_apot_conv2d(device, case, dtype, channels_last):
+    batch, c, oc, h, w, kernel, stride, padding, dilation = case
+    kernel, stride, padding, dilation = map(_pair, (kernel, stride, padding, dilation))
+    bits = [4, 5, 3, 8, 2][(c + oc) % 5]
+    codes = random_codes((oc, kernel[0] * kernel[1] * c), bits)
+    packed = reference.pack_codes(codes, bits).to(device)
+    table = code_table(bits, "scheme" if bits in (3, 4, 5) else "random").to(device)
+    alpha = make_alpha(oc, (c + h) % 2 == 0, device)
+    bias = torch.randn(oc, device=device) if (oc + w) % 2 else None
+    x = torch.randn(batch, c, h, w, device=device).to(dtype)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    y = ops.apot_conv2d(x, packed, c, kernel, stride, padding, dilation, bits, table, alpha, bias)
+    expected = reference.apot_conv2d(x.cpu(), packed.cpu(), c, kernel, stride, padding, dilation, bits, table.cpu(),
+                                     alpha.cpu(), None if bias is None else bias.cpu())
+    assert y.dtype == dtype
+    assert_close_relative(y, expected, dtype, str(case))
+    memory_format = torch._prims_common.suggest_memory_format(x)
+    assert y.is_contiguous(memory_format=memory_format)
+    # The dequantized float weight, as the layer would hold it, gives the same result.
+    weight = reference.apot_weight(packed.cpu(), kernel[0] * kernel[1] * c, bits, table.cpu(), alpha.cpu())
+    weight = weight.reshape(oc, kernel[0], kernel[1], c).permute(0, 3, 1, 2)
+    direct = torch.nn.functional.conv2d(x.cpu().double(), weight, None if bias is None else bias.cpu().double(),
+                                        stride, padding, dilation)
+    assert_close_relative(y, direct, dtype, str(case))
+
+
+def test_apot_conv2d_non_contiguous(device):
+    c, oc, bits = 6, 4, 4
+    codes = random_codes((oc, 9 * c), bits)
+    packed = reference.pack_codes(codes, bits).to(device)
+    table = code_table(bits, "scheme").to(device)
+    alpha = make_alpha(oc, True, device)
+    x = torch.randn(2, 2 * c, 10, 12, device=device)[:, ::2, :, 1:]
+    y = ops.apot_conv2d(x, packed, c, (3, 3), (1, 1), (1, 1), (1, 1), bits, table, alpha)
+    expected = reference.apot_conv2d(x.cpu(), packed.cpu(), c, (3, 3), (1, 1), (1, 1), (1, 1), bits, table.cpu(), alpha.cpu())
+    assert_close_relative(y, expected, torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------
+# opcheck: schema, fake kernel, dispatcher registrations
+# ----------------------------------------------------------------------------------------------
+def test_opcheck_pack_codes(device):
+    for bits, k in ((4, 7), (8, 6), (2, 1)):
+        torch.library.opcheck(torch.ops.bitcompile.pack_codes.default, (random_codes((3, k), bits).to(device), bits))
+
+
+def test_opcheck_apot_linear(device):
+    k, n, bits = 37, 9, 4
+    _, packed, table = make_weight(n, k, bits, device, "scheme")
+    for m, alpha, bias in ((3, make_alpha(n, True, device), torch.randn(n, device=device)),
+                           (20, make_alpha(n, False, device), None)):
+        x = torch.randn(2, m, k, device=device)
+        torch.library.opcheck(torch.ops.bitcompile.apot_linear.default, (x, packed, k, bits, table, alpha, bias))
+
+
+def test_opcheck_apot_linear_int(device):
+    k, n, bits = 37, 9, 4
+    numerators = numerator_table(bits, "scheme").to(device)
+    packed = reference.pack_codes(random_codes((n, k), bits), bits).to(device)
+    q_x = torch.randint(0, 256, (2, 3, k), dtype=torch.uint8, device=device)
+    args = (q_x, torch.tensor(0.05, device=device), torch.tensor(128, device=device), packed, k, bits, numerators,
+            10.0, make_alpha(n, True, device), torch.randn(n, device=device))
+    torch.library.opcheck(torch.ops.bitcompile.apot_linear_int.default, args)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_opcheck_apot_conv2d(device, channels_last):
+    c, oc, bits = 5, 6, 4
+    packed = reference.pack_codes(random_codes((oc, 9 * c), bits), bits).to(device)
+    table = code_table(bits, "scheme").to(device)
+    x = torch.randn(2, c, 8, 9, device=device)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    args = (x, packed, c, [3, 3], [2, 1], [1, 1], [1, 2], bits, table, make_alpha(oc, True, device),
+            torch.randn(oc, device=device))
+    torch.library.opcheck(torch.ops.bitcompile.apot_conv2d.default, args)
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: a RuntimeError naming the op, from the kernels and from the fake kernels alike
+# ----------------------------------------------------------------------------------------------
+def _linear_args(device, k=10, n=4, bits=4):
+    return dict(
+        x=torch.randn(3, k, device=device),
+        w_packed=reference.pack_codes(random_codes((n, k), bits), bits).to(device),
+        in_features=k,
+        bits=bits,
+        code_values=code_table(bits).to(device),
+        alpha=make_alpha(n, True, device),
+        bias=torch.randn(n, device=device),
+    )
+
+
+def _int_args(device, k=10, n=4, bits=4):
+    return dict(
+        q_x=torch.randint(0, 256, (3, k), dtype=torch.uint8, device=device),
+        x_scale=torch.tensor(0.1, device=device),
+        x_zero_point=torch.tensor(3, device=device),
+        w_packed=reference.pack_codes(random_codes((n, k), bits), bits).to(device),
+        in_features=k,
+        bits=bits,
+        code_numerators=torch.randint(-10, 10, (2**bits,), dtype=torch.int32, device=device),
+        denominator=10.0,
+        alpha=make_alpha(n, False, device),
+        bias=None,
+    )
+
+
+def _conv_args(device, c=3, oc=4, bits=4):
+    return dict(
+        x=torch.randn(2, c, 7, 7, device=device),
+        w_packed=reference.pack_codes(random_codes((oc, 9 * c), bits), bits).to(device),
+        in_channels=c,
+        kernel_size=[3, 3],
+        stride=[1, 1],
+        padding=[1, 1],
+        dilation=[1, 1],
+        bits=bits,
+        code_values=code_table(bits).to(device),
+        alpha=make_alpha(oc, True, device),
+        bias=None,
+    )
+
+
+def _bad_cases(device):
+    """(op name, op, kwargs with one bad entry, message fragment)."""
+    linear, lint, conv = torch.ops.bitcompile.apot_linear.default, torch.ops.bitcompile.apot_linear_int.default, \
+        torch.ops.bitcompile.apot_conv2d.default
+    cases = []
+
+    def add(name, op, base, match, **changes):
+        cases.append((name, op, {**base, **changes}, match))
+
+    base = _linear_args(device)
+    add("apot_linear", linear, base, "x must be float32", x=base["x"].to(torch.int32))
+    add("apot_linear", linear, base, "bits must be in 1..8", bits=9, code_values=code_table(4).to(device))
+    add("apot_linear", linear, base, "code_values must have 2\\*\\*bits = 16 entries", code_values=code_table(3).to(device))
+    add("apot_linear", linear, base, "code_values must be (float32|Float)", code_values=code_table(4).double().to(device))
+    add("apot_linear", linear, base, "w_packed is 4 wide, 10 features need 5", w_packed=base["w_packed"][:, :4])
+    add("apot_linear", linear, base, "w_packed must be 2-D", w_packed=base["w_packed"][0])
+    add("apot_linear", linear, base, "w_packed must be (torch.uint8|uint8|Byte)",
+        w_packed=base["w_packed"].to(torch.int32))
+    add("apot_linear", linear, base, "x has 9 features", x=torch.randn(3, 9, device=device))
+    add("apot_linear", linear, base, "w_packed is 5 wide, 10 features need 10", bits=5, code_values=code_table(5).to(device))
+    add("apot_linear", linear, base, "alpha must be a scalar or have 4 elements", alpha=torch.ones(3, device=device))
+    add("apot_linear", linear, base, "alpha must be floating point", alpha=torch.ones(4, dtype=torch.int32, device=device))
+    add("apot_linear", linear, base, "bias must have shape", bias=torch.ones(5, device=device))
+    base = _int_args(device)
+    add("apot_linear_int", lint, base, "q_x must be uint8", q_x=base["q_x"].to(torch.int32))
+    add("apot_linear_int", lint, base, "x_scale and x_zero_point must be scalars", x_scale=torch.ones(2, device=device))
+    add("apot_linear_int", lint, base, "code_numerators must be (int32|Int)", code_numerators=base["code_numerators"].long())
+    add("apot_linear_int", lint, base, "code_numerators must have 2\\*\\*bits = 16",
+        code_numerators=torch.zeros(8, dtype=torch.int32, device=device))
+    add("apot_linear_int", lint, base, "denominator must be positive", denominator=0.0)
+    add("apot_linear_int", lint, base, "w_packed is 4 wide", w_packed=base["w_packed"][:, :4])
+    add("apot_linear_int", lint, base, "x has 11 features",
+        q_x=torch.zeros(2, 11, dtype=torch.uint8, device=device))
+    base = _conv_args(device)
+    add("apot_conv2d", conv, base, "x must be 4-D", x=base["x"][0])
+    add("apot_conv2d", conv, base, "x has 4 channels", x=torch.randn(2, 4, 7, 7, device=device))
+    add("apot_conv2d", conv, base, "x must be float32", x=base["x"].to(torch.int64))
+    add("apot_conv2d", conv, base, "w_packed is 13 wide", w_packed=base["w_packed"][:, :13])
+    add("apot_conv2d", conv, base, "w_packed must be 2-D uint8", w_packed=base["w_packed"].to(torch.int32))
+    add("apot_conv2d", conv, base, "too small for kernel", x=torch.randn(2, 3, 2, 7, device=device), padding=[0, 0])
+    add("apot_conv2d", conv, base, "stride must be >= 1", stride=[0, 1])
+    add("apot_conv2d", conv, base, "code_values must have 2\\*\\*bits", code_values=code_table(5).to(device))
+    add("apot_conv2d", conv, base, "alpha must be a scalar or have 4", alpha=torch.ones(2, 2, device=device))
+    return cases
+
+
+def test_bad_input_raises(device):
+    cases = _bad_cases(device)
+    assert len(cases) > 20
+    for name, op, kwargs, match in cases:
+        with pytest.raises(RuntimeError, match=f"bitcompile::{name}: .*({match})"):
+            op(**kwargs)
+
+
+def test_bad_input_raises_in_fake_mode():
+    for name, op, kwargs, match in _bad_cases("cpu"):
+        with FakeTensorMode() as mode:
+            fake = {key: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v for key, v in kwargs.items()}
+            with pytest.raises(RuntimeError, match=f"bitcompile::{name}: .*({match})"):
+                op(**fake)
+
+
+def test_pack_codes_bad_input(device):
+    codes = random_codes((3, 5), 4).to(device)
+    with pytest.raises(RuntimeError, match="bitcompile::pack_codes: bits must be in 1..8"):
+        ops.pack_codes(codes, 0)
+    with pytest.raises(RuntimeError, match="bitcompile::pack_codes: codes must be an integer tensor"):
+        ops.pack_codes(codes.float(), 4)
+    with pytest.raises(RuntimeError, match="bitcompile::pack_codes: codes must have a non-empty last dimension"):
+        ops.pack_codes(codes[:, :0], 4)
+
+
+@requires_cuda
+def test_device_mismatch_raises():
+    base = _linear_args("cuda")
+    for name in ("code_values", "alpha", "bias", "w_packed"):
+        kwargs = {**base, name: base[name].cpu()}
+        with pytest.raises(RuntimeError, match="bitcompile::apot_linear: .* is on cpu but x is on cuda"):
+            torch.ops.bitcompile.apot_linear.default(**kwargs)
+    kwargs = {**_int_args("cuda")}
+    kwargs["x_zero_point"] = kwargs["x_zero_point"].cpu()
+    with pytest.raises(RuntimeError, match="bitcompile::apot_linear_int: x_zero_point is on cpu"):
+        torch.ops.bitcompile.apot_linear_int.default(**kwargs)
