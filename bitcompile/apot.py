@@ -435,15 +435,16 @@ def _nearest_rank(x: Tensor, sorted_levels: Tensor) -> Tensor:
     return torch.where(flat < 0, upper, lower).reshape(x.shape)
 
 
-def _quantize_signed(x: Tensor, alpha: Tensor, scheme: Scheme) -> Tensor:
-    """int64 codes of a signed scheme; alpha 0-d or [C] (float32, >= 0)."""
-    magnitude_count = 2 ** (scheme.bits - 1)
-    magnitudes = alpha.unsqueeze(-1) * scheme.code_values[:magnitude_count].to(alpha.device)  # fp32 levels
+def _quantize_signed(x: Tensor, alpha: Tensor, bits: int, code_values: Tensor) -> Tensor:
+    """int64 codes of a signed scheme of `bits` bits with table code_values (float32, on x's
+    device); alpha 0-d or [C] (float32, >= 0). No input checks: callers validate."""
+    magnitude_count = 2 ** (bits - 1)
+    magnitudes = alpha.unsqueeze(-1) * code_values[:magnitude_count]  # the fp32 levels
     bound = _channel_view("quantize", x, alpha).to(torch.float64)
     magnitude = torch.minimum(x.to(torch.float64).abs(), bound)
     index = _nearest_rank(magnitude, magnitudes)
     negative = (x < 0) & (index > 0)
-    return index | (negative.to(torch.int64) << (scheme.bits - 1))
+    return index | (negative.to(torch.int64) << (bits - 1))
 
 
 def _quantize_with_table(x: Tensor, alpha: Tensor, sorted_levels: Tensor, level_indices: Tensor) -> Tensor:
@@ -513,7 +514,7 @@ def quantize(x: Tensor, alpha=None, gamma=None, quantization_levels: Optional[Te
         alpha = _max_abs(x, resolved.signed if per_channel is None else per_channel)
     alpha = _as_alpha("quantize", alpha, x).clamp_min(0)
     if resolved.signed:
-        codes = _quantize_signed(x, alpha, resolved)
+        codes = _quantize_signed(x, alpha, resolved.bits, resolved.code_values.to(x.device))
     else:
         _, by_code = _unsigned_levels_by_code(resolved.bits, resolved.k, alpha)
         sorted_levels, indices = torch.sort(by_code, dim=-1, stable=True)
