@@ -1,0 +1,824 @@
+// CUDA kernels of the binary ops. Torch-free (DESIGN.md "Tests"): launchers take raw pointers, sizes
+// and a stream and return a cudaError_t; csrc/cuda/binary_ops.cpp is the torch binding.
+//
+// Design
+// ------
+// pack_signs_kernel: one warp packs one word per __ballot_sync (lane j reads value 32*w + j, so
+//   the ballot is the word in the storage format, LSB first). 1-8 warps share a row (more for long
+//   rows); the same pass writes the second bit plane of torch.sign inputs (x < 0) and mean|x| of
+//   each row (binary_linear's row_scale), reduced in a fixed order (deterministic).
+//
+// binary_linear_mma_kernel (s(x) in {-1, +1}): b1 tensor cores, mma.sync.m16n8k256 AND.POPC (XOR.POPC
+//   is emulated on Hopper, 7x slower). With a = bits of x, b = bits of w, pa/pb their popcounts:
+//       s(x).s(w) = K - 2 * hamming(a, b) = K - 2 * (pa + pb - 2 * popc(a & b)).
+//   Tail bits and zero-filled out-of-range words add nothing to popc(a & b), pa or pb, so any K works.
+//   pa and pb are popcounts of the very fragments fed to the MMA (each lane counts its words, a shuffle
+//   sums the 4 lanes of a row), so no separate pass over x or w is needed.
+//   Tiling: block tile BM x BN (BM = 16/64/128 chosen by M, BN = 128) over 512 bits of K a stage,
+//   shared memory rows padded to 24 words, the next stage prefetched into registers while the
+//   tensor cores work on the current one; each warp owns (BM / WARPS_M) x (BN / WARPS_N).
+//   Fragment layout of m16n8k256 .b1 (PTX ISA, "Matrix Fragments for mma.m16n8k256", 9.7.14.5.13),
+//   groupID g = lane >> 2, threadID_in_group t = lane & 3, each register 32 consecutive k:
+//       A: a0 = row g,   k 32t..32t+31      a1 = row g+8, k 32t..        (the ISA text prints
+//          a2 = row g,   k 128+32t..        a3 = row g+8, k 128+32t..     "+ i" for a1: the figure
+//       B: b0 = col g,   k 32t..            b1 = col g,   k 128+32t..     and the a3 line say i & 31)
+//       C: c0, c1 = row g, cols 2t, 2t+1    c2, c3 = row g+8, cols 2t, 2t+1
+//   The sum over k does not care which k a bit stands for as long as A and B agree, so each lane
+//   feeds words 2t and 2t+1 of the 8-word (256-bit) step into (a0, a2) / (a1, a3) / (b0, b1): one
+//   aligned 8-byte shared load per fragment pair, A and B permuted identically.
+//
+// binary_conv2d_kernel: popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).
+//   A block owns 64 output pixels x 64 output channels, a thread a 4 x 4 register tile; for each tap
+//   the block stages 32 words of channels of the 64 input pixels and 64 weight rows in shared memory.
+//   Per tap:  s(x).s(w) = C - 2 * popc(a ^ w)                       (x bits a, XOR on the ALU is native)
+//             = popc((p & w) | (n & ~w)) - popc((p & ~w) | (n & w))   (sign_zero: planes p = x>0, n = x<0)
+//   A padded tap is evaluated as if s(x) were +1 there (the channel mask as its word) and multiplied by
+//   pad_value: 0 (zero padding), or +-1 (an explicit F.pad(s(x), value=+-1) folded into the conv).
+//
+// binary_weight_linear_kernel: GEMV style. A warp owns 4 output rows, each lane one packed word of
+//   each; 1-8 rows of x (up to 1024 k at a time) sit in shared memory as fp32, laid out [m][bit][word]
+//   so that a warp reads 32 consecutive floats. Each bit becomes +-1.0f (two integer ops, shared by all
+//   rows of x) and one FFMA per row of x. M > 8 runs as several row blocks (W is re-read from L2).
+//
+// All outputs: y = dot [* mean|x| per row] [* scale] [+ bias] in fp32, rounded once to the output type.
+//
+// Left for the speed issue: wgmma b1 (BGMMA, ~15.5 POPS measured vs 10.2 for mma.sync) with TMA
+// loads and a multi-stage mbarrier pipeline; fusing the activation packing into the GEMM for small M;
+// a tensor-core implicit GEMM for conv (and a tap-packed layout for small C); a table-lookup or
+// tensor-core (bf16 +-1 expansion) path for binary_weight_linear at larger M, and 16-byte W loads
+// there; vectorized epilogue stores.
+
+#include "binary_kernels.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+
+namespace bitcompile {
+namespace cuda {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// ---------------------------------------------------------------------------------------------
+// Small helpers
+// ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// Bits of word `word` that hold one of the `k` real values (the rest are tail bits).
+__host__ __device__ __forceinline__ uint32_t valid_bits(int64_t k, int64_t word) {
+  const int64_t left = k - word * 32;
+  return left >= 32 ? 0xffffffffu : (left <= 0 ? 0u : (1u << left) - 1u);
+}
+
+// y = dot [* row_factor[row]] [* scale] [+ bias[col]]  (SPEC 2.2-2.4, fp32). The factors are read
+// once per row / column of a thread's tile; absent ones are 1 and 0 (exact).
+__device__ __forceinline__ float row_factor(const Epilogue& ep, int64_t row) {
+  return ep.row_factor != nullptr ? ep.row_factor[row] : 1.f;
+}
+__device__ __forceinline__ float column_scale(const Epilogue& ep, int64_t col) {
+  return ep.scale != nullptr ? ep.scale[ep.scale_count == 1 ? 0 : col] : 1.f;
+}
+__device__ __forceinline__ float column_bias(const Epilogue& ep, int64_t col) {
+  return ep.bias != nullptr ? ep.bias[col] : 0.f;
+}
+__device__ __forceinline__ float epilogue_value(float dot, float factor, float scale, float bias) {
+  return dot * factor * scale + bias;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ---------------------------------------------------------------------------------------------
+// pack_signs: binarize + pack, one word per warp ballot
+// ---------------------------------------------------------------------------------------------
+constexpr int kPackThreads = 256;
+constexpr int kPackWarps = kPackThreads / 32;
+constexpr int kPackUnroll = 4;  // words a warp has in flight
+
+template <typename T, bool SIGN_ZERO>
+__global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __restrict__ x, int64_t rows, int64_t k,
+                                                                  int64_t words, int warps_per_row,
+                                                                  uint32_t* __restrict__ plus_bits,
+                                                                  uint32_t* __restrict__ minus_bits,
+                                                                  float* __restrict__ row_mean_abs) {
+  __shared__ float partial_sums[kPackWarps];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int rows_per_block = kPackWarps / warps_per_row;
+  const int row_in_block = warp / warps_per_row;
+  const int part = warp % warps_per_row;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + row_in_block;
+
+  float abs_sum = 0.f;
+  if (row < rows) {  // uniform over the warp
+    const T* x_row = x + row * k;
+    for (int64_t first = static_cast<int64_t>(part) * kPackUnroll; first < words;
+         first += static_cast<int64_t>(warps_per_row) * kPackUnroll) {
+      float value[kPackUnroll];
+      bool real[kPackUnroll];
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        const int64_t index = (first + u) * 32 + lane;
+        real[u] = index < k;
+        value[u] = real[u] ? to_float(x_row[index]) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        abs_sum += fabsf(value[u]);
+        if (first + u < words) {  // uniform over the warp
+          // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
+          const uint32_t plus = __ballot_sync(kFullMask, real[u] && (SIGN_ZERO ? value[u] > 0.f : value[u] >= 0.f));
+          uint32_t minus = 0;
+          if (SIGN_ZERO) minus = __ballot_sync(kFullMask, real[u] && value[u] < 0.f);
+          if (lane == u) {
+            plus_bits[row * words + first + u] = plus;
+            if (SIGN_ZERO) minus_bits[row * words + first + u] = minus;
+          }
+        }
+      }
+    }
+  }
+  if (row_mean_abs != nullptr) {  // uniform over the block
+    abs_sum = warp_sum(abs_sum);
+    if (lane == 0) partial_sums[warp] = abs_sum;
+    __syncthreads();
+    if (row < rows && part == 0 && lane == 0) {
+      float total = 0.f;
+      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+      row_mean_abs[row] = total / static_cast<float>(k);
+    }
+  }
+}
+
+template <typename T>
+cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero, uint32_t* plus_bits,
+                             uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  int warps_per_row = 1;  // more warps on a row only when each still gets two rounds of kPackUnroll words
+  while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * kPackUnroll * 2 < words) warps_per_row *= 2;
+  const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (sign_zero) {
+    pack_signs_kernel<T, true><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+  } else {
+    pack_signs_kernel<T, false><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+  }
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_linear on b1 tensor cores
+// ---------------------------------------------------------------------------------------------
+constexpr int kMmaStageWords = 16;  // 512 bits of K per shared-memory stage (two k256 MMA steps)
+constexpr int kMmaRowStride = 24;   // words per shared row: 16 + 8 padding, see fragment loads below
+
+// D = popc(A & B) + C on a 16x8 tile, 256 bits of K (PTX ISA: mma, .b1 with .and.popc).
+__device__ __forceinline__ void mma_and_popc(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One global load of VW consecutive words (VW = 4: 16-byte loads, needs words % 4 == 0 and aligned bases).
+template <int VW>
+struct Words;
+template <>
+struct Words<1> {
+  uint32_t v;
+  __device__ __forceinline__ void load(const uint32_t* p) { v = __ldg(p); }
+  __device__ __forceinline__ void zero() { v = 0; }
+  __device__ __forceinline__ void mask_tail(int64_t first_word, int64_t words, uint32_t last_bits) {
+    if (first_word == words - 1) v &= last_bits;
+  }
+  __device__ __forceinline__ void store(uint32_t* p) const { *p = v; }
+};
+template <>
+struct Words<4> {
+  uint4 v;
+  __device__ __forceinline__ void load(const uint32_t* p) { v = __ldg(reinterpret_cast<const uint4*>(p)); }
+  __device__ __forceinline__ void zero() { v = make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ void mask_tail(int64_t first_word, int64_t words, uint32_t last_bits) {
+    if (first_word + 3 == words - 1) v.w &= last_bits;  // words % 4 == 0: the last word is a .w
+  }
+  __device__ __forceinline__ void store(uint32_t* p) const { *reinterpret_cast<uint4*>(p) = v; }
+};
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32) void binary_linear_mma_kernel(
+    const uint32_t* __restrict__ x_bits, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows,
+    int64_t words, int64_t k, int64_t m_tiles, Epilogue ep, OutT* __restrict__ out) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpRows = BM / WARPS_M;  // rows of x per warp
+  constexpr int kWarpCols = BN / WARPS_N;  // rows of w (output columns) per warp
+  constexpr int MT = kWarpRows / 16;       // m16 tiles per warp
+  constexpr int NT = kWarpCols / 8;        // n8 tiles per warp
+  static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
+  constexpr int kVecsPerRow = kMmaStageWords / VW;
+  constexpr int kVecsA = BM * kVecsPerRow;
+  constexpr int kVecsB = BN * kVecsPerRow;
+  constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
+  constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
+
+  __shared__ __align__(16) uint32_t a_tile[BM * kMmaRowStride];
+  __shared__ __align__(16) uint32_t b_tile[BN * kMmaRowStride];
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / WARPS_N;
+  const int warp_n = warp % WARPS_N;
+  const int group = lane >> 2;            // groupID of the PTX fragment tables
+  const int thread_in_group = lane & 3;   // threadID_in_group
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  const uint32_t last_bits = valid_bits(k, words - 1);
+
+  Words<VW> next_a[kLoadsA];
+  Words<VW> next_b[kLoadsB];
+  // Global -> registers: stage `stage` of the A (x) and B (w) tiles; rows and words past the end are 0.
+  auto load_stage = [&](int64_t stage) {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      const int64_t row = m0 + e / kVecsPerRow;
+      const int64_t word = stage * kMmaStageWords + (e % kVecsPerRow) * VW;
+      if (e < kVecsA && row < m_rows && word < words) {
+        next_a[i].load(x_bits + row * words + word);
+      } else {
+        next_a[i].zero();
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      const int64_t row = n0 + e / kVecsPerRow;
+      const int64_t word = stage * kMmaStageWords + (e % kVecsPerRow) * VW;
+      if (e < kVecsB && row < n_rows && word < words) {
+        next_b[i].load(w_bits + row * words + word);
+        next_b[i].mask_tail(word, words, last_bits);  // pb must not count stray tail bits
+      } else {
+        next_b[i].zero();
+      }
+    }
+  };
+  auto store_stage = [&]() {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsA) next_a[i].store(&a_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW]);
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsB) next_b[i].store(&b_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW]);
+    }
+  };
+
+  int acc[MT][NT][4];
+  int pop_a[MT][2];  // popcount of rows g and g+8 of each m tile, this lane's words only
+  int pop_b[NT];     // popcount of column g of each n tile, this lane's words only
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    pop_a[mt][0] = pop_a[mt][1] = 0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0;
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) pop_b[nt] = 0;
+
+  const int64_t stages = ceil_div(words, kMmaStageWords);
+  load_stage(0);
+  store_stage();
+  __syncthreads();
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    if (stage + 1 < stages) load_stage(stage + 1);  // in flight while the tensor cores work
+#pragma unroll
+    for (int step = 0; step < kMmaStageWords / 8; ++step) {  // 256 bits = 8 words per MMA
+      // Words 2t, 2t+1 of the step: (a0, a2) from row g, (a1, a3) from row g+8, (b0, b1) from column g.
+      // Row stride 24 words: the 8-byte loads of a half warp (g = 0..3 or 4..7, t = 0..3) hit 16
+      // distinct bank pairs.
+      const int word = step * 8 + 2 * thread_in_group;
+      uint32_t a_frag[MT][4];
+      uint32_t b_frag[NT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row = warp_m * kWarpRows + mt * 16 + group;
+        const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
+        const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
+        a_frag[mt][0] = top.x;
+        a_frag[mt][1] = bottom.x;
+        a_frag[mt][2] = top.y;
+        a_frag[mt][3] = bottom.y;
+        pop_a[mt][0] += __popc(top.x) + __popc(top.y);
+        pop_a[mt][1] += __popc(bottom.x) + __popc(bottom.y);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = warp_n * kWarpCols + nt * 8 + group;
+        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
+        b_frag[nt][0] = pair.x;
+        b_frag[nt][1] = pair.y;
+        pop_b[nt] += __popc(pair.x) + __popc(pair.y);
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
+      }
+    }
+    __syncthreads();
+    if (stage + 1 < stages) {
+      store_stage();
+      __syncthreads();
+    }
+  }
+
+  // Row popcounts: the 4 lanes of a group together saw every word of their rows.
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pop_a[mt][h] += __shfl_xor_sync(kFullMask, pop_a[mt][h], 1);
+      pop_a[mt][h] += __shfl_xor_sync(kFullMask, pop_a[mt][h], 2);
+    }
+  }
+  int pop_cols[NT][2];  // popcounts of this lane's output columns 2t and 2t+1
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    int total = pop_b[nt];
+    total += __shfl_xor_sync(kFullMask, total, 1);
+    total += __shfl_xor_sync(kFullMask, total, 2);
+    // Column c of the tile was counted by the lanes of group c, lanes 4c..4c+3.
+    pop_cols[nt][0] = __shfl_sync(kFullMask, total, (2 * thread_in_group) * 4);
+    pop_cols[nt][1] = __shfl_sync(kFullMask, total, (2 * thread_in_group + 1) * 4);
+  }
+
+  // The factors of this lane's output rows (g, g+8 of each m tile) and columns (2t, 2t+1 of each n tile).
+  float row_factors[MT][2], col_scales[NT][2], col_biases[NT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = m0 + warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      row_factors[mt][h] = m < m_rows ? row_factor(ep, m) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+      col_scales[nt][e] = n < n_rows ? column_scale(ep, n) : 0.f;
+      col_biases[nt][e] = n < n_rows ? column_bias(ep, n) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // c0, c1: row g; c2, c3: row g+8
+      const int64_t m = m0 + warp_m * kWarpRows + mt * 16 + group + 8 * h;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {  // columns 2t, 2t+1
+          const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+          // s(x).s(w) = K - 2 * hamming = K - 2 * (pa + pb - 2 * popc(a & b))
+          const int64_t dot = k - 2 * (static_cast<int64_t>(pop_a[mt][h]) + pop_cols[nt][e] -
+                                       2 * static_cast<int64_t>(acc[mt][nt][2 * h + e]));
+          if (m < m_rows && n < n_rows) {
+            out[m * n_rows + n] = from_float<OutT>(epilogue_value(static_cast<float>(dot), row_factors[mt][h],
+                                                                  col_scales[nt][e], col_biases[nt][e]));
+          }
+        }
+      }
+    }
+  }
+}
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
+cudaError_t binary_linear_mma_config(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                     int64_t k, const Epilogue& ep, OutT* out, cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  const int64_t m_tiles = ceil_div(m_rows, BM);
+  const int64_t blocks = m_tiles * ceil_div(n_rows, BN);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  const bool aligned = words % 4 == 0 && reinterpret_cast<uintptr_t>(x_bits) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  if (aligned) {
+    binary_linear_mma_kernel<BM, BN, WARPS_M, WARPS_N, 4, OutT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        x_bits, w_bits, m_rows, n_rows, words, k, m_tiles, ep, out);
+  } else {
+    binary_linear_mma_kernel<BM, BN, WARPS_M, WARPS_N, 1, OutT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+        x_bits, w_bits, m_rows, n_rows, words, k, m_tiles, ep, out);
+  }
+  return cudaGetLastError();
+}
+
+template <typename OutT>
+cudaError_t binary_linear_mma_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                    int64_t k, const Epilogue& ep, OutT* out, cudaStream_t stream) {
+  // Small M (decoding, small batches): fewer wasted rows per tile.
+  if (m_rows <= 16) return binary_linear_mma_config<16, 128, 1, 8, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+  if (m_rows <= 64) return binary_linear_mma_config<64, 128, 2, 4, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+  return binary_linear_mma_config<128, 128, 2, 4, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_conv2d (and binary_linear with sign_zero) with popcounts on the CUDA cores
+// ---------------------------------------------------------------------------------------------
+constexpr int kConvThreads = 256;
+constexpr int kConvPixels = 64;    // output pixels per block
+constexpr int kConvChannels = 64;  // output channels per block
+constexpr int kConvWords = 32;     // channel words staged per tap chunk
+constexpr int kConvTile = 4;       // a thread's register tile: 4 pixels x 4 channels (stride 16)
+
+template <typename OutT, bool SIGN_ZERO>
+__global__ __launch_bounds__(kConvThreads) void binary_conv2d_kernel(
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ minus_bits,
+    const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t pixel_tiles, Epilogue ep, OutT* __restrict__ out,
+    bool out_channels_last) {
+  // +1 word padding per row: a warp reading column w of 16 rows hits 16 banks.
+  __shared__ uint32_t a_plus[kConvPixels][kConvWords + 1];
+  __shared__ uint32_t a_minus[SIGN_ZERO ? kConvPixels : 1][kConvWords + 1];
+  __shared__ uint32_t b_tile[kConvChannels][kConvWords + 1];
+  __shared__ int64_t pixel_image[kConvPixels];  // batch index * H * W, or -1 past the last pixel
+  __shared__ int64_t pixel_top[kConvPixels];    // oh * stride_h - pad_h
+  __shared__ int64_t pixel_left[kConvPixels];   // ow * stride_w - pad_w
+
+  const int tid = threadIdx.x;
+  const int ty = tid / 16;  // pixels ty + 16 i
+  const int tx = tid % 16;  // channels tx + 16 j
+  const int64_t p0 = (static_cast<int64_t>(blockIdx.x) % pixel_tiles) * kConvPixels;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) / pixel_tiles) * kConvChannels;
+  const int64_t out_plane = shape.out_height * shape.out_width;
+  const int64_t total_pixels = shape.batch * out_plane;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const int64_t taps = shape.kernel_h * shape.kernel_w;
+  const int channels = static_cast<int>(shape.channels);
+
+  if (tid < kConvPixels) {
+    const int64_t p = p0 + tid;
+    if (p < total_pixels) {
+      const int64_t image = p / out_plane;
+      const int64_t rest = p % out_plane;
+      pixel_image[tid] = image * shape.height * shape.width;
+      pixel_top[tid] = (rest / shape.out_width) * shape.stride_h - shape.pad_h;
+      pixel_left[tid] = (rest % shape.out_width) * shape.stride_w - shape.pad_w;
+    } else {
+      pixel_image[tid] = -1;
+      pixel_top[tid] = pixel_left[tid] = 0;
+    }
+  }
+
+  int acc[kConvTile][kConvTile];
+#pragma unroll
+  for (int i = 0; i < kConvTile; ++i) {
+#pragma unroll
+    for (int j = 0; j < kConvTile; ++j) acc[i][j] = 0;
+  }
+
+  for (int64_t tap = 0; tap < taps; ++tap) {
+    const int64_t dy = (tap / shape.kernel_w) * shape.dilation_h;
+    const int64_t dx = (tap % shape.kernel_w) * shape.dilation_w;
+    int part[kConvTile][kConvTile];  // this tap's popcount sums
+#pragma unroll
+    for (int i = 0; i < kConvTile; ++i) {
+#pragma unroll
+      for (int j = 0; j < kConvTile; ++j) part[i][j] = 0;
+    }
+    for (int64_t first_word = 0; first_word < channel_words; first_word += kConvWords) {
+      __syncthreads();  // the previous chunk is consumed (and the pixel table written)
+      for (int e = tid; e < kConvPixels * kConvWords; e += kConvThreads) {
+        const int p = e / kConvWords;
+        const int w = e % kConvWords;
+        const int64_t cw = first_word + w;
+        uint32_t plus = 0, minus = 0;
+        const int64_t image = pixel_image[p];
+        if (image >= 0 && cw < channel_words) {
+          const int64_t iy = pixel_top[p] + dy;
+          const int64_t ix = pixel_left[p] + dx;
+          if (iy >= 0 && iy < shape.height && ix >= 0 && ix < shape.width) {
+            const int64_t index = (image + iy * shape.width + ix) * channel_words + cw;
+            plus = __ldg(plus_bits + index);
+            if (SIGN_ZERO) minus = __ldg(minus_bits + index);
+          } else {
+            plus = valid_bits(shape.channels, cw);  // padding: s(x) = +1 here, times pad_value below
+          }
+        }
+        a_plus[p][w] = plus;
+        if (SIGN_ZERO) a_minus[p][w] = minus;
+      }
+      for (int e = tid; e < kConvChannels * kConvWords; e += kConvThreads) {
+        const int c = e / kConvWords;
+        const int w = e % kConvWords;
+        const int64_t oc = c0 + c;
+        const int64_t cw = first_word + w;
+        uint32_t bits = 0;
+        if (oc < shape.out_channels && cw < channel_words) {
+          bits = __ldg(w_bits + (oc * taps + tap) * channel_words + cw) & valid_bits(shape.channels, cw);
+        }
+        b_tile[c][w] = bits;
+      }
+      __syncthreads();
+      const int words_here = static_cast<int>(channel_words - first_word < kConvWords ? channel_words - first_word
+                                                                                      : kConvWords);
+#pragma unroll 4
+      for (int w = 0; w < words_here; ++w) {
+        uint32_t a[kConvTile], an[kConvTile], b[kConvTile];
+#pragma unroll
+        for (int i = 0; i < kConvTile; ++i) {
+          a[i] = a_plus[ty + 16 * i][w];
+          if (SIGN_ZERO) an[i] = a_minus[ty + 16 * i][w];
+        }
+#pragma unroll
+        for (int j = 0; j < kConvTile; ++j) b[j] = b_tile[tx + 16 * j][w];
+#pragma unroll
+        for (int i = 0; i < kConvTile; ++i) {
+#pragma unroll
+          for (int j = 0; j < kConvTile; ++j) {
+            if (SIGN_ZERO) {
+              // +1 where (x > 0, w = +1) or (x < 0, w = -1); -1 where the signs differ; 0 where x = 0.
+              part[i][j] += __popc((a[i] & b[j]) | (an[i] & ~b[j])) - __popc((a[i] & ~b[j]) | (an[i] & b[j]));
+            } else {
+              part[i][j] += __popc(a[i] ^ b[j]);  // disagreements
+            }
+          }
+        }
+      }
+    }
+    // Fold the tap in: in-bounds taps count once, padded ones times pad_value.
+#pragma unroll
+    for (int i = 0; i < kConvTile; ++i) {
+      const int p = ty + 16 * i;
+      const int64_t iy = pixel_top[p] + dy;
+      const int64_t ix = pixel_left[p] + dx;
+      const bool inside = iy >= 0 && iy < shape.height && ix >= 0 && ix < shape.width;
+      const int factor = inside ? 1 : shape.pad_value;
+#pragma unroll
+      for (int j = 0; j < kConvTile; ++j) {
+        const int dot = SIGN_ZERO ? part[i][j] : channels - 2 * part[i][j];
+        acc[i][j] += factor * dot;
+      }
+    }
+  }
+
+  float col_scales[kConvTile], col_biases[kConvTile];
+#pragma unroll
+  for (int j = 0; j < kConvTile; ++j) {
+    const int64_t oc = c0 + tx + 16 * j;
+    col_scales[j] = oc < shape.out_channels ? column_scale(ep, oc) : 0.f;
+    col_biases[j] = oc < shape.out_channels ? column_bias(ep, oc) : 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < kConvTile; ++i) {
+    const int64_t p = p0 + ty + 16 * i;
+    if (p >= total_pixels) continue;
+    const int64_t image = p / out_plane;
+    const int64_t position = p % out_plane;
+    const float factor = row_factor(ep, p);
+#pragma unroll
+    for (int j = 0; j < kConvTile; ++j) {
+      const int64_t oc = c0 + tx + 16 * j;
+      if (oc >= shape.out_channels) continue;
+      const int64_t index = out_channels_last ? p * shape.out_channels + oc
+                                              : (image * shape.out_channels + oc) * out_plane + position;
+      out[index] = from_float<OutT>(epilogue_value(static_cast<float>(acc[i][j]), factor, col_scales[j], col_biases[j]));
+    }
+  }
+}
+
+template <typename OutT>
+cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                cudaStream_t stream) {
+  const int64_t pixel_tiles = ceil_div(shape.batch * shape.out_height * shape.out_width, kConvPixels);
+  const int64_t blocks = pixel_tiles * ceil_div(shape.out_channels, kConvChannels);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (minus_bits != nullptr) {
+    binary_conv2d_kernel<OutT, true><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
+        plus_bits, minus_bits, w_bits, shape, pixel_tiles, ep, out, out_channels_last);
+  } else {
+    binary_conv2d_kernel<OutT, false><<<static_cast<unsigned>(blocks), kConvThreads, 0, stream>>>(
+        plus_bits, minus_bits, w_bits, shape, pixel_tiles, ep, out, out_channels_last);
+  }
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_weight_linear: x (float) times +-1 weights, GEMV style
+// ---------------------------------------------------------------------------------------------
+constexpr int kGemvThreads = 256;
+constexpr int kGemvWarps = kGemvThreads / 32;
+constexpr int kGemvRowsPerWarp = 4;               // output rows (w rows) per warp
+constexpr int kGemvChunk = 32 * 32;               // k values staged per chunk: one word per lane
+constexpr int kGemvRowsPerBlock = kGemvWarps * kGemvRowsPerWarp;
+
+template <typename T, int MB>
+__global__ __launch_bounds__(kGemvThreads) void binary_weight_linear_kernel(
+    const T* __restrict__ x, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+    int64_t words, int64_t m_blocks, Epilogue ep, T* __restrict__ out) {
+  // x_chunk[m][j][w] = x[m0 + m, chunk_start + 32 w + j]: lane w reads word w's values, 33 breaks bank
+  // conflicts of the transposing stores.
+  __shared__ float x_chunk[MB][32][33];
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_blocks) * MB;
+  const int64_t n_first =
+      (static_cast<int64_t>(blockIdx.x) / m_blocks) * kGemvRowsPerBlock + warp * kGemvRowsPerWarp;
+
+  float acc[MB][kGemvRowsPerWarp];
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) acc[m][r] = 0.f;
+  }
+
+  const int64_t chunks = ceil_div(words, 32);
+  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
+    const int64_t word = chunk * 32 + lane;
+    uint32_t w_word[kGemvRowsPerWarp];  // issued before the x staging so both loads are in flight
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const int64_t n = n_first + r;
+      // Words past the end read as 0 (-1 signs) against x = 0: they add nothing; neither do tail bits.
+      w_word[r] = (n < n_rows && word < words) ? __ldg(w_bits + n * words + word) : 0u;
+    }
+    __syncthreads();  // the previous chunk is consumed
+    for (int e = tid; e < MB * kGemvChunk; e += kGemvThreads) {
+      const int m = e / kGemvChunk;
+      const int offset = e % kGemvChunk;
+      const int64_t row = m0 + m;
+      const int64_t column = chunk * kGemvChunk + offset;
+      x_chunk[m][offset % 32][offset / 32] = (row < m_rows && column < k) ? to_float(x[row * k + column]) : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      float xv[MB];
+#pragma unroll
+      for (int m = 0; m < MB; ++m) xv[m] = x_chunk[m][j][lane];
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+        // s(w) as a float: +1.0f (0x3f800000) with the sign bit set where bit j of the word is 0.
+        const float sign = __uint_as_float(0x3f800000u | ((~w_word[r] << (31 - j)) & 0x80000000u));
+#pragma unroll
+        for (int m = 0; m < MB; ++m) acc[m][r] = fmaf(xv[m], sign, acc[m][r]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < MB; ++m) {
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) acc[m][r] = warp_sum(acc[m][r]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < MB; ++m) {
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+        const int64_t row = m0 + m;
+        const int64_t n = n_first + r;
+        if (row < m_rows && n < n_rows) {
+          out[row * n_rows + n] =
+              from_float<T>(epilogue_value(acc[m][r], row_factor(ep, row), column_scale(ep, n), column_bias(ep, n)));
+        }
+      }
+    }
+  }
+}
+
+template <typename T, int MB>
+cudaError_t binary_weight_linear_rows(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                                      const Epilogue& ep, T* out, cudaStream_t stream) {
+  const int64_t m_blocks = ceil_div(m_rows, MB);
+  const int64_t blocks = m_blocks * ceil_div(n_rows, kGemvRowsPerBlock);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  binary_weight_linear_kernel<T, MB><<<static_cast<unsigned>(blocks), kGemvThreads, 0, stream>>>(
+      x, w_bits, m_rows, n_rows, k, ceil_div(k, 32), m_blocks, ep, out);
+  return cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t binary_weight_linear_typed(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                                       const Epilogue& ep, T* out, cudaStream_t stream) {
+  if (m_rows <= 1) return binary_weight_linear_rows<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, stream);
+  if (m_rows <= 2) return binary_weight_linear_rows<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, stream);
+  if (m_rows <= 4) return binary_weight_linear_rows<T, 4>(x, w_bits, m_rows, n_rows, k, ep, out, stream);
+  return binary_weight_linear_rows<T, 8>(x, w_bits, m_rows, n_rows, k, ep, out, stream);
+}
+
+bool valid_sizes(int64_t rows, int64_t k) { return rows >= 0 && k >= 1 && k <= INT_MAX; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Launchers (binary_kernels.cuh)
+// ---------------------------------------------------------------------------------------------
+cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+  if (!valid_sizes(rows, k) || (sign_zero && minus_bits == nullptr)) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return pack_signs_typed(static_cast<const float*>(x), rows, k, sign_zero, plus_bits, minus_bits, row_mean_abs,
+                              stream);
+    case FloatType::kFloat16:
+      return pack_signs_typed(static_cast<const __half*>(x), rows, k, sign_zero, plus_bits, minus_bits,
+                              row_mean_abs, stream);
+    case FloatType::kBFloat16:
+      return pack_signs_typed(static_cast<const __nv_bfloat16*>(x), rows, k, sign_zero, plus_bits, minus_bits,
+                              row_mean_abs, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_linear_mma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                     int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
+                                     cudaStream_t stream) {
+  if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  switch (out_type) {
+    case FloatType::kFloat32:
+      return binary_linear_mma_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out), stream);
+    case FloatType::kFloat16:
+      return binary_linear_mma_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out), stream);
+    case FloatType::kBFloat16:
+      return binary_linear_mma_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__nv_bfloat16*>(out),
+                                     stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                 const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                 bool out_channels_last, cudaStream_t stream) {
+  if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
+      shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
+    return cudaErrorInvalidValue;
+  }
+  if (shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0) return cudaSuccess;
+  switch (out_type) {
+    case FloatType::kFloat32:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
+                                 out_channels_last, stream);
+    case FloatType::kFloat16:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
+                                 out_channels_last, stream);
+    case FloatType::kBFloat16:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
+                                 out_channels_last, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                        cudaStream_t stream) {
+  if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return binary_weight_linear_typed(static_cast<const float*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                        static_cast<float*>(out), stream);
+    case FloatType::kFloat16:
+      return binary_weight_linear_typed(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                        static_cast<__half*>(out), stream);
+    case FloatType::kBFloat16:
+      return binary_weight_linear_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                        static_cast<__nv_bfloat16*>(out), stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace cuda
+}  // namespace bitcompile

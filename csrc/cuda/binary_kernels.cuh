@@ -1,0 +1,71 @@
+// Launchers of the CUDA kernels of the binary ops (pack_signs, binary_linear, binary_weight_linear,
+// binary_conv2d). Torch-free on purpose (DESIGN.md "Tests"): raw device pointers, sizes, flags and
+// a stream in, a cudaError_t out, so that binary_kernels.cu compiles with plain nvcc in CI. The
+// torch binding (checks, allocation, current stream) is binary_ops.cpp.
+//
+// Packed sign format (SPEC 2.1): uint32 words along the reduction dimension, value 32*w + j at bit j
+// of word w, bit 1 for +1 (x >= 0), tail bits 0.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace bitcompile {
+namespace cuda {
+
+// The floating point type of an input or output buffer.
+enum class FloatType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+// What turns an exact integer dot product into an output value:
+//   y[row, col] = dot * row_factor[row] * scale[col or 0] + bias[col]
+// Every pointer may be null (factor 1, no bias); all are fp32 device memory.
+struct Epilogue {
+  const float* scale = nullptr;  // scale_count entries: 1 (a scalar) or one per output column
+  int64_t scale_count = 0;
+  const float* bias = nullptr;        // one per output column
+  const float* row_factor = nullptr;  // one per output row (binary_linear's row_scale: mean |x| over K)
+};
+
+// Binarizes and packs the rows of a row-major [rows, k] matrix of `type`.
+//   sign_zero = false: plus_bits = bit(x >= 0)                       (SPEC 2.1's s(x))
+//   sign_zero = true:  plus_bits = bit(x > 0), minus_bits = bit(x < 0) (torch.sign: zeros are 0)
+// plus_bits / minus_bits are [rows, ceil(k / 32)] words; minus_bits is only written with sign_zero.
+// row_mean_abs (may be null) gets mean(|x|) over each row, in fp32.
+cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
+
+// binary_linear on tensor cores (mma.sync m16n8k256 b1 AND.POPC), for s(x) in {-1, +1}:
+//   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.
+// x_bits: [m_rows, ceil(k / 32)], w_bits: [n_rows, ceil(k / 32)] (both from launch_pack_signs' plus_bits).
+cudaError_t launch_binary_linear_mma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                     int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
+                                     cudaStream_t stream);
+
+// Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
+// [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,
+// ceil(channels / 32)] (pack_signs(W.permute(0, 2, 3, 1))). A linear layer is the 1x1 case.
+struct ConvShape {
+  int64_t batch = 0, channels = 0, height = 0, width = 0;
+  int64_t out_channels = 0, out_height = 0, out_width = 0;
+  int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1,
+          dilation_w = 1;
+  int pad_value = 0;  // what a padded position of s(x) is: 0, +1 or -1
+};
+
+// binary_conv2d with popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).
+// minus_bits null: s(x) = +-1 from plus_bits; minus_bits given: s(x) = bit(plus) - bit(minus) (0 allowed).
+// The epilogue's rows are the output pixels (batch, oh, ow), its columns the output channels.
+// out_channels_last: out is laid out [batch, oh, ow, oc], else [batch, oc, oh, ow].
+cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                 const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                 bool out_channels_last, cudaStream_t stream);
+
+// binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
+// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type.
+cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                        cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace bitcompile

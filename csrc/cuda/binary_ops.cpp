@@ -1,0 +1,241 @@
+// Torch binding of the CUDA binary ops: argument checks (csrc/checks.h, the same as the fake kernels in
+// bitcompile/ops.py), contiguity, allocation of outputs and temporaries, the device guard and the
+// current stream. The kernels themselves are torch-free, in binary_kernels.cu.
+//
+// BITCOMPILE_CUDA_POPCOUNT_LINEAR=1 runs binary_linear on the CUDA-core popcount kernel instead of the
+// b1 tensor cores (a debugging aid: both must agree exactly).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "binary_kernels.cuh"
+#include "checks.h"
+
+namespace {
+
+namespace kernels = bitcompile::cuda;
+
+kernels::FloatType float_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat:
+      return kernels::FloatType::kFloat32;
+    case at::kHalf:
+      return kernels::FloatType::kFloat16;
+    case at::kBFloat16:
+      return kernels::FloatType::kBFloat16;
+    default:
+      TORCH_CHECK(false, "bitcompile: no CUDA kernel for dtype ", t.scalar_type());
+  }
+}
+
+void check_launch(cudaError_t error, const char* op) {
+  TORCH_CHECK(error == cudaSuccess, "bitcompile::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(error));
+}
+
+const uint32_t* words(const at::Tensor& t) { return reinterpret_cast<const uint32_t*>(t.const_data_ptr<int32_t>()); }
+uint32_t* mutable_words(at::Tensor& t) { return reinterpret_cast<uint32_t*>(t.mutable_data_ptr<int32_t>()); }
+
+// Scale and bias as fp32 vectors on the device (no host sync); they must outlive the launch, which the
+// caching allocator guarantees for tensors freed after a launch on the same stream.
+struct EpilogueInputs {
+  at::Tensor scale, bias, row_mean;
+  kernels::Epilogue epilogue;
+
+  EpilogueInputs(const std::optional<at::Tensor>& scale_in, const std::optional<at::Tensor>& bias_in) {
+    if (scale_in.has_value()) {
+      scale = bitcompile::as_float_vector(*scale_in);
+      epilogue.scale = scale.const_data_ptr<float>();
+      epilogue.scale_count = scale.numel();
+    }
+    if (bias_in.has_value()) {
+      bias = bitcompile::as_float_vector(*bias_in);
+      epilogue.bias = bias.const_data_ptr<float>();
+    }
+  }
+};
+
+bool popcount_linear_forced() {
+  static const bool forced = [] {
+    const char* value = std::getenv("BITCOMPILE_CUDA_POPCOUNT_LINEAR");
+    return value != nullptr && std::strcmp(value, "1") == 0;
+  }();
+  return forced;
+}
+
+// pack_signs(x): int32 words along the last dim, value 32*w + j at bit j of word w, bit 1 for x >= 0.
+at::Tensor pack_signs_cuda(const at::Tensor& x) {
+  const char* op = "pack_signs";
+  bitcompile::check_float_input(op, x);
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::", op, ": x must have a non-empty last dimension");
+  c10::cuda::CUDAGuard guard(x.device());
+  const int64_t k = x.size(-1);
+  auto sizes = x.sizes().vec();
+  sizes.back() = bitcompile::packed_words(k);
+  at::Tensor out = at::empty(sizes, x.options().dtype(at::kInt));
+  if (out.numel() == 0) return out;
+  const at::Tensor input = x.contiguous();
+  check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
+                                          /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
+                                          c10::cuda::getCurrentCUDAStream()),
+               op);
+  return out;
+}
+
+// y = (s(x) @ s(W).T) [* mean|x| per row] * scale + bias (SPEC 2.2); s = torch.sign with sign_zero.
+at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                              const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias,
+                              bool sign_zero, bool row_scale) {
+  const char* op = "binary_linear";
+  bitcompile::check_float_input(op, x);
+  bitcompile::check_packed_linear(op, x, w_packed, in_features, bitcompile::packed_words(in_features), at::kInt);
+  const int64_t n = w_packed.size(0);
+  bitcompile::check_scale_bias(op, x, n, scale, bias);
+  c10::cuda::CUDAGuard guard(x.device());
+  auto sizes = x.sizes().vec();
+  sizes.back() = n;
+  at::Tensor out = at::empty(sizes, x.options());
+  if (out.numel() == 0) return out;
+
+  const int64_t k = in_features;
+  const int64_t word_count = bitcompile::packed_words(k);
+  const int64_t m = x.numel() / k;
+  const at::Tensor input = x.contiguous();
+  const at::Tensor weight = w_packed.contiguous();
+  EpilogueInputs inputs(scale, bias);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+
+  // Activations: bits (two planes with sign_zero) and, for row_scale, mean |x| per row, in one pass.
+  const auto word_options = x.options().dtype(at::kInt);
+  at::Tensor plus = at::empty({m, word_count}, word_options);
+  at::Tensor minus = sign_zero ? at::empty({m, word_count}, word_options) : at::Tensor();
+  if (row_scale) {
+    inputs.row_mean = at::empty({m}, x.options().dtype(at::kFloat));
+    inputs.epilogue.row_factor = inputs.row_mean.const_data_ptr<float>();
+  }
+  check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
+                                          mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
+                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream),
+               op);
+
+  if (!sign_zero && !popcount_linear_forced()) {
+    check_launch(kernels::launch_binary_linear_mma(words(plus), words(weight), m, n, k, inputs.epilogue,
+                                                   out.mutable_data_ptr(), float_type(out), stream),
+                 op);
+  } else {
+    // A linear layer is a 1x1 convolution of m pixels with k channels.
+    kernels::ConvShape shape;
+    shape.batch = m;
+    shape.channels = k;
+    shape.height = shape.width = shape.out_height = shape.out_width = 1;
+    shape.out_channels = n;
+    check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
+                                               inputs.epilogue, out.mutable_data_ptr(), float_type(out),
+                                               /*out_channels_last=*/true, stream),
+                 op);
+  }
+  return out;
+}
+
+// y = x @ (s(W) * scale).T + bias with fp32 accumulation (SPEC 2.3).
+at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                                     const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
+  const char* op = "binary_weight_linear";
+  bitcompile::check_float_input(op, x);
+  bitcompile::check_packed_linear(op, x, w_packed, in_features, bitcompile::packed_words(in_features), at::kInt);
+  const int64_t n = w_packed.size(0);
+  bitcompile::check_scale_bias(op, x, n, scale, bias);
+  c10::cuda::CUDAGuard guard(x.device());
+  auto sizes = x.sizes().vec();
+  sizes.back() = n;
+  at::Tensor out = at::empty(sizes, x.options());
+  if (out.numel() == 0) return out;
+
+  const int64_t k = in_features;
+  const at::Tensor input = x.contiguous();
+  const at::Tensor weight = w_packed.contiguous();
+  EpilogueInputs inputs(scale, bias);
+  check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight),
+                                                    input.numel() / k, n, k, inputs.epilogue,
+                                                    out.mutable_data_ptr(), c10::cuda::getCurrentCUDAStream()),
+               op);
+  return out;
+}
+
+// y = conv2d(pad(s(x), pad_value), s(W)) * scale[OC] + bias, w_packed = pack_signs(W.permute(0, 2, 3, 1))
+// (SPEC 2.4); the output keeps x's memory format (as the fake kernel: suggest_memory_format).
+at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                              at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                              at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                              const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
+  const char* op = "binary_conv2d";
+  bitcompile::check_float_input(op, x);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const bitcompile::ConvGeometry g =
+      bitcompile::check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
+  bitcompile::check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
+  bitcompile::check_pad_value(op, pad_value);
+  bitcompile::check_scale_bias(op, x, out_channels, scale, bias);
+  c10::cuda::CUDAGuard guard(x.device());
+
+  // Same strides as the fake kernel's x.new_empty(...).contiguous(memory_format=...), without its copy.
+  const at::MemoryFormat format = x.suggest_memory_format();
+  const std::vector<int64_t> sizes = {g.batch, g.out_channels, g.out_height, g.out_width};
+  at::Tensor out = at::empty(sizes, x.options());
+  if (!out.is_contiguous(format)) out = at::empty(sizes, x.options().memory_format(format));
+  if (out.numel() == 0) return out;
+  // Where both layouts hold (size-1 dimensions) they address the same memory.
+  const bool out_channels_last = !out.is_contiguous();
+
+  // Activation bits per pixel along channels (NHWC words); free for channels_last inputs.
+  const at::Tensor pixels = x.permute({0, 2, 3, 1}).contiguous();
+  const int64_t pixel_count = g.batch * g.height * g.width;
+  const int64_t word_count = bitcompile::packed_words(g.channels);
+  const auto word_options = x.options().dtype(at::kInt);
+  at::Tensor plus = at::empty({pixel_count, word_count}, word_options);
+  at::Tensor minus = sign_zero ? at::empty({pixel_count, word_count}, word_options) : at::Tensor();
+  const at::Tensor weight = w_packed.contiguous();
+  EpilogueInputs inputs(scale, bias);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
+                                          sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
+                                          nullptr, stream),
+               op);
+
+  kernels::ConvShape shape;
+  shape.batch = g.batch;
+  shape.channels = g.channels;
+  shape.height = g.height;
+  shape.width = g.width;
+  shape.out_channels = g.out_channels;
+  shape.out_height = g.out_height;
+  shape.out_width = g.out_width;
+  shape.kernel_h = g.kernel_h;
+  shape.kernel_w = g.kernel_w;
+  shape.stride_h = g.stride_h;
+  shape.stride_w = g.stride_w;
+  shape.pad_h = g.pad_h;
+  shape.pad_w = g.pad_w;
+  shape.dilation_h = g.dilation_h;
+  shape.dilation_w = g.dilation_w;
+  shape.pad_value = static_cast<int>(pad_value);
+  check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
+                                             inputs.epilogue, out.mutable_data_ptr(), float_type(out),
+                                             out_channels_last, stream),
+               op);
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
+  m.impl("pack_signs", &pack_signs_cuda);
+  m.impl("binary_linear", &binary_linear_cuda);
+  m.impl("binary_weight_linear", &binary_weight_linear_cuda);
+  m.impl("binary_conv2d", &binary_conv2d_cuda);
+}
