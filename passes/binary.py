@@ -1,0 +1,304 @@
+"""Rewrite the layers found by layers.py into bitcompile ops.
+
+Matches: a `Layer` (linear / conv2d with its binarizers, scales, bias, explicit pad).
+Emits, by graph kind:
+  training graph  binary_linear_ste / binary_weight_linear_ste / binary_conv2d_ste on the float
+                  latent weight (weights binarized by ste_sign only: torch.sign has no gradient)
+  inference graph linear_of_weight / conv2d_of_weight on the live float weight, which run
+                  binary_linear / binary_weight_linear / binary_conv2d / apot_linear /
+                  apot_conv2d on a weight converted once per weight version (ops.py, "backend
+                  weight ops"), or the dense math while the weight has no packed form
+  lowering        the kernel ops themselves on packed constants (bitcompile.lower)
+Weights without a binarizer are rewritten in inference graphs only when their real values sit on
+a binary (+-alpha per row) or APoT grid (grid.py), or with options={"quantize": scheme}.
+Counters: torch._dynamo.utils.counters["bitcompile"][<op>] per rewritten layer, and
+["skipped"] per layer left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Union
+
+import torch
+import torch.fx as fx
+from torch._dynamo.utils import counters
+
+from bitcompile import ops
+from bitcompile.passes import grid, ir
+from bitcompile.passes.context import PassContext
+from bitcompile.passes.layers import Layer
+
+aten = torch.ops.aten
+bc = torch.ops.bitcompile
+
+
+@dataclasses.dataclass
+class Plan:
+    op: str                        # the kernel op the layer runs on (for the report)
+    x_in: fx.Node                  # what goes in as x
+    x_form: str                    # "float" | "ste_sign" | "sign" (how x_in is binarized)
+    weight_form: Optional[str]     # ops.py weight form (inference / lowering)
+    clip: float = 1.0              # STE window (training)
+    row_scale: bool = False
+    n_post: int = 0                # how many post multiplications are folded
+    fold_post_bias: bool = False
+    padding: tuple = (0, 0)
+    pad_value: float = 0.0
+    note: str = ""
+
+
+def _pads(layer: Layer) -> Optional[tuple]:
+    """(top, left) of a symmetric explicit pad that can fold into the conv's padding, else None."""
+    pads, _, _ = layer.explicit_pad
+    if len(pads) == 2:
+        pads = tuple(pads) + (0, 0)
+    if len(pads) != 4 or layer.padding != (0, 0):
+        return None
+    left, right, top, bottom = pads
+    if left != right or top != bottom or min(pads) < 0:
+        return None
+    return (top, left)
+
+
+def _foldable_post(layer: Layer, allow_row: bool) -> int:
+    if layer.bias is not None:  # (dot + b) * s is not dot * s + b
+        return 0
+    n = 0
+    for kind, _, _ in layer.post:
+        if kind == "row" and not allow_row:
+            break
+        n += 1
+    return n
+
+
+def plan_layer(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
+    """A Plan, or the reason (str) the layer stays as it is."""
+    if layer.kind == "conv2d" and layer.groups != 1:
+        return "groups > 1 (grouped binary conv has no kernel)"
+    if ctx.training:
+        return _plan_training(layer)
+    return _plan_inference(layer, ctx)
+
+
+def _activation_geometry(layer: Layer, plan: Plan, pass_binarized: bool) -> Optional[str]:
+    """Fill x_in / padding / pad_value of a conv or linear plan; a reason string if impossible."""
+    plan.x_in = layer.x_binarized if pass_binarized else layer.x
+    plan.padding = layer.padding
+    if layer.explicit_pad is None:
+        return None
+    pads, value, pad_node = layer.explicit_pad
+    if value not in (0.0, 1.0, -1.0):
+        return f"F.pad value {value} before the conv (only 0, +1, -1)"
+    folded = _pads(layer)
+    if folded is not None:
+        plan.padding, plan.pad_value = folded, value
+        return None
+    # Asymmetric: keep the pad of the signs, the conv pads with zeros on top of it.
+    plan.x_in = pad_node
+    if ctx_training(plan):
+        if value == 0.0:
+            return "asymmetric zero F.pad of the signs in a training graph"
+        return None
+    if value == 0.0:
+        plan.x_form = "sign"  # padded zeros must contribute 0
+    return None
+
+
+def ctx_training(plan: Plan) -> bool:
+    return plan.op.endswith("_ste")
+
+
+def _plan_training(layer: Layer) -> Union[Plan, str]:
+    if layer.w_form != "ste_sign":
+        return ("torch.sign weight in a training graph (its gradient is 0; the STE ops would change it)"
+                if layer.w_form == "sign" else "float weight in a training graph")
+    clip = layer.w_clip
+    if layer.x_form == "sign":
+        return "torch.sign activation in a training graph (zeros and zero gradient of torch.sign)"
+    if layer.x_form == "float":
+        if layer.kind == "conv2d":
+            return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
+        plan = Plan("binary_weight_linear_ste", layer.x, "float", None, clip=clip)
+        plan.n_post = _foldable_post(layer, allow_row=False)
+        plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None
+        return plan
+    op = "binary_linear_ste" if layer.kind == "linear" else "binary_conv2d_ste"
+    plan = Plan(op, layer.x, "ste_sign", None, clip=clip)
+    same = layer.x_clip is not None and layer.x_clip == clip
+    if not same and clip < 1.0:
+        return f"activation binarizer differs from the weight's and the weight clip {clip} < 1"
+    reason = _activation_geometry(layer, plan, pass_binarized=not same)
+    if reason:
+        return reason
+    plan.n_post = _foldable_post(layer, allow_row=same and plan.x_in is layer.x)
+    plan.row_scale = any(kind == "row" for kind, _, _ in layer.post[: plan.n_post])
+    plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None
+    plan.note = "" if same else "binarized activation passed in (its own STE kept)"
+    return plan
+
+
+def _plan_inference(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
+    note = ""
+    if layer.w_form == "ste_sign":
+        weight_form = "ste_sign"
+    elif layer.w_form == "sign":
+        weight_form = "sign"
+        real = ctx.real_value(layer.weight)
+        if real is not None and bool((real == 0).any()):
+            note = "weight has exact zeros: dense math until it has none"
+    else:
+        real = ctx.real_value(layer.weight)
+        if real is None:
+            return "float weight that is not a parameter or buffer"
+        weight_form = grid.grid_of(real, float_activations=(layer.x_form == "float"))
+        if weight_form is not None:
+            note = f"weight on the {weight_form} grid"
+        elif ctx.quantize is not None and layer.x_form == "float" and layer.weight_scale is None:
+            weight_form = f"quantize:{ctx.quantize}"
+            note = f"quantized ({ctx.quantize})"
+        else:
+            return "float weight, not on a binary or APoT grid"
+    apot = weight_form in grid.APOT_SCHEMES or weight_form in ("quantize:apot3", "quantize:apot4", "quantize:apot5")
+    x_binarized = layer.x_form != "float" or weight_form == "quantize:binary"
+    if apot and layer.x_form != "float":
+        return "binarized activations with an APoT weight"
+    if layer.kind == "conv2d":
+        if not apot and not x_binarized:
+            return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
+        op = "apot_conv2d" if apot else "binary_conv2d"
+    else:
+        op = "apot_linear" if apot else ("binary_linear" if x_binarized else "binary_weight_linear")
+    plan = Plan(op, layer.x, layer.x_form, weight_form, note=note)
+    reason = _activation_geometry(layer, plan, pass_binarized=False)
+    if reason:
+        return reason
+    if apot and plan.pad_value != 0.0:
+        return "APoT conv2d with a nonzero pad value"
+    plan.n_post = _foldable_post(layer, allow_row=(layer.kind == "linear" and plan.x_form != "float"))
+    plan.row_scale = any(kind == "row" for kind, _, _ in layer.post[: plan.n_post])
+    plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# Emitting
+# ----------------------------------------------------------------------------------------------
+def _reshape(graph, node, ctx):
+    return ir.emit(graph, aten.reshape.default, (node, [-1]), fake_mode=ctx.fake_mode)
+
+
+def _scale_and_bias(graph: fx.Graph, layer: Layer, plan: Plan, ctx: PassContext):
+    scales = []
+    if layer.weight_scale is not None:
+        scales.append(layer.weight_scale)
+    scales += [s for kind, _, s in layer.post[: plan.n_post] if kind == "channel"]
+    scale = None
+    for s in scales:
+        s = _reshape(graph, s, ctx)
+        scale = s if scale is None else ir.emit(graph, aten.mul.Tensor, (scale, s), fake_mode=ctx.fake_mode)
+    bias = layer.bias
+    if plan.fold_post_bias:
+        bias = _reshape(graph, layer.post_bias[1], ctx)
+    return scale, bias
+
+
+def _replaced(layer: Layer, plan: Plan) -> fx.Node:
+    """The last node the rewrite replaces."""
+    if plan.fold_post_bias:
+        return layer.post_bias[0]
+    return layer.post[plan.n_post - 1][1] if plan.n_post else layer.node
+
+
+def rewrite_layer(graph: fx.Graph, layer: Layer, plan: Plan, ctx: PassContext) -> Optional[str]:
+    """Emit the plan's op in place of the layer's nodes; a reason string if lowering gave up."""
+    last = _replaced(layer, plan)
+    with graph.inserting_before(last):
+        scale, bias = _scale_and_bias(graph, layer, plan, ctx)
+        if ctx.mode == "lower":
+            new = _emit_lowered(graph, layer, plan, scale, bias, ctx)
+            if isinstance(new, str):
+                return new
+        elif ctx.training:
+            new = _emit_training(graph, layer, plan, scale, bias, ctx)
+        else:
+            new = _emit_runtime(graph, layer, plan, scale, bias, ctx)
+    last.replace_all_uses_with(new)
+    new.meta.update({k: v for k, v in last.meta.items() if k not in new.meta and k not in ("val", "example_value")})
+    return None
+
+
+def _emit_training(graph, layer, plan, scale, bias, ctx):
+    if plan.op == "binary_linear_ste":
+        return ir.emit(graph, bc.binary_linear_ste.default, (plan.x_in, layer.weight, scale, bias),
+                       {"clip": plan.clip, "row_scale": plan.row_scale}, ctx.fake_mode)
+    if plan.op == "binary_weight_linear_ste":
+        return ir.emit(graph, bc.binary_weight_linear_ste.default, (plan.x_in, layer.weight, scale, bias),
+                       {"clip": plan.clip}, ctx.fake_mode)
+    return ir.emit(graph, bc.binary_conv2d_ste.default,
+                   (plan.x_in, layer.weight, list(layer.stride), list(plan.padding), list(layer.dilation), scale, bias),
+                   {"pad_value": plan.pad_value, "clip": plan.clip}, ctx.fake_mode)
+
+
+def _emit_runtime(graph, layer, plan, scale, bias, ctx):
+    if layer.kind == "linear":
+        return ir.emit(graph, bc.linear_of_weight.default, (plan.x_in, layer.weight, scale, bias),
+                       {"weight_form": plan.weight_form, "x_form": plan.x_form, "row_scale": plan.row_scale},
+                       ctx.fake_mode)
+    return ir.emit(graph, bc.conv2d_of_weight.default,
+                   (plan.x_in, layer.weight, list(layer.stride), list(plan.padding), list(layer.dilation), scale, bias),
+                   {"weight_form": plan.weight_form, "x_form": plan.x_form, "pad_value": plan.pad_value},
+                   ctx.fake_mode)
+
+
+def _constant_scale(graph, scale, alpha, name, ctx):
+    """alpha (a lowering-time tensor or None) times the scale node, as one node (constant when the
+    scale depends on weights only, so that the float weight can leave the program)."""
+    folded = None
+    if scale is not None:
+        folded = ctx.evaluate(scale)
+        if folded is None:  # depends on run-time inputs: keep it as a node
+            if alpha is None:
+                return scale
+            return ir.emit(graph, aten.mul.Tensor, (ctx.add_constant(name, alpha), scale), fake_mode=ctx.fake_mode)
+        folded = folded.reshape(-1).to(torch.float32)
+    if alpha is not None:
+        folded = alpha if folded is None else alpha * folded
+    return None if folded is None else ctx.add_constant(name, folded.contiguous())
+
+
+def _emit_lowered(graph, layer, plan, scale, bias, ctx):
+    real = ctx.real_value(layer.weight)
+    if real is None:
+        return "weight not known at lowering time"
+    converted = ops.kernel_weight(real, plan.weight_form)
+    if converted.kind == "dense":
+        return "weight has no packed form (exact zeros, or off its grid)"
+    prefix = layer.fqn or layer.node.name
+    packed = ctx.add_constant(f"{prefix}.weight_packed", converted.packed.contiguous())
+    x_form = "ste_sign" if converted.x_binarized else plan.x_form
+    k = real.shape[1]
+    if converted.kind == "apot":
+        alpha = _constant_scale(graph, scale, converted.alpha, f"{prefix}.weight_alpha", ctx)
+        code_values = ctx.add_constant(f"{prefix}.code_values", converted.code_values)
+        if layer.kind == "linear":
+            return ir.emit(graph, bc.apot_linear.default,
+                           (plan.x_in, packed, k, converted.bits, code_values, alpha, bias), fake_mode=ctx.fake_mode)
+        return ir.emit(graph, bc.apot_conv2d.default,
+                       (plan.x_in, packed, k, [real.shape[2], real.shape[3]], list(layer.stride), list(plan.padding),
+                        list(layer.dilation), converted.bits, code_values, alpha, bias), fake_mode=ctx.fake_mode)
+    scale = _constant_scale(graph, scale, converted.alpha, f"{prefix}.weight_scale", ctx)
+    if layer.kind == "linear":
+        if x_form == "float":
+            return ir.emit(graph, bc.binary_weight_linear.default, (plan.x_in, packed, k, scale, bias),
+                           fake_mode=ctx.fake_mode)
+        return ir.emit(graph, bc.binary_linear.default, (plan.x_in, packed, k, scale, bias),
+                       {"sign_zero": x_form == "sign", "row_scale": plan.row_scale}, ctx.fake_mode)
+    return ir.emit(graph, bc.binary_conv2d.default,
+                   (plan.x_in, packed, k, [real.shape[2], real.shape[3]], list(layer.stride), list(plan.padding),
+                    list(layer.dilation), scale, bias),
+                   {"pad_value": plan.pad_value, "sign_zero": x_form == "sign"}, ctx.fake_mode)
+
+
+def count(op: Optional[str]) -> None:
+    counters["bitcompile"][op or "skipped"] += 1
