@@ -1,0 +1,53 @@
+// APoT CUDA kernels (SPEC.md 2.5), torch-free: raw pointers, sizes and a stream in, cudaError_t out.
+// The torch binding (checks, allocation, current stream, registration) is csrc/cuda/apot_ops.cpp.
+//
+// Storage (bitcompile/ops.py): codes along K, two a byte (element 2j in the low nibble, 2j+1 in
+// the high one, an odd K leaves the last high nibble 0) for bits <= 4, one a byte for bits 5..8;
+// row n of w_packed holds the codes of output n. All arrays are dense row-major.
+// A code outside the table (only in a hand-made w_packed) reads as level 0.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace bitcompile {
+namespace apot {
+
+enum class FloatType { kFloat32, kFloat16, kBFloat16 };
+
+// Batches of at most this many rows take the bandwidth-bound linear_small_batch kernel; larger
+// ones dequantize the weight (dequantize_weight) and run a cuBLAS GEMM.
+constexpr int64_t kSmallBatchRows = 16;
+
+// codes [rows, k] uint8 (values already checked < 2**bits) -> out [rows, ceil(k / 2)] nibbles.
+cudaError_t pack_nibbles(const uint8_t* codes, int64_t rows, int64_t k, uint8_t* out, cudaStream_t stream);
+
+// out[n, j] = alpha[n or 0] * code_values[code[n, j]] in out_type, out dense [rows, k].
+// code_values has 2**bits float entries; alpha_count is 1 or rows.
+cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, int bits, const float* code_values,
+                              const float* alpha, int64_t alpha_count, void* out, FloatType out_type,
+                              cudaStream_t stream);
+
+// y[m, n] = alpha[n] * sum_k x[m, k] * code_values[code[n, k]] + bias[n], fp32 accumulation, for
+// m <= kSmallBatchRows (any m works, in launches of 8 rows). x [m, k] and y [m, n] of x_type;
+// bias may be null.
+cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
+                               int64_t n, int bits, const float* code_values, const float* alpha,
+                               int64_t alpha_count, const float* bias, void* y, cudaStream_t stream);
+
+// row_sums[n] = sum_k numerators[code[n, k]] (int64).
+cudaError_t code_row_sums(const uint8_t* w_packed, int64_t n, int64_t k, int bits, const int32_t* numerators,
+                          int64_t* row_sums, cudaStream_t stream);
+
+// y[m, n] = float(S * x_scale * alpha[n] / denominator + bias[n]) with the exact integer
+// S = sum_k q[m, k] * N[code[n, k]] - zero_point * row_sums[n] (the epilogue in double).
+// q [m, k] uint8; zero_point, x_scale, alpha, bias (may be null) in device memory;
+// row_sums from code_row_sums.
+cudaError_t linear_int(const uint8_t* q, int64_t m, int64_t k, const int64_t* zero_point, const float* x_scale,
+                       const uint8_t* w_packed, int64_t n, int bits, const int32_t* numerators, double denominator,
+                       const float* alpha, int64_t alpha_count, const float* bias, const int64_t* row_sums,
+                       float* y, cudaStream_t stream);
+
+}  // namespace apot
+}  // namespace bitcompile
