@@ -493,10 +493,12 @@ def quantize(x: Tensor, alpha=None, gamma=None, quantization_levels: Optional[Te
     - `bits=, k=`: the unsigned L(bits, k) set.
     alpha: scalar, 0-d, or one per channel along dim 0 of x. Left out (scheme / bits forms only),
     it is max|x| per channel for signed schemes and per tensor for unsigned sets; `per_channel`
-    overrides that. x is clamped to [-alpha, alpha], then mapped to the nearest level, halfway
+    overrides that (it is not used when alpha is given). NaN in x raises. x is clamped to [-alpha, alpha], then mapped to the nearest level, halfway
     values to the level nearer zero; unsigned sets give code 0 for every negative value.
     """
     _check_float("quantize", x)
+    if bool(torch.isnan(x).any()):
+        raise ValueError("bitcompile.apot.quantize: x contains NaN")
     if quantization_levels is not None or level_indices is not None:
         if quantization_levels is None or level_indices is None:
             raise ValueError("bitcompile.apot.quantize: quantization_levels and level_indices go together")
@@ -543,12 +545,15 @@ def dequantize(codes: Tensor, alpha=None, gamma=None, quantization_levels: Optio
     if quantization_levels is not None or level_indices is not None:
         if quantization_levels is None or level_indices is None:
             raise ValueError("bitcompile.apot.dequantize: quantization_levels and level_indices go together")
-        count = level_indices.shape[-1]
+        if level_indices.numel() == 0 or quantization_levels.shape[-1] != level_indices.shape[-1]:
+            raise ValueError("bitcompile.apot.dequantize: quantization_levels and level_indices differ in length")
+        # codes run over 0 .. max(level_indices): 2**bits of them (signed sets skip "negative zero")
+        count = int(level_indices.max()) + 1
         codes = _check_codes("dequantize", codes, count)
         sorted_levels = quantization_levels.detach().to(device=codes.device, dtype=torch.float32)
-        indices = level_indices.to(device=codes.device, dtype=torch.int64)
-        # by_code[c] = level of code c: invert the rank -> code permutation
-        by_code = torch.empty_like(sorted_levels).scatter_(-1, indices, sorted_levels)
+        indices = level_indices.to(device=codes.device, dtype=torch.int64).expand_as(sorted_levels)
+        # by_code[c] = level of code c: invert the rank -> code permutation (a code no rank names: 0)
+        by_code = sorted_levels.new_zeros((*sorted_levels.shape[:-1], count)).scatter_(-1, indices, sorted_levels)
         return _lookup(codes, by_code)
     resolved = _resolve_scheme("dequantize", scheme, bits, k)
     if resolved is None:

@@ -33,18 +33,22 @@ class LinearAPoT(nn.Module):
         alpha, gamma, quantization_levels, level_indices: the observer's qparams (tensors).
         weight: int32 codes [out_features, in_features] (combination codes m of SPEC 2.5).
         weight_transposed: weight.T (a view).
-    Also: `weight_packed` (uint8, `pack_codes` layout; packed by `torch.ops.bitcompile.pack_codes` on
-    the first forward, so constructing the layer needs no kernels), `code_values` (the fp32 level of
-    each code, exactly `dequantize(codes)`), `code_numerators` / `denominator` (exact integer form of
-    level / alpha; None where they do not fit int32, L(b, k) with k >= 6).
+    Also (derived, not in the state dict):
+        weight_packed: uint8 codes in the `pack_codes` layout, made by torch.ops.bitcompile.pack_codes
+            on the first forward (constructing the layer needs no kernels), again if `weight` changes.
+        code_values: the fp32 level of each code, exactly what `dequantize` gives.
+        code_numerators, denominator: the exact integer form of level / alpha (None where the
+            numerators do not fit int32: L(b, k) with k >= 6).
 
     Forward, and how it differs from the original:
     The original `forward(activation)` took uniformly quantized activations (a float tensor of
     integer values in its tests; quint8 in its docstring) and returned
     `activation @ codes.T` computed with bit shifts over the *bits of the code*: it multiplied by
-    the code numbers themselves (code 5 is the level alpha, code 15 a small one), with neither gamma
-    nor the levels. Its docstring describes the APoT product, and that is what this class computes
-    (SPEC 2.5):
+    the code numbers themselves, with neither gamma nor the levels. Codes are labels of a
+    non-uniform level set, not magnitudes (in L(4,2), code 5 is the largest level, alpha, and code
+    15 a small one, 0.09375 * gamma), so that product is not the layer's output; the original's own
+    tests only compared it with `activation @ codes.float().T`. Its docstring describes the APoT
+    product, and that is what this class computes (SPEC 2.5):
     - float activation x (fp32 / fp16 / bf16, any leading dims):
       `y = x @ dequantize(weight).T` through `torch.ops.bitcompile.apot_linear`, fp32 accumulation,
       output in x's dtype (the code table holds the levels themselves, alpha = 1);
@@ -79,23 +83,28 @@ class LinearAPoT(nn.Module):
         self.register_buffer("weight", codes)
         # level of every code (what dequantize gives), the table apot_linear reads with alpha = 1
         code_values = torch.empty_like(quantization_levels).scatter_(0, level_indices, quantization_levels)
-        self.register_buffer("code_values", code_values)
+        # derived tables, not saved: they follow from the qparams
+        self.register_buffer("code_values", code_values, persistent=False)
         try:
             numerators = scheme.code_numerators.to(weight.device)
             self.denominator: Optional[float] = float(scheme.denominator)
         except ValueError:
             numerators, self.denominator = None, None
-        self.register_buffer("code_numerators", numerators)
-        self.register_buffer("weight_packed", None)
+        self.register_buffer("code_numerators", numerators, persistent=False)
+        self.register_buffer("weight_packed", None, persistent=False)
+        self._packed_from = None  # (storage, version, device) of the codes weight_packed was made from
 
     @property
     def weight_transposed(self) -> Tensor:
         return self.weight.t()
 
     def packed_weight(self) -> Tensor:
-        """The codes packed for the kernels (pack_codes layout), packed once on first use."""
-        if self.weight_packed is None or self.weight_packed.device != self.weight.device:
+        """The codes packed for the kernels (pack_codes layout): packed on first use, and again
+        only when `weight` is replaced, updated in place or moved."""
+        key = (self.weight.data_ptr(), self.weight._version, self.weight.device)
+        if self.weight_packed is None or self._packed_from != key:
             self.weight_packed = torch.ops.bitcompile.pack_codes(self.weight, self.b)
+            self._packed_from = key
         return self.weight_packed
 
     def dequantized_weight(self) -> Tensor:

@@ -23,7 +23,7 @@ the top level +-1.) A negative learned alpha is treated as 0 in the forward (all
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Union
 
 import torch
 import torch.nn.functional as F
