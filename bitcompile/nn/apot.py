@@ -44,7 +44,7 @@ class _APoTFakeQuantize(torch.autograd.Function):
         relative = code_values[codes]  # value relative to alpha, float32
         alpha_column = apot._channel_view("fake_quantize", weight, alpha_used)
         ctx.save_for_backward(weight, alpha_used, relative)
-        ctx.alpha_shape = alpha.shape
+        ctx.alpha_shape, ctx.alpha_dtype = alpha.shape, alpha.dtype
         return (alpha_column * relative).to(weight.dtype)
 
     @staticmethod
@@ -62,7 +62,7 @@ class _APoTFakeQuantize(torch.autograd.Function):
                 grad_alpha = contribution.sum()
             else:
                 grad_alpha = contribution.reshape(contribution.shape[0], -1).sum(1)
-            grad_alpha = grad_alpha.reshape(ctx.alpha_shape)
+            grad_alpha = grad_alpha.reshape(ctx.alpha_shape).to(ctx.alpha_dtype)
         return grad_weight, grad_alpha, None, None
 
 
