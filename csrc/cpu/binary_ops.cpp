@@ -192,51 +192,60 @@ inline void tile_block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Til
 // ------------------------------------------------------------------------------------------------
 // XOR/popcount GEMM: count[i][j] = sum_w popcount((a_i[w] ^ b_j[w]) [& nz_i[w]]) over 64-bit words
 // ------------------------------------------------------------------------------------------------
-#ifdef __AVX512VPOPCNTDQ__
-constexpr int kPopRows = 4, kPopCols = 4;  // 16 zmm accumulators of 32
+// Two micro-kernels with the same interface: POPCNT on 64-bit words (any x86-64 build), and
+// AVX-512 VPOPCNTDQ on 8 words at a time where the compiler targets it. The vector one pays a
+// horizontal sum per output and masked tail loads, so short rows go to the scalar one.
+struct ScalarPopcount {
+  static constexpr int kRows = 2, kCols = 4;  // 8 accumulators + 6 operands fit the 16 GPRs
 
-template <int MR, int NR, bool MASKED>
-inline void xor_popcount_tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
-                              int64_t words, int64_t (&count)[MR][NR]) {
-  __m512i acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
-  // 8 words a step; the last step loads only the words left (masked loads read nothing beyond).
-  for (int64_t w = 0; w < words; w += 8) {
-    const __mmask8 lanes = words - w >= 8 ? __mmask8(0xFF) : __mmask8((1u << (words - w)) - 1);
-    __m512i bv[NR];
-    for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_epi64(lanes, b[j] + w);
-    for (int i = 0; i < MR; ++i) {
-      const __m512i av = _mm512_maskz_loadu_epi64(lanes, a[i] + w);
-      const __m512i mask = MASKED ? _mm512_maskz_loadu_epi64(lanes, nz[i] + w) : _mm512_setzero_si512();
-      for (int j = 0; j < NR; ++j) {
-        __m512i diff = _mm512_xor_si512(av, bv[j]);
-        if (MASKED) diff = _mm512_and_si512(diff, mask);
-        acc[i][j] = _mm512_add_epi64(acc[i][j], _mm512_popcnt_epi64(diff));
+  template <int MR, int NR, bool MASKED>
+  static inline void tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
+                          int64_t words, int64_t (&count)[MR][NR]) {
+    int64_t acc[MR][NR] = {};
+    for (int64_t w = 0; w < words; ++w) {
+      uint64_t bv[NR];
+      for (int j = 0; j < NR; ++j) bv[j] = b[j][w];
+      for (int i = 0; i < MR; ++i) {
+        const uint64_t av = a[i][w], mask = MASKED ? nz[i][w] : ~uint64_t(0);
+        for (int j = 0; j < NR; ++j) acc[i][j] += __builtin_popcountll((av ^ bv[j]) & mask);
       }
     }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) count[i][j] = acc[i][j];
   }
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) count[i][j] = _mm512_reduce_add_epi64(acc[i][j]);
-}
-#else
-constexpr int kPopRows = 2, kPopCols = 4;  // 8 accumulators + 6 operands fit the 16 GPRs
+};
 
-template <int MR, int NR, bool MASKED>
-inline void xor_popcount_tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
-                              int64_t words, int64_t (&count)[MR][NR]) {
-  int64_t acc[MR][NR] = {};
-  for (int64_t w = 0; w < words; ++w) {
-    uint64_t bv[NR];
-    for (int j = 0; j < NR; ++j) bv[j] = b[j][w];
-    for (int i = 0; i < MR; ++i) {
-      const uint64_t av = a[i][w], mask = MASKED ? nz[i][w] : ~uint64_t(0);
-      for (int j = 0; j < NR; ++j) acc[i][j] += __builtin_popcountll((av ^ bv[j]) & mask);
+#ifdef __AVX512VPOPCNTDQ__
+constexpr int64_t kVectorPopcountMinWords = 16;
+
+struct VectorPopcount {
+  static constexpr int kRows = 4, kCols = 4;  // 16 zmm accumulators of 32
+
+  template <int MR, int NR, bool MASKED>
+  static inline void tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
+                          int64_t words, int64_t (&count)[MR][NR]) {
+    __m512i acc[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_si512();
+    // 8 words a step; the last step loads only the words left (masked loads read nothing beyond).
+    for (int64_t w = 0; w < words; w += 8) {
+      const __mmask8 lanes = words - w >= 8 ? __mmask8(0xFF) : __mmask8((1u << (words - w)) - 1);
+      __m512i bv[NR];
+      for (int j = 0; j < NR; ++j) bv[j] = _mm512_maskz_loadu_epi64(lanes, b[j] + w);
+      for (int i = 0; i < MR; ++i) {
+        const __m512i av = _mm512_maskz_loadu_epi64(lanes, a[i] + w);
+        const __m512i mask = MASKED ? _mm512_maskz_loadu_epi64(lanes, nz[i] + w) : _mm512_setzero_si512();
+        for (int j = 0; j < NR; ++j) {
+          __m512i diff = _mm512_xor_si512(av, bv[j]);
+          if (MASKED) diff = _mm512_and_si512(diff, mask);
+          acc[i][j] = _mm512_add_epi64(acc[i][j], _mm512_popcnt_epi64(diff));
+        }
+      }
     }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) count[i][j] = _mm512_reduce_add_epi64(acc[i][j]);
   }
-  for (int i = 0; i < MR; ++i)
-    for (int j = 0; j < NR; ++j) count[i][j] = acc[i][j];
-}
+};
 #endif
 
 // The A side of binary_gemm: packed rows with an even word stride, and (when some row has zeros
@@ -250,6 +259,7 @@ struct BitMatrix {
   int64_t valid;    // number of real values a row holds (K, or taps * C for the conv)
 };
 
+template <typename Kernel>
 struct BinaryGemmTile {
   const BitMatrix& a;
   const uint64_t* b;
@@ -268,8 +278,8 @@ struct BinaryGemmTile {
     }
     for (int j = 0; j < NR; ++j) b_rows[j] = b + (n0 + j) * a.words64;
     int64_t count[MR][NR];
-    if (masked) xor_popcount_tile<MR, NR, true>(a_rows, nz_rows, b_rows, a.words64, count);
-    else xor_popcount_tile<MR, NR, false>(a_rows, nz_rows, b_rows, a.words64, count);
+    if (masked) Kernel::template tile<MR, NR, true>(a_rows, nz_rows, b_rows, a.words64, count);
+    else Kernel::template tile<MR, NR, false>(a_rows, nz_rows, b_rows, a.words64, count);
     for (int i = 0; i < MR; ++i) {
       // Standard row: dot = K - 2 popc(a ^ b). Masked: dot = popc(nz) - 2 popc((a ^ b) & nz); for
       // a tile mixing both kinds, nz of a row without zeros is all valid bits, so both agree.
@@ -282,12 +292,106 @@ struct BinaryGemmTile {
   }
 };
 
+template <typename Kernel>
+void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
+                      float* out) {
+  const BinaryGemmTile<Kernel> tile{a, b, epilogue, out, n};
+  for_each_block(m, n, 64, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    tile_block<Kernel::kRows, Kernel::kCols>(m0, m1, n0, n1, tile);
+  });
+}
+
+#ifdef __AVX512VPOPCNTDQ__
+// For several rows of x, B is re-laid in panels of 8 rows interleaved word by word,
+// panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
+// popcounts add up per lane, and no output pays a horizontal sum.
+at::Tensor interleave_panels(const uint64_t* b, int64_t n, int64_t words) {
+  const int64_t panels = (n + 7) / 8;
+  at::Tensor out = at::zeros({panels * words * 8}, at::TensorOptions().dtype(at::kLong));
+  auto* dst = reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>());
+  at::parallel_for(0, panels, 8, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p)
+      for (int64_t lane = 0; lane < 8 && 8 * p + lane < n; ++lane)
+        for (int64_t w = 0; w < words; ++w) dst[(p * words + w) * 8 + lane] = b[(8 * p + lane) * words + w];
+  });
+  return out;
+}
+
+struct PanelGemmTile {
+  static constexpr int kRows = 4, kPanels = 3;  // 12 zmm accumulators: 4 rows x 24 outputs
+
+  const BitMatrix& a;
+  const uint64_t* panels;
+  const Epilogue& epilogue;
+  float* out;
+  int64_t n;
+
+  template <int MR, int NP>
+  void run(int64_t m0, int64_t p0) const {
+    bool masked = false;
+    for (int i = 0; i < MR; ++i) masked = masked || (a.masked && a.masked[m0 + i]);
+    if (masked) compute<MR, NP, true>(m0, p0);
+    else compute<MR, NP, false>(m0, p0);
+  }
+
+  template <int MR, int NP, bool MASKED>
+  void compute(int64_t m0, int64_t p0) const {
+    const int64_t words = a.words64;
+    const uint64_t *a_rows[MR], *nz_rows[MR], *panel[NP];
+    for (int i = 0; i < MR; ++i) {
+      a_rows[i] = a.bits + (m0 + i) * words;
+      nz_rows[i] = MASKED ? a.nonzero + (m0 + i) * words : nullptr;
+    }
+    for (int q = 0; q < NP; ++q) panel[q] = panels + (p0 + q) * words * 8;
+    __m512i acc[MR][NP];
+    for (int i = 0; i < MR; ++i)
+      for (int q = 0; q < NP; ++q) acc[i][q] = _mm512_setzero_si512();
+    for (int64_t w = 0; w < words; ++w) {
+      __m512i bv[NP];
+      for (int q = 0; q < NP; ++q) bv[q] = _mm512_loadu_si512(panel[q] + 8 * w);
+      for (int i = 0; i < MR; ++i) {
+        const __m512i av = _mm512_set1_epi64(int64_t(a_rows[i][w]));
+        const __m512i mask = MASKED ? _mm512_set1_epi64(int64_t(nz_rows[i][w])) : _mm512_setzero_si512();
+        for (int q = 0; q < NP; ++q) {
+          __m512i diff = _mm512_xor_si512(av, bv[q]);
+          if (MASKED) diff = _mm512_and_si512(diff, mask);
+          acc[i][q] = _mm512_add_epi64(acc[i][q], _mm512_popcnt_epi64(diff));
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      // dot = K - 2 popc(a ^ b), or popc(nz) - 2 popc((a ^ b) & nz) (see BinaryGemmTile)
+      const int64_t ones = MASKED ? a.nonzero_count[m0 + i] : a.valid, m = m0 + i;
+      for (int q = 0; q < NP; ++q) {
+        alignas(64) int64_t count[8];
+        _mm512_store_si512(count, acc[i][q]);
+        for (int lane = 0; lane < 8 && 8 * (p0 + q) + lane < n; ++lane) {
+          const int64_t col = 8 * (p0 + q) + lane;
+          out[m * n + col] = epilogue.apply(float(ones - 2 * count[lane]), m, col);
+        }
+      }
+    }
+  }
+};
+
+void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
+                        float* out) {
+  const at::Tensor panels = interleave_panels(b, n, a.words64);
+  const PanelGemmTile tile{a, reinterpret_cast<const uint64_t*>(panels.data_ptr<int64_t>()), epilogue, out, n};
+  // Blocks of 64 rows x 6 panels (48 outputs): about 6 x 512 B of B per word-row block in L1.
+  for_each_block(m, (n + 7) / 8, 64, 6, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+    tile_block<PanelGemmTile::kRows, PanelGemmTile::kPanels>(m0, m1, p0, p1, tile);
+  });
+}
+#endif
+
 // out[M, N] = epilogue(dot(s(a_m), s(b_n))), b: N rows of a.words64 64-bit words.
 void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue, float* out) {
-  const BinaryGemmTile tile{a, b, epilogue, out, n};
-  for_each_block(m, n, 64, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
-    tile_block<kPopRows, kPopCols>(m0, m1, n0, n1, tile);
-  });
+#ifdef __AVX512VPOPCNTDQ__
+  if (m >= PanelGemmTile::kRows) return binary_gemm_panels(a, m, b, n, epilogue, out);
+  if (a.words64 >= kVectorPopcountMinWords) return binary_gemm_with<VectorPopcount>(a, m, b, n, epilogue, out);
+#endif
+  binary_gemm_with<ScalarPopcount>(a, m, b, n, epilogue, out);
 }
 
 BitMatrix bit_matrix(const PackedRows& rows, int64_t valid) {
