@@ -196,7 +196,13 @@ at::Tensor apot_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
   auto weight = decoded.view({out_channels, g.kernel_h, g.kernel_w, in_channels})
                     .permute({0, 3, 1, 2})
                     .contiguous(memory_format);
-  auto y = at::conv2d(x, weight, std::nullopt, stride, padding, dilation, 1);
+  // fp32 stays fp32 (the op's contract, SPEC 2.5): cuDNN would otherwise take TF32 by default
+  // (torch.backends.cudnn.allow_tf32), a 1e-3 relative error. at::conv2d with TF32 off.
+  auto& context = at::globalContext();
+  const bool allow_tf32 = false;
+  auto y = at::_convolution(x, weight, std::nullopt, stride, padding, dilation, /*transposed=*/false,
+                            /*output_padding=*/{0, 0}, /*groups=*/1, context.benchmarkCuDNN(),
+                            context.deterministicCuDNN(), context.userEnabledCuDNN(), allow_tf32);
   if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias).view({1, -1, 1, 1}));
   return y.contiguous(memory_format);
 }
