@@ -38,6 +38,10 @@ OPTIONS = {
 }
 
 
+# The report (bitcompile.passes.Entry list) of the graph compiled last: what was rewritten.
+last_report: list = []
+
+
 class BitcompileOptionError(ValueError):
     """An invalid `options=` entry of torch.compile(..., backend="bitcompile")."""
 
@@ -170,7 +174,6 @@ def bitcompile_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any):
 
     from bitcompile import passes
 
-    counters["bitcompile"]["graphs"] += 1
     rewritten = _copy(gm)
     ctx = make_context(rewritten, example_inputs, options, mode="backend")
     try:
@@ -178,10 +181,16 @@ def bitcompile_backend(gm: fx.GraphModule, example_inputs: list, **kwargs: Any):
     except Exception as error:  # never fail compilation because of a pass
         log.warning("bitcompile: passes failed (%s: %s); compiling the graph unchanged", type(error).__name__, error)
         rewritten = _copy(gm)
+    global last_report
+    last_report = list(ctx.entries)
     done = sum(e.action == "rewritten" for e in ctx.entries)
     log.info("bitcompile: %s graph, %d of %d layers rewritten", "training" if ctx.training else "inference",
              done, len(ctx.entries))
-    return _inner(options["inner"], mode, options["inner_options"])(rewritten, example_inputs)
+    compiled_fn = _inner(options["inner"], mode, options["inner_options"])(rewritten, example_inputs)
+    # Counted once the inner compiler succeeded: Dynamo may restart a compile (for example to
+    # specialize a Python float), which is not a recompilation.
+    counters["bitcompile"]["graphs"] += 1
+    return compiled_fn
 
 
 def _entry_point_installed() -> bool:

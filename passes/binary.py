@@ -114,6 +114,8 @@ def _plan_training(layer: Layer) -> Union[Plan, str]:
         return ("torch.sign weight in a training graph (its gradient is 0; the STE ops would change it)"
                 if layer.w_form == "sign" else "float weight in a training graph")
     clip = layer.w_clip
+    if clip is None:
+        return "weight STE clip not known at compile time (a symbolic float)"
     if layer.x_form == "sign":
         return "torch.sign activation in a training graph (zeros and zero gradient of torch.sign)"
     if layer.x_form == "float":

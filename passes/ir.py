@@ -151,7 +151,10 @@ def view(node: fx.Node) -> Optional[Canonical]:
         return _conv(a)
     if _is(node, _ste_sign_targets()):
         a = _args(node, ("x", "clip"), {"clip": 1.0})
-        return a and Canonical("ste_sign", (a["x"], float(a["clip"])))
+        # A clip Dynamo made symbolic (dynamic=True turns Python floats into graph inputs) is
+        # unknown here: None, as for an STE of another kind (inference does not need it).
+        clip = float(a["clip"]) if isinstance(a["clip"], (int, float)) else None
+        return a and Canonical("ste_sign", (a["x"], clip))
     if _is(node, _ste_sign_scaled_targets()):
         return Canonical("ste_sign", (node.args[0], None))
     if _is(node, _SIGN, ("sign",)) and len(node.args) == 1 and not node.kwargs:
