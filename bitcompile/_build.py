@@ -62,7 +62,7 @@ def _cpu_flags() -> list[str]:
     # Built on the machine that runs it, so -march=native picks POPCNT/AVX2 (or AVX-512) when the
     # CPU has them; the library name carries torch's CPU capability so a shared cache directory
     # never hands an AVX2 build to a CPU without AVX2.
-    return ["-O3", "-march=native", "-fopenmp", "-std=c++17"]
+    return ["-O3", "-march=native", "-fopenmp"]  # the C++ standard is cpp_extension's (torch >= 2.13 needs C++20)
 
 
 def _cuda_arch_flags() -> list[str]:
@@ -147,8 +147,8 @@ def build_cuda() -> list[str]:
         _load(
             name,
             sources,
-            extra_cflags=["-O3", "-std=c++17"],
-            extra_cuda_cflags=["-O3", "-std=c++17", "-lineinfo"] + _cuda_arch_flags(),
+            extra_cflags=["-O3"],
+            extra_cuda_cflags=["-O3", "-lineinfo"] + _cuda_arch_flags(),
             extra_include_paths=[str(root)],
         )
         built.append(name)
