@@ -197,6 +197,19 @@ def test_binary_linear_large_dot_exact(device):
     assert torch.equal(out.cpu(), reference.binary_linear(x.cpu(), w_packed.cpu(), k).float())
 
 
+@pytest.mark.parametrize("op", LINEAR_OPS)
+@pytest.mark.parametrize("m", [1, 8])
+def test_linear_ignores_stray_tail_bits(device, op, m):
+    """Tail bits past K never contribute (SPEC 2.1), even when a packed weight has them set."""
+    k, n = 70, 9
+    w_packed = packed_weight(n, k, device)[1]
+    w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)  # bit 31 of the last word
+    x = random_input((m, k), device=device, zeros=True)
+    for flags in ({}, {"sign_zero": True}) if op == "binary_linear" else ({},):
+        actual, expected = run_linear(op, x, w_packed, k, **flags)
+        assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} {flags}")
+
+
 # ------------------------------------------------------------------------------------------------
 # binary_conv2d
 # ------------------------------------------------------------------------------------------------
@@ -269,6 +282,19 @@ def test_conv2d_memory_format_matches_fake(device, shape):
         with FakeTensorMode() as mode:
             fake = ops.binary_conv2d(*(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args))
         assert out.stride() == fake.stride(), f"{shape} {memory_format}: {out.stride()} != {fake.stride()}"
+
+
+@pytest.mark.parametrize("pad_value", [0.0, 1.0])
+def test_conv2d_ignores_stray_tail_bits(device, pad_value):
+    c = 40
+    weight = torch.randn(4, c, 3, 3, device=device)
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    w_packed[..., -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)  # past channel 40 of every tap
+    x = random_input((2, c, 7, 6), device=device)
+    args = (c, [3, 3], [1, 1], [1, 1], [1, 1])
+    actual = ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)
+    expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, pad_value=pad_value)
+    assert_matches(actual, expected, torch.float32, True, "stray tail bits")
 
 
 def test_conv2d_non_contiguous_and_empty(device):

@@ -117,10 +117,22 @@ PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero
 at::Tensor float_rows(const at::Tensor& x, int64_t k) { return x.reshape({-1, k}).to(at::kFloat).contiguous(); }
 
 // w_packed [N, W] as contiguous int32 rows of an even stride (zero word appended when W is odd),
-// 8-byte aligned, so that rows read as 64-bit words.
-at::Tensor even_word_rows(const at::Tensor& w_packed2d) {
+// 8-byte aligned, so that rows read as 64-bit words. Each row is made of groups of `group_words`
+// words (one group for a linear, one per tap for a conv) holding `group_values` signs: the bits
+// past them are 0 when pack_signs made the weight, and they never contribute (the reference
+// ignores them), so a weight with stray tail bits is cleaned in a copy.
+at::Tensor weight_rows(const at::Tensor& w_packed2d, int64_t group_words, int64_t group_values) {
   const int64_t n = w_packed2d.size(0), words = w_packed2d.size(1);
   at::Tensor w = w_packed2d.contiguous();
+  const uint32_t stray = group_values % 32 ? ~low_bits(group_values % 32) : 0;
+  const auto* given = reinterpret_cast<const uint32_t*>(w.data_ptr<int32_t>());
+  bool clean = true;
+  for (int64_t i = group_words - 1; stray && i < n * words; i += group_words) clean = clean && !(given[i] & stray);
+  if (!clean) {
+    w = w.clone();
+    auto* data = reinterpret_cast<uint32_t*>(w.data_ptr<int32_t>());
+    for (int64_t i = group_words - 1; i < n * words; i += group_words) data[i] &= ~stray;
+  }
   if (words % 2 == 0 && reinterpret_cast<uintptr_t>(w.data_ptr()) % 8 == 0) return w;
   at::Tensor padded = at::zeros({n, round_up_even(words)}, w.options());
   padded.narrow(1, 0, words).copy_(w);
@@ -540,7 +552,7 @@ at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   const int64_t m = rows.size(0);
   at::Tensor out = at::empty({m, n}, rows.options());
   if (m > 0 && n > 0) {
-    const at::Tensor weight = even_word_rows(w_packed);
+    const at::Tensor weight = weight_rows(w_packed, w_packed.size(1), k);
     const PackedRows packed = pack_rows(rows, weight.size(1), sign_zero);
     Epilogue epilogue(scale, bias);
     at::Tensor row_mean;
@@ -665,7 +677,8 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
     const at::Tensor pixels_nhwc = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels});
     const PackedRows pixels = pack_rows(pixels_nhwc, packed_words(g.channels), sign_zero);
     const PackedRows patch_rows = conv_patches(pixels, g, pad_value, sign_zero);
-    const at::Tensor weight = even_word_rows(w_packed.reshape({out_channels, -1}));
+    const at::Tensor weight =
+        weight_rows(w_packed.reshape({out_channels, -1}), packed_words(g.channels), g.channels);
     const Epilogue epilogue(scale, bias);
     const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
     binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
