@@ -78,10 +78,21 @@ def randomize(layer):
     return layer
 
 
+def assert_scale_a_grad_close(actual, expected, grad_x_shifted, what):
+    """grad_scale_a is a sum of +-grad_x~ terms that cancel: measure the error against the size of
+    the terms, sum|grad_x~| / sqrt(numel), not against the (possibly tiny) sum itself."""
+    size = grad_x_shifted.detach().double().abs().sum() / math.sqrt(grad_x_shifted.numel())
+    error = (actual.detach().double() - expected.detach().double()).abs()
+    assert error <= 1e-5 * size, f"{what}: grad of scale_a off by {error:.3g}, terms of size {size:.3g}"
+
+
 def check_grads(layer, p, x, x64, what):
     for name, param in layer.named_parameters():
         assert param.grad is not None, f"{what}: {name} got no gradient"
-        assert_close_relative(param.grad, p[name].grad, torch.float32, f"{what}: grad of {name}")
+        if name == "scale_a":
+            assert_scale_a_grad_close(param.grad, p[name].grad, x64.grad, what)
+        else:
+            assert_close_relative(param.grad, p[name].grad, torch.float32, f"{what}: grad of {name}")
     assert_close_relative(x.grad, x64.grad, torch.float32, f"{what}: grad of x")
 
 
@@ -148,7 +159,7 @@ def test_linear_grads_are_bitorch_formulas():
     assert 0 < window.sum() < window.numel(), "the test needs values on both sides of the window"
     assert_close_relative(x.grad, grad_x, torch.float32, "grad_x")
     assert_close_relative(layer.bias_a.grad, grad_x.sum(0), torch.float32, "grad_bias_a")
-    assert_close_relative(layer.scale_a.grad, grad_scale_a, torch.float32, "grad_scale_a")
+    assert_scale_a_grad_close(layer.scale_a.grad, grad_scale_a, grad_x, "bitorch formulas")
     assert_close_relative(layer.weight.grad, grad_w, torch.float32, "grad_W")
 
 
@@ -287,7 +298,11 @@ def compare_compiled(backend):
         out_c, grads_c = run_step(compiled_model, compiled, x)
         assert_close_relative(out_c, out_e, torch.float32, f"{backend}: output")
         for name in grads_e:
-            assert_close_relative(grads_c[name], grads_e[name], torch.float32, f"{backend}: grad of {name}")
+            # scale_a's gradient is a sum whose terms cancel; another summation order (inductor)
+            # moves it by more than 1e-5 of itself, a wrong formula by O(1).
+            tolerance = 1e-3 if name.endswith("scale_a") else 1e-5
+            error = (grads_c[name] - grads_e[name]).norm() / grads_e[name].norm().clamp_min(1e-30)
+            assert error <= tolerance, f"{backend}: grad of {name}: relative error {error:.3g}"
         for (name, p_e), p_c in zip(eager.named_parameters(), compiled_model.parameters()):
             if name.endswith("scale_a"):
                 # inductor may sum the mean in another order: fp32 rounding only
