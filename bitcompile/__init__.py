@@ -7,6 +7,7 @@ backend; it compiles nothing. Kernels are built on first use (see bitcompile._bu
 from bitcompile import ops
 from bitcompile.ops import ste_sign
 from bitcompile import backend  # noqa: F401  (registers backend="bitcompile")
+from bitcompile.export import lower
 
 __version__ = "0.1.0"
 
