@@ -70,8 +70,14 @@ __global__ void pack_nibbles_kernel(const uint8_t* __restrict__ codes, int64_t r
 }
 
 // ---------------------------------------------------------------------------------------------
-// dequantize_weight: out[r, j] = alpha[r] * levels[code[r, j]], one thread a packed byte.
+// dequantize_weight: out[r, j] = alpha[r] * levels[code[r, j]]; blocks stride over rows (y) and
+// a row's bytes (x), one thread a packed byte; an even k stores a nibble pair as one access.
 // ---------------------------------------------------------------------------------------------
+template <typename T>
+struct alignas(2 * sizeof(T)) Pair {
+  T first, second;
+};
+
 template <typename T, bool kNibbles>
 __global__ void dequantize_kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t k, int64_t row_bytes,
                                   const float* __restrict__ code_values, int table_size,
@@ -79,17 +85,27 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ w, int64_t rows, i
   __shared__ float levels[256];
   load_table(levels, code_values, table_size);
   __syncthreads();
-  const int64_t total = rows * row_bytes;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = i / row_bytes, b = i - r * row_bytes;
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float a = alpha[alpha_count == 1 ? 0 : r];
-    const uint8_t byte = w[i];
-    if (kNibbles) {
-      const int64_t j = 2 * b;
-      out[r * k + j] = from_float<T>(levels[byte & 15] * a);
-      if (j + 1 < k) out[r * k + j + 1] = from_float<T>(levels[byte >> 4] * a);
-    } else {
-      out[r * k + b] = from_float<T>(levels[byte] * a);
+    const uint8_t* row = w + r * row_bytes;
+    T* out_row = out + r * k;
+    for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < row_bytes;
+         b += int64_t(gridDim.x) * blockDim.x) {
+      const uint8_t byte = row[b];
+      if (kNibbles) {
+        const int64_t j = 2 * b;
+        const T low = from_float<T>(levels[byte & 15] * a);
+        if (j + 1 >= k) {
+          out_row[j] = low;  // an odd row's last byte: the high nibble is padding
+        } else if (k % 2 == 0) {
+          *reinterpret_cast<Pair<T>*>(out_row + j) = Pair<T>{low, from_float<T>(levels[byte >> 4] * a)};
+        } else {
+          out_row[j] = low;
+          out_row[j + 1] = from_float<T>(levels[byte >> 4] * a);
+        }
+      } else {
+        out_row[b] = from_float<T>(levels[byte] * a);
+      }
     }
   }
 }
@@ -130,7 +146,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     linear_small_batch_kernel(const T* __restrict__ x, int m, int64_t k, const uint8_t* __restrict__ w, int64_t n,
                               int64_t row_bytes, bool vector_loads, const float* __restrict__ code_values,
                               int table_size, const float* __restrict__ alpha, int64_t alpha_count,
-                              const float* __restrict__ bias, T* __restrict__ y) {
+                              const float* __restrict__ bias, T* __restrict__ y, int64_t split_columns,
+                              float* __restrict__ partial, int64_t partial_stride) {
   constexpr int kPerChunk = kNibbles ? 32 : 16;  // codes in 16 bytes
   constexpr int kCodesPerByte = kNibbles ? 2 : 1;
   // One pad float after every chunk's worth of columns: lane l reads column l * kPerChunk + j,
@@ -148,7 +165,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) acc[r][i] = 0.f;
 
-  for (int64_t k0 = 0; k0 < k; k0 += kTileK) {
+  // This block's columns: split blockIdx.y of K (split_columns is a multiple of kTileK).
+  const int64_t k_begin = int64_t(blockIdx.y) * split_columns;
+  const int64_t k_end = k_begin + split_columns < k ? k_begin + split_columns : k;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTileK) {
     __syncthreads();  // the previous tile is used up (and the table is in place)
     for (int i = threadIdx.x; i < kBatch * kTileK; i += blockDim.x) {
       const int r = i / kTileK, c = i % kTileK;
@@ -191,7 +211,16 @@ __global__ void __launch_bounds__(kWarps * 32)
       acc[r][i] = v;
     }
   }
-  if (lane == 0) {
+  if (lane == 0 && partial) {  // K split over blocks: store the partial sums, finish_split_k adds them up
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t row = row0 + r;
+      if (row >= n) continue;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i)
+        if (i < m) partial[blockIdx.y * partial_stride + int64_t(i) * n + row] = acc[r][i];
+    }
+  } else if (lane == 0) {
 #pragma unroll
     for (int r = 0; r < kRowsPerWarp; ++r) {
       const int64_t row = row0 + r;
@@ -205,21 +234,57 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// y[i, j] = (sum over splits of partial[s, i, j]) * alpha[j] + bias[j].
+template <typename T>
+__global__ void finish_split_k_kernel(const float* __restrict__ partial, int splits, int64_t m, int64_t n,
+                                      const float* __restrict__ alpha, int64_t alpha_count,
+                                      const float* __restrict__ bias, T* __restrict__ y) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    float sum = 0.f;
+    for (int s = 0; s < splits; ++s) sum += partial[s * total + i];
+    const int64_t column = i % n;
+    y[i] = from_float<T>(sum * alpha[alpha_count == 1 ? 0 : column] + (bias ? bias[column] : 0.f));
+  }
+}
+
+constexpr int64_t kTargetBlocks = 1024;  // enough blocks in flight to hide the load latency
+
+// Blocks along K: 1 when the output rows alone give kTargetBlocks blocks, else up to one a tile.
+int64_t split_count(int64_t k, int64_t n) {
+  const int64_t row_blocks = (n + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
+  const int64_t tiles = (k + kTileK - 1) / kTileK;
+  int64_t splits = (kTargetBlocks + row_blocks - 1) / row_blocks;
+  if (splits > tiles) splits = tiles;
+  if (splits > 65535) splits = 65535;
+  if (splits < 1) splits = 1;
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  return (tiles + tiles_per_split - 1) / tiles_per_split;
+}
+
 template <typename T, bool kNibbles>
 cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, int64_t row_bytes,
                                const float* code_values, int table_size, const float* alpha, int64_t alpha_count,
-                               const float* bias, T* y, cudaStream_t stream) {
+                               const float* bias, T* y, float* workspace, cudaStream_t stream) {
   const int64_t rows_per_block = kWarps * kRowsPerWarp;
   const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  const int64_t splits = split_count(k, n);
+  const int64_t tiles = (k + kTileK - 1) / kTileK;
+  const int64_t split_columns = (tiles + splits - 1) / splits * kTileK;
+  if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+  float* partial = splits > 1 ? workspace : nullptr;
+  const dim3 grid(static_cast<unsigned int>(blocks), static_cast<unsigned int>(splits));
   const bool vector_loads = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   for (int64_t m0 = 0; m0 < m; m0 += kMaxBatch) {
     const int rows = static_cast<int>(m - m0 < kMaxBatch ? m - m0 : kMaxBatch);
     const T* xb = x + m0 * k;
     T* yb = y + m0 * n;
-#define BITCOMPILE_APOT_SMALL_BATCH(B)                                                                             \
-  linear_small_batch_kernel<T, B, kNibbles><<<static_cast<unsigned int>(blocks), kWarps * 32, 0, stream>>>(       \
-      xb, rows, k, w, n, row_bytes, vector_loads, code_values, table_size, alpha, alpha_count, bias, yb)
+    float* pb = partial ? partial + m0 * n : nullptr;  // partial sums [splits, m, n]
+#define BITCOMPILE_APOT_SMALL_BATCH(B)                                                                     \
+  linear_small_batch_kernel<T, B, kNibbles><<<grid, kWarps * 32, 0, stream>>>(                           \
+      xb, rows, k, w, n, row_bytes, vector_loads, code_values, table_size, alpha, alpha_count, bias, yb, \
+      split_columns, pb, m * n)
     if (rows <= 1) {
       BITCOMPILE_APOT_SMALL_BATCH(1);
     } else if (rows <= 2) {
@@ -232,6 +297,11 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
 #undef BITCOMPILE_APOT_SMALL_BATCH
     const cudaError_t error = cudaGetLastError();
     if (error != cudaSuccess) return error;
+  }
+  if (partial) {
+    finish_split_k_kernel<T><<<grid_for(m * n), kThreads, 0, stream>>>(partial, static_cast<int>(splits), m, n,
+                                                                         alpha, alpha_count, bias, y);
+    return cudaGetLastError();
   }
   return cudaSuccess;
 }
@@ -381,13 +451,15 @@ template <typename T>
 cudaError_t dequantize_typed(const uint8_t* w, int64_t rows, int64_t k, int bits, const float* code_values,
                              const float* alpha, int64_t alpha_count, T* out, cudaStream_t stream) {
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
-  const unsigned int blocks = grid_for(rows * row_bytes);
+  const int64_t column_blocks = (row_bytes + kThreads - 1) / kThreads;
+  const dim3 grid(static_cast<unsigned int>(column_blocks < 1024 ? column_blocks : 1024),
+                  static_cast<unsigned int>(rows < 65535 ? rows : 65535));
   if (bits <= 4) {
-    dequantize_kernel<T, true><<<blocks, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits, alpha,
-                                                                  alpha_count, out);
+    dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits, alpha,
+                                                                alpha_count, out);
   } else {
-    dequantize_kernel<T, false><<<blocks, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits,
-                                                                   alpha, alpha_count, out);
+    dequantize_kernel<T, false><<<grid, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits, alpha,
+                                                                 alpha_count, out);
   }
   return cudaGetLastError();
 }
@@ -395,13 +467,13 @@ cudaError_t dequantize_typed(const uint8_t* w, int64_t rows, int64_t k, int bits
 template <typename T>
 cudaError_t small_batch_typed(const T* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, int bits,
                               const float* code_values, const float* alpha, int64_t alpha_count, const float* bias,
-                              T* y, cudaStream_t stream) {
+                              T* y, float* workspace, cudaStream_t stream) {
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
   if (bits <= 4)
     return launch_small_batch<T, true>(x, m, k, w, n, row_bytes, code_values, 1 << bits, alpha, alpha_count, bias,
-                                       y, stream);
+                                       y, workspace, stream);
   return launch_small_batch<T, false>(x, m, k, w, n, row_bytes, code_values, 1 << bits, alpha, alpha_count, bias, y,
-                                      stream);
+                                      workspace, stream);
 }
 
 }  // namespace
@@ -432,21 +504,28 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
   return cudaErrorInvalidValue;
 }
 
+int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n) {
+  if (m == 0 || n == 0 || k < 1) return 0;
+  const int64_t splits = split_count(k, n);
+  return splits > 1 ? splits * m * n : 0;
+}
+
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
                                int64_t n, int bits, const float* code_values, const float* alpha,
-                               int64_t alpha_count, const float* bias, void* y, cudaStream_t stream) {
+                               int64_t alpha_count, const float* bias, void* y, float* workspace,
+                               cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
   if (bits < 1 || bits > 8 || k < 1) return cudaErrorInvalidValue;
   switch (x_type) {
     case FloatType::kFloat32:
       return small_batch_typed(static_cast<const float*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<float*>(y), stream);
+                               alpha_count, bias, static_cast<float*>(y), workspace, stream);
     case FloatType::kFloat16:
       return small_batch_typed(static_cast<const __half*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<__half*>(y), stream);
+                               alpha_count, bias, static_cast<__half*>(y), workspace, stream);
     case FloatType::kBFloat16:
       return small_batch_typed(static_cast<const __nv_bfloat16*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<__nv_bfloat16*>(y), stream);
+                               alpha_count, bias, static_cast<__nv_bfloat16*>(y), workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -29,12 +29,17 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
                               const float* alpha, int64_t alpha_count, void* out, FloatType out_type,
                               cudaStream_t stream);
 
+// Floats of device scratch memory linear_small_batch needs for these sizes (0: none). The kernel
+// splits K over several blocks when N alone gives too few; the partial sums go there.
+int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n);
+
 // y[m, n] = alpha[n] * sum_k x[m, k] * code_values[code[n, k]] + bias[n], fp32 accumulation, for
 // m <= kSmallBatchRows (any m works, in launches of 8 rows). x [m, k] and y [m, n] of x_type;
-// bias may be null.
+// bias may be null; workspace holds linear_small_batch_workspace(m, k, n) floats (or is null if 0).
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
                                int64_t n, int bits, const float* code_values, const float* alpha,
-                               int64_t alpha_count, const float* bias, void* y, cudaStream_t stream);
+                               int64_t alpha_count, const float* bias, void* y, float* workspace,
+                               cudaStream_t stream);
 
 // row_sums[n] = sum_k numerators[code[n, k]] (int64).
 cudaError_t code_row_sums(const uint8_t* w_packed, int64_t n, int64_t k, int bits, const int32_t* numerators,

@@ -101,10 +101,12 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
     // Bandwidth-bound: read the packed weight once, decode in registers, fp32 accumulation.
     auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     auto y = at::empty({m, n}, x2.options());
+    auto workspace = at::empty({apot::linear_small_batch_workspace(m, k, n)}, x2.options().dtype(at::kFloat));
     check_launch(apot::linear_small_batch(x2.data_ptr(), float_type(x2), m, k, w.data_ptr<uint8_t>(), n,
                                           static_cast<int>(bits), table.data_ptr<float>(), alpha_f.data_ptr<float>(),
                                           alpha_f.numel(), bias.has_value() ? bias_f.data_ptr<float>() : nullptr,
-                                          y.data_ptr(), c10::cuda::getCurrentCUDAStream()),
+                                          y.data_ptr(), workspace.numel() ? workspace.data_ptr<float>() : nullptr,
+                                          c10::cuda::getCurrentCUDAStream()),
                  op);
     return y.reshape(out_sizes);
   }
