@@ -8,6 +8,7 @@ from bitcompile import ops
 from bitcompile.ops import ste_sign
 from bitcompile import backend  # noqa: F401  (registers backend="bitcompile")
 from bitcompile.export import lower
+from bitcompile.explain import explain
 
 __version__ = "0.1.0"
 
