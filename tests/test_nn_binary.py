@@ -334,3 +334,21 @@ def test_compiled_graph_shape_and_one_recompile():
 def test_inductor_matches_eager():
     torch._dynamo.reset()
     compare_compiled("inductor")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_layers(dtype):
+    """Layers converted with .to(dtype) run and agree with their fp32 originals (bias_a = 0 and
+    inputs exact in dtype, so the signs are the same; only the scales round)."""
+    linear, conv = BinaryLinear(40, 6, bias=True), BinaryConv2d(5, 4, 3, padding=1)
+    x_linear = torch.randn(3, 40).to(dtype)
+    x_conv = torch.randn(2, 5, 6, 6).to(dtype)
+    for layer, x in ((linear, x_linear), (conv, x_conv)):
+        layer(x.float())  # sets scale_a in fp32
+        half = copy.deepcopy(layer).to(dtype)
+        xh = x.clone().requires_grad_(True)
+        out = half(xh)
+        assert out.dtype == dtype
+        assert_close_relative(out, layer(x.float()), dtype, f"{type(layer).__name__} {dtype}")
+        out.sum().backward()
+        assert xh.grad.dtype == dtype and half.scale_a.grad.dtype == dtype
