@@ -186,8 +186,9 @@ def test_binary_linear_all_flags(device, dtype):
 
 
 def test_binary_linear_large_dot_exact(device):
-    """Dots up to +-K: K = 4099 all-agreeing and all-disagreeing rows stay exact."""
-    k = 4099
+    """Dots up to +-K stay exact; K = 8233 (129 64-bit words) also crosses the AVX2 kernel's
+    widening of its byte counters every 124 words."""
+    k = 8233
     w = torch.randn(3, k, device=device)
     w_packed = reference.pack_signs(w)
     x = torch.stack([w[0], -w[0], w[1]]).clone()

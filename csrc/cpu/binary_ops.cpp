@@ -204,9 +204,9 @@ inline void tile_block(int64_t m0, int64_t m1, int64_t n0, int64_t n1, const Til
 // ------------------------------------------------------------------------------------------------
 // XOR/popcount GEMM: count[i][j] = sum_w popcount((a_i[w] ^ b_j[w]) [& nz_i[w]]) over 64-bit words
 // ------------------------------------------------------------------------------------------------
-// Two micro-kernels with the same interface: POPCNT on 64-bit words (any x86-64 build), and
-// AVX-512 VPOPCNTDQ on 8 words at a time where the compiler targets it. The vector one pays a
-// horizontal sum per output and masked tail loads, so short rows go to the scalar one.
+// Micro-kernels with one interface: POPCNT on 64-bit words (any x86-64 build), and a vector one,
+// AVX-512 VPOPCNTDQ on 8 words at a time or AVX2 nibble lookups on 4, where the compiler targets
+// them. The vector ones pay a horizontal sum per output, so short rows go to the scalar one.
 struct ScalarPopcount {
   static constexpr int kRows = 2, kCols = 4;  // 8 accumulators + 6 operands fit the 16 GPRs
 
@@ -256,6 +256,65 @@ struct VectorPopcount {
     }
     for (int i = 0; i < MR; ++i)
       for (int j = 0; j < NR; ++j) count[i][j] = _mm512_reduce_add_epi64(acc[i][j]);
+  }
+};
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512VPOPCNTDQ__)
+constexpr int64_t kVectorPopcountMinWords = 8;
+
+// AVX2 has no vector popcount: each byte's count is the sum of two 16-entry nibble lookups
+// (vpshufb), byte counts add up for up to 31 steps of 4 words (8 a step, 248 < 256) and are then
+// widened to 64-bit lanes (vpsadbw). About 2 vector ops a word-dot, against 3 for POPCNT.
+struct VectorPopcount {
+  static constexpr int kRows = 2, kCols = 3;  // 6 byte accumulators + operands of 16 ymm
+
+  static inline __m256i byte_popcount(__m256i v, __m256i nibble_counts, __m256i low_nibble) {
+    const __m256i low = _mm256_and_si256(v, low_nibble);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(v, 4), low_nibble);
+    return _mm256_add_epi8(_mm256_shuffle_epi8(nibble_counts, low), _mm256_shuffle_epi8(nibble_counts, high));
+  }
+
+  template <int MR, int NR, bool MASKED>
+  static inline void tile(const uint64_t* const* a, const uint64_t* const* nz, const uint64_t* const* b,
+                          int64_t words, int64_t (&count)[MR][NR]) {
+    const __m256i nibble_counts =
+        _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    const __m256i low_nibble = _mm256_set1_epi8(0x0F), zero = _mm256_setzero_si256();
+    const int64_t vector_words = words / 4 * 4;
+    __m256i total[MR][NR];
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) total[i][j] = zero;
+    for (int64_t start = 0; start < vector_words; start += 4 * 31) {
+      const int64_t stop = std::min(vector_words, start + 4 * 31);
+      __m256i bytes[MR][NR];
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) bytes[i][j] = zero;
+      for (int64_t w = start; w < stop; w += 4) {
+        __m256i bv[NR];
+        for (int j = 0; j < NR; ++j) bv[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b[j] + w));
+        for (int i = 0; i < MR; ++i) {
+          const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i] + w));
+          const __m256i mask = MASKED ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(nz[i] + w)) : zero;
+          for (int j = 0; j < NR; ++j) {
+            __m256i diff = _mm256_xor_si256(av, bv[j]);
+            if (MASKED) diff = _mm256_and_si256(diff, mask);
+            bytes[i][j] = _mm256_add_epi8(bytes[i][j], byte_popcount(diff, nibble_counts, low_nibble));
+          }
+        }
+      }
+      for (int i = 0; i < MR; ++i)
+        for (int j = 0; j < NR; ++j) total[i][j] = _mm256_add_epi64(total[i][j], _mm256_sad_epu8(bytes[i][j], zero));
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < NR; ++j) {
+        alignas(32) int64_t lanes[4];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), total[i][j]);
+        int64_t sum = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+        for (int64_t w = vector_words; w < words; ++w)  // the last 0-3 words
+          sum += __builtin_popcountll((a[i][w] ^ b[j][w]) & (MASKED ? nz[i][w] : ~uint64_t(0)));
+        count[i][j] = sum;
+      }
   }
 };
 #endif
@@ -401,6 +460,8 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
 void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue, float* out) {
 #ifdef __AVX512VPOPCNTDQ__
   if (m >= PanelGemmTile::kRows) return binary_gemm_panels(a, m, b, n, epilogue, out);
+#endif
+#if defined(__AVX512VPOPCNTDQ__) || defined(__AVX2__)
   if (a.words64 >= kVectorPopcountMinWords) return binary_gemm_with<VectorPopcount>(a, m, b, n, epilogue, out);
 #endif
   binary_gemm_with<ScalarPopcount>(a, m, b, n, epilogue, out);
@@ -454,18 +515,26 @@ inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64
     for (int j = 0; j < NR; ++j) out[i][j] = _mm512_reduce_add_ps(acc[i][j]);
 }
 #elif defined(__AVX2__)
-constexpr int kSignRows = 3, kSignCols = 2;  // 6 accumulators + 3 x vectors + constants of 16 ymm
+constexpr int kSignRows = 3, kSignCols = 3;  // 9 accumulators + 3 x vectors + signs of 16 ymm
 
-// +1.0 in each of 8 lanes whose weight bit (of the 8 low bits of `bits`) is set, -1.0 elsewhere.
-inline __m256 lane_signs(uint32_t bits) {
-  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int(bits)), lane_bit), lane_bit);
-  const __m256 flip = _mm256_castsi256_ps(_mm256_andnot_si256(set, _mm256_set1_epi32(int(0x80000000u))));
-  return _mm256_xor_ps(_mm256_set1_ps(1.0f), flip);  // 1.0 with its sign bit set where the bit is clear
+// The 8 lanes of +-1.0 of every weight byte (+1 where a bit is set), 8 KiB that stay in L1: one
+// load expands 8 weight bits, cheaper than building the vector from the bits.
+struct SignTable {
+  alignas(32) float values[256][8];
+  SignTable() {
+    for (int byte = 0; byte < 256; ++byte)
+      for (int lane = 0; lane < 8; ++lane) values[byte][lane] = (byte >> lane & 1) ? 1.0f : -1.0f;
+  }
+};
+
+inline const SignTable& sign_table() {
+  static const SignTable table;  // built once, thread-safe (C++11 statics)
+  return table;
 }
 
 template <int MR, int NR>
 inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64_t words, float (&out)[MR][NR]) {
+  const SignTable& table = sign_table();
   __m256 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
@@ -474,7 +543,7 @@ inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64
       __m256 xv[MR];
       for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x[i] + 32 * word + 8 * chunk);
       for (int j = 0; j < NR; ++j) {
-        const __m256 sign = lane_signs(w[j][word] >> (8 * chunk));
+        const __m256 sign = _mm256_load_ps(table.values[(w[j][word] >> (8 * chunk)) & 0xFF]);
         for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(xv[i], sign, acc[i][j]);
       }
     }
