@@ -305,8 +305,9 @@ def compare_compiled(backend):
             assert error <= tolerance, f"{backend}: grad of {name}: relative error {error:.3g}"
         for (name, p_e), p_c in zip(eager.named_parameters(), compiled_model.parameters()):
             if name.endswith("scale_a"):
-                # inductor may sum the mean in another order: fp32 rounding only
-                assert torch.allclose(p_e, p_c, rtol=1e-6, atol=0), f"{backend}: {name} initialized differently"
+                # inductor may sum the mean (of inputs that are themselves rounded differently)
+                # in another order: fp32 rounding only
+                assert torch.allclose(p_e, p_c, rtol=1e-5, atol=0), f"{backend}: {name} initialized differently"
     return graphs
 
 
