@@ -68,8 +68,16 @@ class _Lowering:
         graph.output(graph.graph_copy(ep.graph_module.graph, {}))
         self.gm = fx.GraphModule(ep.graph_module, graph)
         self.gm.meta.update(getattr(ep.graph_module, "meta", {}))
-        self.specs = {spec.arg.name: spec for spec in ep.graph_signature.input_specs
-                      if isinstance(spec.arg, TensorArgument)}
+        # graph_copy may rename a placeholder (an input called `input` becomes `input_1`): pair
+        # the specs with the copied placeholders by position, under the copied names.
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        self.specs = {}
+        for node, spec in zip(placeholders, ep.graph_signature.input_specs):
+            if isinstance(spec.arg, TensorArgument):
+                spec = dataclasses.replace(spec, arg=TensorArgument(name=node.name))
+            elif hasattr(spec.arg, "name"):
+                spec = dataclasses.replace(spec, arg=dataclasses.replace(spec.arg, name=node.name))
+            self.specs[node.name] = spec
         self.new_state: dict = {}
         self.new_specs: dict = {}
         self.values: dict = {}
@@ -150,9 +158,7 @@ class _Lowering:
             if node.name in self.new_specs:
                 input_specs.append(self.new_specs[node.name])
                 continue
-            spec = self.specs.get(node.name)
-            if spec is None:  # a token or a non-tensor input: keep as it was
-                spec = next(s for s in self.ep.graph_signature.input_specs if getattr(s.arg, "name", None) == node.name)
+            spec = self.specs[node.name]
             if spec.kind in _STATE_KINDS and not node.users:
                 # the float weight a rewritten layer replaced: it leaves the program's state
                 graph.erase_node(node)

@@ -153,22 +153,26 @@ def _plan_inference(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
         real = ctx.real_value(layer.weight)
         if real is None:
             return "float weight that is not a parameter or buffer"
-        weight_form = grid.grid_of(real, float_activations=(layer.x_form == "float"))
-        if weight_form is not None:
-            note = f"weight on the {weight_form} grid"
-        elif ctx.quantize is not None and layer.x_form == "float" and layer.weight_scale is None:
+        if ctx.quantize is not None and layer.x_form == "float" and layer.weight_scale is None:
+            # exactly what bitcompile.quantize_ does to this layer (its conversion function)
             weight_form = f"quantize:{ctx.quantize}"
-            note = f"quantized ({ctx.quantize})"
+            note = f"quantized ({ctx.quantize}, as quantize_)"
         else:
-            return "float weight, not on a binary or APoT grid"
+            weight_form = grid.grid_of(real, float_activations=(layer.x_form == "float"))
+            if weight_form is None:
+                return "float weight, not on a binary or APoT grid"
+            note = f"weight on the {weight_form} grid"
     apot = weight_form in grid.APOT_SCHEMES or weight_form in ("quantize:apot3", "quantize:apot4", "quantize:apot5")
     x_binarized = layer.x_form != "float" or weight_form == "quantize:binary"
     if apot and layer.x_form != "float":
         return "binarized activations with an APoT weight"
     if layer.kind == "conv2d":
-        if not apot and not x_binarized:
+        if weight_form == "quantize:binary_weight":
+            op = "conv2d"  # as quantize_: F.conv2d on s(W) * alpha (there is no binary-weight conv kernel)
+        elif not apot and not x_binarized:
             return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
-        op = "apot_conv2d" if apot else "binary_conv2d"
+        else:
+            op = "apot_conv2d" if apot else "binary_conv2d"
     else:
         op = "apot_linear" if apot else ("binary_linear" if x_binarized else "binary_weight_linear")
     plan = Plan(op, layer.x, layer.x_form, weight_form, note=note)
@@ -277,6 +281,14 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
     if converted.kind == "dense":
         return "weight has no packed form (exact zeros, or off its grid)"
     prefix = layer.fqn or layer.node.name
+    if layer.kind == "conv2d" and converted.kind == "binary" and plan.x_form == "float" and not converted.x_binarized:
+        # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel);
+        # stored dequantized, so this layer does not shrink
+        alpha = _constant_scale(graph, scale, converted.alpha, f"{prefix}.weight_scale", ctx)
+        dequantized = torch.where(real >= 0, 1.0, -1.0).to(torch.float32) * ctx.evaluate(alpha).reshape(-1, 1, 1, 1)
+        weight = ctx.add_constant(f"{prefix}.weight_dequantized", dequantized.to(real.dtype))
+        return ir.emit(graph, aten.conv2d.default, (plan.x_in, weight, bias, list(layer.stride), list(plan.padding),
+                                                    list(layer.dilation)), fake_mode=ctx.fake_mode)
     packed = ctx.add_constant(f"{prefix}.weight_packed", converted.packed.contiguous())
     x_form = "ste_sign" if converted.x_binarized else plan.x_form
     k = real.shape[1]

@@ -452,3 +452,33 @@ def test_weight_cache_keys_on_version_and_storage():
     assert second is not first and not torch.equal(second.packed, first.packed)
     y = torch.ops.bitcompile.linear_of_weight(x, w, weight_form="ste_sign", x_form="float")
     assert_close(y, x @ torch.where(w >= 0, 1.0, -1.0).T)
+
+
+# ----------------------------------------------------------------------------------------------
+# options={"quantize": scheme}: plain float layers, numerics exactly as bitcompile.quantize_
+# ----------------------------------------------------------------------------------------------
+class PlainCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = nn.Conv2d(8, 12, 3, stride=2, bias=False)
+        self.fc = nn.Linear(12 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.fc(x.flatten(1))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("scheme", ["binary", "binary_weight", "apot3", "apot4", "apot5"])
+def test_quantize_option_matches_quantize_(scheme):
+    quantize = pytest.importorskip("bitcompile.quantize")
+    model = PlainCNN().eval()
+    x = torch.randn(3, 3, 9, 9)
+    converted = quantize.quantize_(copy.deepcopy(model), scheme)
+    expected = converted(x)
+    out = compiled(model, {**AOT, "quantize": scheme})(x)
+    assert_close(out, expected)
+    assert set(rewritten_ops()) == {"conv1", "conv2", "fc"}, backend.last_report
+    assert not torch.equal(out, model(x))  # numerics did change

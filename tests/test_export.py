@@ -104,3 +104,36 @@ def test_save_load_in_fresh_process_and_file_shrinks(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout and "bitcompile.binary_conv2d.default" in result.stdout
+
+
+@pytest.mark.parametrize("scheme", ["binary", "binary_weight", "apot4"])
+def test_lower_with_quantize_matches_quantize_(scheme):
+    import copy
+
+    quantize = pytest.importorskip("bitcompile.quantize")
+    from test_backend import PlainCNN
+
+    model = PlainCNN().eval()
+    x = torch.randn(2, 3, 9, 9)
+    expected = quantize.quantize_(copy.deepcopy(model), scheme)(x)
+    small = lower(torch.export.export(model, (x,)), quantize=scheme)
+    with torch.no_grad():
+        assert_close(small.module()(x), expected)
+    report = {e.name: e.action for e in small._bitcompile_report}
+    assert set(report.values()) == {"rewritten"}
+    assert "conv1.weight" not in small.state_dict and "fc.weight" not in small.state_dict
+
+
+def test_lower_apot_grid_weights():
+    from bitcompile import apot
+
+    model = nn.Sequential(nn.Linear(40, 24), nn.ReLU(), nn.Linear(24, 6)).eval()
+    with torch.no_grad():
+        codes, alpha = apot.quantize_weight(model[0].weight, "apot4")
+        model[0].weight.copy_(apot.dequantize(codes, alpha, scheme="apot4"))
+    x = torch.randn(5, 40)
+    small = lower(torch.export.export(model, (x,)))
+    assert [(e.name, e.op) for e in small._bitcompile_report] == [("0", "apot_linear"), ("2", None)]
+    assert small.state_dict["0.weight_packed"].dtype == torch.uint8
+    with torch.no_grad():
+        assert_close(small.module()(x), model(x))
