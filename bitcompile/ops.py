@@ -755,9 +755,10 @@ class KernelWeight:
     optional per-output scale), "apot" (uint8 packed codes, bits, code_values, alpha) or "dense"
     (no packed form for these values: the layer runs its original float math)."""
 
-    __slots__ = ("kind", "packed", "alpha", "bits", "code_values", "x_binarized")
+    __slots__ = ("kind", "packed", "alpha", "bits", "code_values", "x_binarized", "dense_weight")
 
     def __init__(self, kind, packed=None, alpha=None, bits=0, code_values=None, x_binarized=None):
+        self.dense_weight = None  # a computed weight's value, for the dense math (computed weights)
         self.kind = kind
         self.packed = packed
         self.alpha = alpha
@@ -848,28 +849,33 @@ class _KernelWeightCache:
         self.conversions = 0  # how many times a weight was converted (tests assert on it)
 
     @staticmethod
-    def _key(weight: Tensor, weight_form: str):
-        return (weight_form, weight.device, weight.dtype, weight.untyped_storage().data_ptr(),
-                weight.storage_offset(), tuple(weight.shape), tuple(weight.stride()))
+    def _key(weight: Tensor):
+        return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
+                tuple(weight.shape), tuple(weight.stride()))
 
     def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
+        return self.get_for([weight], weight_form, lambda: kernel_weight(weight, weight_form))
+
+    def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
+        """build() once per version of `inputs` (the tensors the converted weight depends on)."""
         from torch.multiprocessing.reductions import StorageWeakRef
 
-        if weight.is_inference():  # inference tensors keep no version counter: convert every call
+        if any(t.is_inference() for t in inputs):  # no version counter: convert every call
             self.conversions += 1
-            return kernel_weight(weight, weight_form)
-        key = self._key(weight, weight_form)
-        version = weight._version
+            return build()
+        key = (tag,) + tuple(self._key(t) for t in inputs)
+        versions = tuple(t._version for t in inputs)
         with self.lock:
             entry = self.entries.get(key)
-            if entry is not None and entry[1] == version and not entry[0].expired():
+            if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
                 return entry[2]
-        converted = kernel_weight(weight, weight_form)
+        converted = build()
         with self.lock:
             self.conversions += 1
             if len(self.entries) >= 256:
-                self.entries = {k: e for k, e in self.entries.items() if not e[0].expired()}
-            self.entries[key] = (StorageWeakRef(weight.untyped_storage()), version, converted)
+                self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
+            refs = tuple(StorageWeakRef(t.untyped_storage()) for t in inputs)
+            self.entries[key] = (refs, versions, converted)
         return converted
 
     def clear(self) -> None:
@@ -929,12 +935,10 @@ def _check_forms(op: str, weight_form: str, x_form: str) -> None:
     _check(x_form in _X_FORMS, op, lambda: f"x_form must be one of {_X_FORMS}, got {x_form!r}")
 
 
-@torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
-def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
-    converted = cached_kernel_weight(weight, weight_form)
+def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form, row_scale):
+    """The converted weight's kernel, or the layer's original float math when it has none."""
     if converted.x_binarized:
         x_form = "ste_sign"
-    k = weight.shape[1]
     if converted.kind == "binary":
         total = _combined_scale(converted.alpha, scale)
         if x_form == "float":
@@ -946,12 +950,19 @@ def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_f
         return torch.ops.bitcompile.apot_linear(x, converted.packed, k, converted.bits, converted.code_values,
                                                 alpha, bias)
     # Dense: the layer's original math (this weight has no packed form right now).
-    y = torch.nn.functional.linear(_binarize_dense(x, x_form), _dense_weight(weight, weight_form))
+    y = torch.nn.functional.linear(_binarize_dense(x, x_form), dense_weight())
     if row_scale:
         y = y * x.abs().mean(-1, keepdim=True)
     if scale is not None:
         y = y * (scale.reshape(-1) if scale.numel() > 1 else scale.reshape(()))
     return y if bias is None else y + bias
+
+
+@torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
+def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
+    converted = cached_kernel_weight(weight, weight_form)
+    return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
+                       x_form, row_scale)
 
 
 @torch.library.register_fake("bitcompile::linear_of_weight")
@@ -967,13 +978,11 @@ def _linear_of_weight_fake(x, weight, scale=None, bias=None, *, weight_form, x_f
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-@torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
-def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                           x_form="float", pad_value=0.0):
-    converted = cached_kernel_weight(weight, weight_form)
+def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, padding, dilation, scale, bias,
+                x_form, pad_value):
     if converted.x_binarized:
         x_form = "ste_sign"
-    channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
+    channels, kernel_size = weight_shape[1], [weight_shape[2], weight_shape[3]]
     if converted.kind == "binary" and x_form != "float":
         return torch.ops.bitcompile.binary_conv2d(
             x, converted.packed, channels, kernel_size, stride, padding, dilation,
@@ -985,7 +994,7 @@ def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bia
     if converted.kind == "binary" and x_form == "float":
         # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel)
         scale_total = _combined_scale(converted.alpha, scale)
-        dequantized = _sign(weight).to(torch.float32)
+        dequantized = _sign(dense_weight()).to(torch.float32)
         if scale_total is not None:
             dequantized = dequantized * scale_total.reshape(-1, 1, 1, 1)
         bias = None if bias is None else bias.to(x.dtype)
@@ -995,10 +1004,19 @@ def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bia
     xs = _binarize_dense(x, x_form)
     if padding[0] or padding[1]:
         xs = torch.nn.functional.pad(xs, (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
-    y = torch.nn.functional.conv2d(xs, _dense_weight(weight, weight_form), None, list(stride), 0, list(dilation))
+    y = torch.nn.functional.conv2d(xs, dense_weight(), None, list(stride), 0, list(dilation))
     if scale is not None:
         y = y * (scale.reshape(1, -1, 1, 1) if scale.numel() > 1 else scale.reshape(()))
     return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+@torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
+def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
+                           x_form="float", pad_value=0.0):
+    converted = cached_kernel_weight(weight, weight_form)
+    dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
+    return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
+                       pad_value)
 
 
 @torch.library.register_fake("bitcompile::conv2d_of_weight")
@@ -1014,3 +1032,86 @@ def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bia
     _check_same_device(op, x, weight=weight)
     _check_scale_bias(op, x, weight.shape[0], scale, bias)
     return _conv_output(op, x, weight.shape[0], kernel_size, stride, padding, dilation)
+
+
+# Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
+# fake-quantized weight, say) is rewritten with the function that computes it. The passes extract
+# that part of the graph as a small GraphModule of the parameters and register it here under a
+# hash of its code; the ops below run it, and convert its result, once per version of those
+# parameters (the same cache), so the fake quantization does not run per call either.
+_weight_functions: dict = {}
+
+
+def register_weight_function(function) -> str:
+    """Register a GraphModule (parameters -> weight); returns its key (a hash of its code)."""
+    import hashlib
+
+    key = hashlib.sha1(function.code.encode()).hexdigest()[:20]
+    _weight_functions.setdefault(key, function)
+    return key
+
+
+def _computed(op: str, inputs, weight_fn: str, weight_form: str) -> tuple:
+    function = _weight_functions.get(weight_fn)
+    _check(function is not None, op, lambda: f"weight function {weight_fn} is not registered in this process "
+           "(graphs using it come from the bitcompile backend; compile again)")
+    def build():
+        with torch.no_grad():
+            weight = function(*inputs)
+        converted = kernel_weight(weight, weight_form)
+        if converted.kind == "dense":
+            converted.dense_weight = weight
+        return converted
+
+    converted = weight_cache.get_for(list(inputs), f"{weight_fn}:{weight_form}", build)
+    return converted, lambda: converted.dense_weight
+
+
+_lib.define(
+    "linear_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
+    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", bool row_scale=False) -> Tensor"
+)
+_lib.define(
+    "conv2d_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
+    "str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
+)
+
+
+@torch.library.impl(_lib, "linear_of_computed_weight", "CompositeExplicitAutograd")
+def _linear_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
+                                    weight_form, x_form="float", row_scale=False):
+    converted, dense = _computed("linear_of_computed_weight", weight_inputs, weight_fn, weight_form)
+    return _run_linear(x, converted, dense, weight_shape[1], scale, bias, x_form, row_scale)
+
+
+@torch.library.register_fake("bitcompile::linear_of_computed_weight")
+def _linear_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
+                                    weight_form, x_form="float", row_scale=False):
+    op = "linear_of_computed_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(len(weight_shape) == 2, op, lambda: f"weight_shape must have 2 sizes, got {list(weight_shape)}")
+    _check(x.shape[-1] == weight_shape[1], op, lambda: f"x has {x.shape[-1]} features, weight has {weight_shape[1]}")
+    _check_scale_bias(op, x, weight_shape[0], scale, bias)
+    return x.new_empty((*x.shape[:-1], weight_shape[0]))
+
+
+@torch.library.impl(_lib, "conv2d_of_computed_weight", "CompositeExplicitAutograd")
+def _conv2d_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
+                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
+    converted, dense = _computed("conv2d_of_computed_weight", weight_inputs, weight_fn, weight_form)
+    return _run_conv2d(x, converted, dense, weight_shape, stride, padding, dilation, scale, bias, x_form, pad_value)
+
+
+@torch.library.register_fake("bitcompile::conv2d_of_computed_weight")
+def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
+                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
+    op = "conv2d_of_computed_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(len(weight_shape) == 4, op, lambda: f"weight_shape must have 4 sizes, got {list(weight_shape)}")
+    kernel_size = [weight_shape[2], weight_shape[3]]
+    _check_conv_geometry(op, x, weight_shape[1], kernel_size, stride, padding, dilation)
+    _check_scale_bias(op, x, weight_shape[0], scale, bias)
+    return _conv_output(op, x, weight_shape[0], kernel_size, stride, padding, dilation)

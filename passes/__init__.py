@@ -42,6 +42,27 @@ def _layer_fqn(weight_fqn):
     return weight_fqn.rsplit(".", 1)[0] if "." in weight_fqn else ""
 
 
+def _weight_fqn(weight: fx.Node, ctx: PassContext):
+    """The parameter name behind a weight operand; for a weight computed from parameters (a
+    fake-quantizer), the first "*.weight" parameter it reads."""
+    fqn = ctx.fqn_of(weight)
+    if fqn is not None or weight.op == "placeholder":
+        return fqn
+    seen, stack, found = set(), [weight], []
+    while stack and len(seen) < 500:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op == "placeholder":
+            name = ctx.fqn_of(node)
+            if name is not None:
+                found.append(name)
+        stack.extend(node.all_input_nodes)
+    weights = [name for name in found if name.endswith("weight")]
+    return (weights or found or [None])[0]
+
+
 def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
     """Rewrite (or, in mode "record", only decide) every Linear/Conv2d of gm's graph in place."""
     graph = gm.graph
@@ -57,7 +78,7 @@ def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
             continue
         if layer is None:
             continue
-        layer.fqn = _layer_fqn(ctx.fqn_of(layer.weight))
+        layer.fqn = _layer_fqn(_weight_fqn(layer.weight, ctx))
         name = layer.fqn if layer.fqn else node.name
         reason = _selected(layer.fqn, layer.kind, ctx)
         if reason is None:
@@ -97,6 +118,11 @@ def _removable(node: fx.Node) -> bool:
     `scale_a.copy_(...)` whose result nobody uses: fx's eliminate_dead_code would drop those)."""
     if node.users or node.op not in ("call_function", "call_method"):
         return False
+    if node.target is torch.ops.aten._assert_tensor_metadata.default:
+        # torch.export's dtype/device check of a value: goes with the value once nothing else reads it
+        checked = node.args[0]
+        return isinstance(checked, fx.Node) and all(
+            user.target is torch.ops.aten._assert_tensor_metadata.default for user in checked.users)
     if node.op == "call_method":
         return node.target in _PURE_METHODS
     if ir.view(node) is not None:

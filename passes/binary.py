@@ -25,7 +25,7 @@ import torch.fx as fx
 from torch._dynamo.utils import counters
 
 from bitcompile import ops
-from bitcompile.passes import grid, ir
+from bitcompile.passes import computed_weight, grid, ir
 from bitcompile.passes.context import PassContext
 from bitcompile.passes.layers import Layer
 
@@ -46,6 +46,8 @@ class Plan:
     padding: tuple = (0, 0)
     pad_value: float = 0.0
     note: str = ""
+    computed: object = None        # computed_weight.ComputedWeight (weight derived from parameters)
+    weight_value: object = None    # the weight's real value when it is not a placeholder (lowering)
 
 
 def _pads(layer: Layer) -> Optional[tuple]:
@@ -152,7 +154,21 @@ def _plan_inference(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
     else:
         real = ctx.real_value(layer.weight)
         if real is None:
-            return "float weight that is not a parameter or buffer"
+            if ctx.mode == "lower":
+                computed_value = ctx.evaluate(layer.weight)
+            else:
+                computed = computed_weight.extract(layer.weight, ctx)
+                computed_value = None if computed is None else computed.value
+            if computed_value is None:
+                return "float weight computed from run-time inputs"
+            weight_form = grid.grid_of(computed_value, float_activations=(layer.x_form == "float"))
+            if weight_form is None:
+                return "computed weight, not on a binary or APoT grid"
+            plan = _finish_inference(layer, weight_form, f"computed weight on the {weight_form} grid")
+            if isinstance(plan, Plan):
+                plan.computed = None if ctx.mode == "lower" else computed
+                plan.weight_value = computed_value
+            return plan
         if ctx.quantize is not None and layer.x_form == "float" and layer.weight_scale is None:
             # exactly what bitcompile.quantize_ does to this layer (its conversion function)
             weight_form = f"quantize:{ctx.quantize}"
@@ -162,6 +178,10 @@ def _plan_inference(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
             if weight_form is None:
                 return "float weight, not on a binary or APoT grid"
             note = f"weight on the {weight_form} grid"
+    return _finish_inference(layer, weight_form, note)
+
+
+def _finish_inference(layer: Layer, weight_form: str, note: str) -> Union[Plan, str]:
     apot = weight_form in grid.APOT_SCHEMES or weight_form in ("quantize:apot3", "quantize:apot4", "quantize:apot5")
     x_binarized = layer.x_form != "float" or weight_form == "quantize:binary"
     if apot and layer.x_form != "float":
@@ -247,6 +267,18 @@ def _emit_training(graph, layer, plan, scale, bias, ctx):
 
 
 def _emit_runtime(graph, layer, plan, scale, bias, ctx):
+    if plan.computed is not None:
+        c = plan.computed
+        shape = list(c.value.shape)
+        if layer.kind == "linear":
+            return ir.emit(graph, bc.linear_of_computed_weight.default, (plan.x_in, c.inputs, c.key, shape, scale, bias),
+                           {"weight_form": plan.weight_form, "x_form": plan.x_form, "row_scale": plan.row_scale},
+                           ctx.fake_mode)
+        return ir.emit(graph, bc.conv2d_of_computed_weight.default,
+                       (plan.x_in, c.inputs, c.key, shape, list(layer.stride), list(plan.padding), list(layer.dilation),
+                        scale, bias),
+                       {"weight_form": plan.weight_form, "x_form": plan.x_form, "pad_value": plan.pad_value},
+                       ctx.fake_mode)
     if layer.kind == "linear":
         return ir.emit(graph, bc.linear_of_weight.default, (plan.x_in, layer.weight, scale, bias),
                        {"weight_form": plan.weight_form, "x_form": plan.x_form, "row_scale": plan.row_scale},
@@ -274,7 +306,7 @@ def _constant_scale(graph, scale, alpha, name, ctx):
 
 
 def _emit_lowered(graph, layer, plan, scale, bias, ctx):
-    real = ctx.real_value(layer.weight)
+    real = plan.weight_value if plan.weight_value is not None else ctx.real_value(layer.weight)
     if real is None:
         return "weight not known at lowering time"
     converted = ops.kernel_weight(real, plan.weight_form)
@@ -294,7 +326,7 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
     k = real.shape[1]
     if converted.kind == "apot":
         alpha = _constant_scale(graph, scale, converted.alpha, f"{prefix}.weight_alpha", ctx)
-        code_values = ctx.add_constant(f"{prefix}.code_values", converted.code_values)
+        code_values = ctx.add_constant(f"{prefix}.apot_code_values", converted.code_values)
         if layer.kind == "linear":
             return ir.emit(graph, bc.apot_linear.default,
                            (plan.x_in, packed, k, converted.bits, code_values, alpha, bias), fake_mode=ctx.fake_mode)

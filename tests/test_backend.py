@@ -482,3 +482,55 @@ def test_quantize_option_matches_quantize_(scheme):
     assert_close(out, expected)
     assert set(rewritten_ops()) == {"conv1", "conv2", "fc"}, backend.last_report
     assert not torch.equal(out, model(x))  # numerics did change
+
+
+# ----------------------------------------------------------------------------------------------
+# APoT: bitcompile.nn APoT layers (fake-quantized weights) and weights already on an APoT grid
+# ----------------------------------------------------------------------------------------------
+def apot_model():
+    apot_layers = pytest.importorskip("bitcompile.nn.apot")
+    return nn.Sequential(
+        apot_layers.APoTConv2d(3, 8, 3, padding=1, scheme="apot3"), nn.ReLU(), nn.Flatten(),
+        apot_layers.APoTLinear(8 * 25, 16), nn.ReLU(),
+        apot_layers.APoTLinear(16, 4, scheme="apot5", learn_alpha=True),
+    ).eval()
+
+
+@torch.no_grad()
+def test_apot_layers_inference_and_in_place_update():
+    model = apot_model()
+    x = torch.randn(3, 3, 5, 5)
+    c = compiled(model)
+    assert_close(c(x), model(x))
+    assert rewritten_ops() == {"0": "apot_conv2d", "3": "apot_linear", "5": "apot_linear"}
+    conversions = ops.weight_cache.conversions
+    assert_close(c(x), model(x))
+    assert ops.weight_cache.conversions == conversions, "fake quantization ran again for unchanged weights"
+    model[3].weight.mul_(1.7)
+    model[5].alpha.mul_(0.5)  # a learned alpha below max|W|: clipped weights, still a grid
+    assert_close(c(x), model(x), "after in-place updates")
+    other = apot_model()
+    assert_close(compiled(other)(x), other(x), "second instance")
+
+
+@torch.no_grad()
+def test_apot_grid_weights_of_plain_layers():
+    from bitcompile import apot
+
+    model = nn.Sequential(nn.Linear(40, 24), nn.ReLU(), nn.Linear(24, 6))
+    codes, alpha = apot.quantize_weight(model[0].weight, "apot4")
+    model[0].weight.copy_(apot.dequantize(codes, alpha, scheme="apot4"))
+    x = torch.randn(5, 40)
+    c = compiled(model)
+    assert_close(c(x), model(x))
+    assert rewritten_ops() == {"0": "apot_linear"}
+    model[0].weight.add_(0.01)  # off the grid: dense math
+    assert_close(c(x), model(x), "off the grid")
+
+
+def test_apot_layers_training_graph_left_alone():
+    model = apot_model().train()
+    x = torch.randn(2, 3, 5, 5)
+    out = compiled(model)(x)
+    assert_close(out, model(x))
+    assert rewritten_ops() == {}

@@ -137,3 +137,16 @@ def test_lower_apot_grid_weights():
     assert small.state_dict["0.weight_packed"].dtype == torch.uint8
     with torch.no_grad():
         assert_close(small.module()(x), model(x))
+
+
+def test_lower_apot_layers_drops_latent_weights():
+    from test_backend import apot_model
+
+    model = apot_model()
+    x = torch.randn(2, 3, 5, 5)
+    small = lower(torch.export.export(model, (x,)))
+    assert [(e.name, e.op) for e in small._bitcompile_report] == [
+        ("0", "apot_conv2d"), ("3", "apot_linear"), ("5", "apot_linear")]
+    assert not any(k.endswith(".weight") or k.endswith(".alpha") for k in small.state_dict)
+    with torch.no_grad():
+        assert_close(small.module()(x), model(x))

@@ -1,0 +1,82 @@
+"""Weights computed from parameters inside the forward (inference graphs).
+
+Matches: a Linear/Conv2d weight operand that is not a parameter but a function of parameters and
+buffers only, such as bitcompile.nn.APoTLinear's fake-quantized weight
+(alpha * code_values[quantize(W)]), in at most MAX_NODES side-effect-free nodes.
+Emits: that function as a small GraphModule of those parameters, registered in ops.py under a
+hash of its code, and the weight's value now (to find its grid). The run-time op
+(linear_of_computed_weight / conv2d_of_computed_weight) re-runs the function and converts its
+result once per version of the parameters, never per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+import torch.fx as fx
+
+from bitcompile import ops
+from bitcompile.passes.context import PassContext
+
+MAX_NODES = 400
+
+
+@dataclasses.dataclass
+class ComputedWeight:
+    key: str                 # ops.py registry key of the function
+    inputs: list             # the parameter / buffer placeholders it reads, in call order
+    value: torch.Tensor      # its value now (real tensors)
+
+
+def _side_effect_free(node: fx.Node) -> bool:
+    if node.op == "call_method":
+        return not node.target.endswith("_")
+    if node.op == "call_function":
+        if isinstance(node.target, torch._ops.OpOverload):
+            return not node.target._schema.is_mutable
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            return False
+        name = getattr(node.target, "__name__", "")
+        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+            return not name.startswith(("i", "__i", "set", "del")) or name in ("index", "is_", "is_not", "inv", "invert")
+        return not name.endswith("_")
+    return False
+
+
+def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
+    """The function of parameters that computes `weight`, or None if it reads anything else."""
+    needed, inputs, stack = set(), [], [weight]
+    while stack:
+        node = stack.pop()
+        if node in needed:
+            continue
+        needed.add(node)
+        if len(needed) > MAX_NODES:
+            return None
+        if node.op == "placeholder":
+            if ctx.real_value(node) is None:
+                return None  # a run-time input
+            inputs.append(node)
+            continue
+        if not _side_effect_free(node):
+            return None
+        stack.extend(n for n in node.all_input_nodes)
+    if not inputs:
+        return None
+    order = {n: i for i, n in enumerate(weight.graph.nodes)}
+    inputs.sort(key=order.get)
+    graph = fx.Graph()
+    env = {}
+    for node in inputs:
+        env[node] = graph.placeholder(node.name)
+    for node in sorted(needed - set(inputs), key=order.get):
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(env[weight])
+    function = fx.GraphModule(torch.nn.Module(), graph)
+    with torch.no_grad():
+        value = function(*[ctx.real_value(n) for n in inputs])
+    if not isinstance(value, torch.Tensor):
+        return None
+    return ComputedWeight(ops.register_weight_function(function), inputs, value)
