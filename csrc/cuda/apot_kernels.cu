@@ -339,13 +339,26 @@ __global__ void code_row_sums_kernel(const uint8_t* __restrict__ w, int64_t n, i
 constexpr int kIntTileN = 64;
 constexpr int kIntTileK = 32;
 
+// y = float(S * x_scale * alpha / denominator + bias), S = qn - z * row_sum in wrapping 64-bit
+// arithmetic like the int64 reference, the rest in the reference's order, in double.
+__device__ __forceinline__ float int_epilogue(long long qn, long long z, long long row_sum, float x_scale,
+                                              float alpha, const float* bias, int64_t column, double denominator) {
+  const long long sum = static_cast<long long>(static_cast<unsigned long long>(qn) -
+                                               static_cast<unsigned long long>(z) *
+                                                   static_cast<unsigned long long>(row_sum));
+  double value = static_cast<double>(sum) * static_cast<double>(x_scale) * static_cast<double>(alpha) / denominator;
+  if (bias) value += static_cast<double>(bias[column]);
+  return static_cast<float>(value);
+}
+
 template <int kRows, bool kNibbles>
 __global__ void __launch_bounds__(kThreads)
     linear_int_kernel(const uint8_t* __restrict__ q, int64_t m, int64_t k, const int64_t* __restrict__ zero_point,
                       const float* __restrict__ x_scale, const uint8_t* __restrict__ w, int64_t n, int64_t row_bytes,
                       const int32_t* __restrict__ numerators, int table_size, double denominator,
                       const float* __restrict__ alpha, int64_t alpha_count, const float* __restrict__ bias,
-                      const int64_t* __restrict__ row_sums, float* __restrict__ y) {
+                      const int64_t* __restrict__ row_sums, float* __restrict__ y, int64_t split_columns,
+                      long long* __restrict__ partial) {
   constexpr int kBlockM = 16 * kRows;
   __shared__ int32_t levels[256];
   __shared__ int32_t qs[kIntTileK][kBlockM + 1];
@@ -375,7 +388,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) acc[i][j] = 0, total[i][j] = 0;
   long long tiles = 0;
 
-  for (int64_t k0 = 0; k0 < k; k0 += kIntTileK) {
+  // This block's columns: split blockIdx.z of K (split_columns is a multiple of kIntTileK).
+  const int64_t k_begin = int64_t(blockIdx.z) * split_columns;
+  const int64_t k_end = k_begin + split_columns < k ? k_begin + split_columns : k;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kIntTileK) {
     for (int i = tid; i < kBlockM * kIntTileK; i += blockDim.x) {
       const int r = i / kIntTileK, c = i % kIntTileK;
       const int64_t row = m0 + r, column = k0 + c;
@@ -426,8 +442,6 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
   }
 
-  const unsigned long long z = static_cast<unsigned long long>(*zero_point);
-  const double scale = static_cast<double>(*x_scale);
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     const int64_t row = m0 + ty + 16 * i;
@@ -435,25 +449,55 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < 4; ++j) {
       const int64_t column = n0 + tx + 16 * j;
       if (row >= m || column >= n) continue;
-      // S = sum q * N - z * sum N, in wrapping 64-bit arithmetic like the int64 reference.
-      const unsigned long long qn = static_cast<unsigned long long>(total[i][j] + acc[i][j]);
-      const long long sum = static_cast<long long>(qn - z * static_cast<unsigned long long>(row_sums[column]));
-      // The reference's order: sums * x_scale * alpha / denominator + bias, in double.
-      double value = static_cast<double>(sum) * scale * static_cast<double>(alpha[alpha_count == 1 ? 0 : column]) /
-                     denominator;
-      if (bias) value += static_cast<double>(bias[column]);
-      y[row * n + column] = static_cast<float>(value);
+      const long long qn = total[i][j] + acc[i][j];  // sum_k q * N over this block's columns
+      if (partial) {  // K split over blocks: finish_int_split_k adds the splits up
+        partial[blockIdx.z * m * n + row * n + column] = qn;
+      } else {
+        y[row * n + column] = int_epilogue(qn, *zero_point, row_sums[column], *x_scale,
+                                           alpha[alpha_count == 1 ? 0 : column], bias, column, denominator);
+      }
     }
   }
+}
+
+__global__ void finish_int_split_k_kernel(const long long* __restrict__ partial, int splits, int64_t m, int64_t n,
+                                          const int64_t* __restrict__ zero_point, const float* __restrict__ x_scale,
+                                          double denominator, const float* __restrict__ alpha, int64_t alpha_count,
+                                          const float* __restrict__ bias, const int64_t* __restrict__ row_sums,
+                                          float* __restrict__ y) {
+  const int64_t total = m * n;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    unsigned long long qn = 0;  // integer sums: exact in any order
+    for (int s = 0; s < splits; ++s) qn += static_cast<unsigned long long>(partial[s * total + i]);
+    const int64_t column = i % n;
+    y[i] = int_epilogue(static_cast<long long>(qn), *zero_point, row_sums[column], *x_scale,
+                        alpha[alpha_count == 1 ? 0 : column], bias, column, denominator);
+  }
+}
+
+// Blocks along K for the integer kernel: enough blocks in flight, at least 8 tiles a split.
+int64_t int_split_count(int64_t m, int64_t k, int64_t n) {
+  const int64_t block_m = m <= kSmallBatchRows ? 16 : 64;
+  const int64_t blocks = ((m + block_m - 1) / block_m) * ((n + kIntTileN - 1) / kIntTileN);
+  const int64_t tiles = (k + kIntTileK - 1) / kIntTileK;
+  int64_t splits = (1024 + blocks - 1) / blocks;
+  if (splits > tiles / 8) splits = tiles / 8;
+  if (splits > 65535) splits = 65535;
+  if (splits < 1) splits = 1;
+  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
+  return (tiles + tiles_per_split - 1) / tiles_per_split;
 }
 
 template <typename T>
 cudaError_t dequantize_typed(const uint8_t* w, int64_t rows, int64_t k, int bits, const float* code_values,
                              const float* alpha, int64_t alpha_count, T* out, cudaStream_t stream) {
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
-  const int64_t column_blocks = (row_bytes + kThreads - 1) / kThreads;
-  const dim3 grid(static_cast<unsigned int>(column_blocks < 1024 ? column_blocks : 1024),
-                  static_cast<unsigned int>(rows < 65535 ? rows : 65535));
+  // About 2048 blocks in all, each looping over many rows: the table is loaded once a block.
+  int64_t column_blocks = (row_bytes + kThreads - 1) / kThreads;
+  if (column_blocks > 2048) column_blocks = 2048;
+  int64_t row_blocks = (2048 + column_blocks - 1) / column_blocks;
+  if (row_blocks > rows) row_blocks = rows;
+  const dim3 grid(static_cast<unsigned int>(column_blocks), static_cast<unsigned int>(row_blocks));
   if (bits <= 4) {
     dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits, alpha,
                                                                 alpha_count, out);
@@ -542,10 +586,16 @@ cudaError_t code_row_sums(const uint8_t* w_packed, int64_t n, int64_t k, int bit
   return cudaGetLastError();
 }
 
+int64_t linear_int_workspace(int64_t m, int64_t k, int64_t n) {
+  if (m == 0 || n == 0 || k < 1) return 0;
+  const int64_t splits = int_split_count(m, k, n);
+  return splits > 1 ? splits * m * n : 0;
+}
+
 cudaError_t linear_int(const uint8_t* q, int64_t m, int64_t k, const int64_t* zero_point, const float* x_scale,
                        const uint8_t* w_packed, int64_t n, int bits, const int32_t* numerators, double denominator,
                        const float* alpha, int64_t alpha_count, const float* bias, const int64_t* row_sums,
-                       float* y, cudaStream_t stream) {
+                       float* y, int64_t* workspace, cudaStream_t stream) {
   if (m == 0 || n == 0) return cudaSuccess;
   if (bits < 1 || bits > 8 || k < 1) return cudaErrorInvalidValue;
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
@@ -555,17 +605,29 @@ cudaError_t linear_int(const uint8_t* q, int64_t m, int64_t k, const int64_t* ze
   const int64_t block_m = small ? 16 : 64;
   const int64_t row_blocks = (m + block_m - 1) / block_m;
   if (row_blocks > INT_MAX) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned int>(row_blocks), static_cast<unsigned int>(column_blocks));
+  const int64_t splits = int_split_count(m, k, n);
+  const int64_t tiles = (k + kIntTileK - 1) / kIntTileK;
+  const int64_t split_columns = (tiles + splits - 1) / splits * kIntTileK;
+  if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
+  long long* partial = splits > 1 ? reinterpret_cast<long long*>(workspace) : nullptr;
+  const dim3 grid(static_cast<unsigned int>(row_blocks), static_cast<unsigned int>(column_blocks),
+                  static_cast<unsigned int>(splits));
 #define BITCOMPILE_APOT_LINEAR_INT(ROWS, NIBBLES)                                                                 \
   linear_int_kernel<ROWS, NIBBLES><<<grid, kThreads, 0, stream>>>(q, m, k, zero_point, x_scale, w_packed, n,     \
                                                                   row_bytes, numerators, 1 << bits, denominator, \
-                                                                  alpha, alpha_count, bias, row_sums, y)
+                                                                  alpha, alpha_count, bias, row_sums, y,         \
+                                                                  split_columns, partial)
   if (small) {
     if (bits <= 4) BITCOMPILE_APOT_LINEAR_INT(1, true); else BITCOMPILE_APOT_LINEAR_INT(1, false);
   } else {
     if (bits <= 4) BITCOMPILE_APOT_LINEAR_INT(4, true); else BITCOMPILE_APOT_LINEAR_INT(4, false);
   }
 #undef BITCOMPILE_APOT_LINEAR_INT
+  cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess || partial == nullptr) return error;
+  finish_int_split_k_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(partial, static_cast<int>(splits), m, n,
+                                                                       zero_point, x_scale, denominator, alpha,
+                                                                       alpha_count, bias, row_sums, y);
   return cudaGetLastError();
 }
 

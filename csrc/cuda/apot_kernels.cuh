@@ -49,10 +49,12 @@ cudaError_t code_row_sums(const uint8_t* w_packed, int64_t n, int64_t k, int bit
 // S = sum_k q[m, k] * N[code[n, k]] - zero_point * row_sums[n] (the epilogue in double).
 // q [m, k] uint8; zero_point, x_scale, alpha, bias (may be null) in device memory;
 // row_sums from code_row_sums.
+// workspace: linear_int_workspace(m, k, n) int64 entries (or null if 0), for K split over blocks.
+int64_t linear_int_workspace(int64_t m, int64_t k, int64_t n);
 cudaError_t linear_int(const uint8_t* q, int64_t m, int64_t k, const int64_t* zero_point, const float* x_scale,
                        const uint8_t* w_packed, int64_t n, int bits, const int32_t* numerators, double denominator,
                        const float* alpha, int64_t alpha_count, const float* bias, const int64_t* row_sums,
-                       float* y, cudaStream_t stream);
+                       float* y, int64_t* workspace, cudaStream_t stream);
 
 }  // namespace apot
 }  // namespace bitcompile

@@ -156,6 +156,7 @@ at::Tensor apot_linear_int_cuda(const at::Tensor& q_x, const at::Tensor& x_scale
   auto alpha_f = bitcompile::as_float_vector(alpha);
   auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
   auto row_sums = at::empty({n}, w.options().dtype(at::kLong));
+  auto workspace = at::empty({apot::linear_int_workspace(m, k, n)}, w.options().dtype(at::kLong));
   check_launch(apot::code_row_sums(w.data_ptr<uint8_t>(), n, k, static_cast<int>(bits), numerators.data_ptr<int32_t>(),
                                    row_sums.data_ptr<int64_t>(), stream),
                op);
@@ -163,7 +164,8 @@ at::Tensor apot_linear_int_cuda(const at::Tensor& q_x, const at::Tensor& x_scale
                                 w.data_ptr<uint8_t>(), n, static_cast<int>(bits), numerators.data_ptr<int32_t>(),
                                 denominator, alpha_f.data_ptr<float>(), alpha_f.numel(),
                                 bias.has_value() ? bias_f.data_ptr<float>() : nullptr, row_sums.data_ptr<int64_t>(),
-                                y.data_ptr<float>(), stream),
+                                y.data_ptr<float>(), workspace.numel() ? workspace.data_ptr<int64_t>() : nullptr,
+                                stream),
                op);
   return y.reshape(out_sizes);
 }
