@@ -1,12 +1,58 @@
 // Argument checks shared by the CPU and CUDA bindings of every bitcompile op.
 // They mirror the fake kernels' checks in bitcompile/ops.py, so eager calls and traced calls
 // reject the same inputs with the same messages: "bitcompile::<op>: <what is wrong>".
+//
+// Messages are built by BITCOMPILE_CHECK, which formats numbers with snprintf instead of
+// std::ostream: on the GPU test machine (torch 2.11 + its image's g++), the ostream code the
+// compiler instantiated inside our library for integers disagreed with the loaded libstdc++ and
+// crashed the process (SIGSEGV in basic_ostream::_M_insert<long>) exactly when an error was being
+// raised. Strings, dtypes and devices are appended as text.
 #pragma once
 
 #include <ATen/ATen.h>
+
+#include <cstdio>
 #include <optional>
+#include <string>
+#include <type_traits>
 
 namespace bitcompile {
+
+namespace detail {
+inline void append(std::string& out, const char* text) { out += text; }
+inline void append(std::string& out, const std::string& text) { out += text; }
+inline void append(std::string& out, c10::ScalarType dtype) { out += c10::toString(dtype); }
+inline void append(std::string& out, const c10::Device& device) { out += device.str(); }
+template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+inline void append(std::string& out, T value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%lld", static_cast<long long>(value));
+  out += buffer;
+}
+inline void append(std::string& out, double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", value);
+  out += buffer;
+}
+inline void append(std::string& out, bool value) { out += value ? "true" : "false"; }
+inline void append(std::string& out, at::IntArrayRef values) {
+  out += "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i) out += ", ";
+    append(out, values[i]);
+  }
+  out += "]";
+}
+template <typename... Args>
+std::string message(const Args&... args) {
+  std::string out;
+  (append(out, args), ...);
+  return out;
+}
+}  // namespace detail
+
+// TORCH_CHECK with the message built by detail::message (only when the check fails).
+#define BITCOMPILE_CHECK(cond, ...) TORCH_CHECK(cond, ::bitcompile::detail::message(__VA_ARGS__))
 
 inline int64_t packed_words(int64_t in_features) { return (in_features + 31) / 32; }
 
@@ -16,12 +62,12 @@ inline int64_t packed_code_bytes(int64_t in_features, int64_t bits) {
 
 inline void check_float_input(const char* op, const at::Tensor& x, const char* name = "x") {
   auto dtype = x.scalar_type();
-  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, "bitcompile::", op, ": ", name,
+  BITCOMPILE_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, "bitcompile::", op, ": ", name,
               " must be float32, float16 or bfloat16, got ", dtype);
 }
 
 inline void check_same_device(const char* op, const at::Tensor& x, const at::Tensor& other, const char* name) {
-  TORCH_CHECK(other.device() == x.device(), "bitcompile::", op, ": ", name, " is on ", other.device(),
+  BITCOMPILE_CHECK(other.device() == x.device(), "bitcompile::", op, ": ", name, " is on ", other.device(),
               " but x is on ", x.device());
 }
 
@@ -36,16 +82,16 @@ inline void check_scale_bias(const char* op, const at::Tensor& x, int64_t out_fe
   check_same_device(op, x, scale, "scale");
   check_same_device(op, x, bias, "bias");
   if (scale.has_value()) {
-    TORCH_CHECK(scale->numel() == 1 || (scale->dim() == 1 && scale->size(0) == out_features), "bitcompile::", op,
+    BITCOMPILE_CHECK(scale->numel() == 1 || (scale->dim() == 1 && scale->size(0) == out_features), "bitcompile::", op,
                 ": scale must be a scalar or have ", out_features, " elements (one per output), got shape ",
                 scale->sizes());
-    TORCH_CHECK(scale->is_floating_point(), "bitcompile::", op, ": scale must be floating point, got ",
+    BITCOMPILE_CHECK(scale->is_floating_point(), "bitcompile::", op, ": scale must be floating point, got ",
                 scale->scalar_type());
   }
   if (bias.has_value()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == out_features, "bitcompile::", op, ": bias must have shape (",
+    BITCOMPILE_CHECK(bias->dim() == 1 && bias->size(0) == out_features, "bitcompile::", op, ": bias must have shape (",
                 out_features, ",), got ", bias->sizes());
-    TORCH_CHECK(bias->is_floating_point(), "bitcompile::", op, ": bias must be floating point, got ",
+    BITCOMPILE_CHECK(bias->is_floating_point(), "bitcompile::", op, ": bias must be floating point, got ",
                 bias->scalar_type());
   }
 }
@@ -53,15 +99,15 @@ inline void check_scale_bias(const char* op, const at::Tensor& x, int64_t out_fe
 // x [..., K] against a weight packed as [N, expected_width] of `dtype`.
 inline void check_packed_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
                                 int64_t expected_width, at::ScalarType dtype) {
-  TORCH_CHECK(x.dim() >= 1, "bitcompile::", op, ": x must have at least one dimension");
-  TORCH_CHECK(w_packed.dim() == 2, "bitcompile::", op, ": w_packed must be 2-D (out_features, words), got ",
+  BITCOMPILE_CHECK(x.dim() >= 1, "bitcompile::", op, ": x must have at least one dimension");
+  BITCOMPILE_CHECK(w_packed.dim() == 2, "bitcompile::", op, ": w_packed must be 2-D (out_features, words), got ",
               w_packed.dim(), "-D");
-  TORCH_CHECK(w_packed.scalar_type() == dtype, "bitcompile::", op, ": w_packed must be ", dtype, ", got ",
+  BITCOMPILE_CHECK(w_packed.scalar_type() == dtype, "bitcompile::", op, ": w_packed must be ", dtype, ", got ",
               w_packed.scalar_type());
-  TORCH_CHECK(in_features >= 1, "bitcompile::", op, ": in_features must be positive, got ", in_features);
-  TORCH_CHECK(x.size(-1) == in_features, "bitcompile::", op, ": x has ", x.size(-1),
+  BITCOMPILE_CHECK(in_features >= 1, "bitcompile::", op, ": in_features must be positive, got ", in_features);
+  BITCOMPILE_CHECK(x.size(-1) == in_features, "bitcompile::", op, ": x has ", x.size(-1),
               " features, the weight was packed for ", in_features);
-  TORCH_CHECK(w_packed.size(1) == expected_width, "bitcompile::", op, ": w_packed is ", w_packed.size(1),
+  BITCOMPILE_CHECK(w_packed.size(1) == expected_width, "bitcompile::", op, ": w_packed is ", w_packed.size(1),
               " wide, ", in_features, " features need ", expected_width);
   check_same_device(op, x, w_packed, "w_packed");
 }
@@ -75,7 +121,7 @@ struct ConvGeometry {
 inline int64_t conv_output_size(const char* op, int64_t size, int64_t kernel, int64_t stride, int64_t padding,
                                 int64_t dilation) {
   int64_t out = (size + 2 * padding - dilation * (kernel - 1) - 1) / stride + 1;
-  TORCH_CHECK(size + 2 * padding - dilation * (kernel - 1) - 1 >= 0 && out >= 1, "bitcompile::", op,
+  BITCOMPILE_CHECK(size + 2 * padding - dilation * (kernel - 1) - 1 >= 0 && out >= 1, "bitcompile::", op,
               ": input of size ", size, " is too small for kernel ", kernel, " (dilation ", dilation, ", padding ",
               padding, ")");
   return out;
@@ -84,16 +130,16 @@ inline int64_t conv_output_size(const char* op, int64_t size, int64_t kernel, in
 inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int64_t in_channels,
                                         int64_t out_channels, at::IntArrayRef kernel_size, at::IntArrayRef stride,
                                         at::IntArrayRef padding, at::IntArrayRef dilation) {
-  TORCH_CHECK(x.dim() == 4, "bitcompile::", op, ": x must be 4-D (N, C, H, W), got ", x.dim(), "-D");
-  TORCH_CHECK(x.size(1) == in_channels, "bitcompile::", op, ": x has ", x.size(1),
+  BITCOMPILE_CHECK(x.dim() == 4, "bitcompile::", op, ": x must be 4-D (N, C, H, W), got ", x.dim(), "-D");
+  BITCOMPILE_CHECK(x.size(1) == in_channels, "bitcompile::", op, ": x has ", x.size(1),
               " channels, the weight was packed for ", in_channels);
-  TORCH_CHECK(kernel_size.size() == 2 && stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
+  BITCOMPILE_CHECK(kernel_size.size() == 2 && stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
               "bitcompile::", op, ": kernel_size, stride, padding and dilation must have 2 values each");
-  TORCH_CHECK(kernel_size[0] >= 1 && kernel_size[1] >= 1, "bitcompile::", op, ": kernel_size must be >= 1, got ",
+  BITCOMPILE_CHECK(kernel_size[0] >= 1 && kernel_size[1] >= 1, "bitcompile::", op, ": kernel_size must be >= 1, got ",
               kernel_size);
-  TORCH_CHECK(stride[0] >= 1 && stride[1] >= 1, "bitcompile::", op, ": stride must be >= 1, got ", stride);
-  TORCH_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "bitcompile::", op, ": dilation must be >= 1, got ", dilation);
-  TORCH_CHECK(padding[0] >= 0 && padding[1] >= 0, "bitcompile::", op, ": padding must be >= 0, got ", padding);
+  BITCOMPILE_CHECK(stride[0] >= 1 && stride[1] >= 1, "bitcompile::", op, ": stride must be >= 1, got ", stride);
+  BITCOMPILE_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "bitcompile::", op, ": dilation must be >= 1, got ", dilation);
+  BITCOMPILE_CHECK(padding[0] >= 0 && padding[1] >= 0, "bitcompile::", op, ": padding must be >= 0, got ", padding);
   ConvGeometry g;
   g.batch = x.size(0);
   g.channels = x.size(1);
@@ -116,10 +162,10 @@ inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int
 // The binary conv weight: pack_signs(W.permute(0, 2, 3, 1)) = [OC, KH, KW, ceil(C / 32)] int32.
 inline void check_binary_conv_weight(const char* op, const at::Tensor& x, const at::Tensor& w_packed,
                                      int64_t in_channels, at::IntArrayRef kernel_size) {
-  TORCH_CHECK(w_packed.scalar_type() == at::kInt, "bitcompile::", op, ": w_packed must be int32, got ",
+  BITCOMPILE_CHECK(w_packed.scalar_type() == at::kInt, "bitcompile::", op, ": w_packed must be int32, got ",
               w_packed.scalar_type());
-  TORCH_CHECK(kernel_size.size() == 2, "bitcompile::", op, ": kernel_size must have 2 values");
-  TORCH_CHECK(w_packed.dim() == 4 && w_packed.size(1) == kernel_size[0] && w_packed.size(2) == kernel_size[1] &&
+  BITCOMPILE_CHECK(kernel_size.size() == 2, "bitcompile::", op, ": kernel_size must have 2 values");
+  BITCOMPILE_CHECK(w_packed.dim() == 4 && w_packed.size(1) == kernel_size[0] && w_packed.size(2) == kernel_size[1] &&
                   w_packed.size(3) == packed_words(in_channels),
               "bitcompile::", op, ": w_packed must have shape (out_channels, ", kernel_size[0], ", ", kernel_size[1],
               ", ", packed_words(in_channels), "), got ", w_packed.sizes());
@@ -127,25 +173,25 @@ inline void check_binary_conv_weight(const char* op, const at::Tensor& x, const 
 }
 
 inline void check_pad_value(const char* op, double pad_value) {
-  TORCH_CHECK(pad_value == 0.0 || pad_value == 1.0 || pad_value == -1.0, "bitcompile::", op,
+  BITCOMPILE_CHECK(pad_value == 0.0 || pad_value == 1.0 || pad_value == -1.0, "bitcompile::", op,
               ": pad_value must be 0, 1 or -1, got ", pad_value);
 }
 
 // APoT tables: code_values (float32) or code_numerators (int32), 2**bits entries.
 inline void check_code_table(const char* op, const at::Tensor& x, int64_t bits, const at::Tensor& table,
                              const char* name, at::ScalarType dtype) {
-  TORCH_CHECK(bits >= 1 && bits <= 8, "bitcompile::", op, ": bits must be in 1..8, got ", bits);
-  TORCH_CHECK(table.dim() == 1 && table.size(0) == (int64_t(1) << bits), "bitcompile::", op, ": ", name,
+  BITCOMPILE_CHECK(bits >= 1 && bits <= 8, "bitcompile::", op, ": bits must be in 1..8, got ", bits);
+  BITCOMPILE_CHECK(table.dim() == 1 && table.size(0) == (int64_t(1) << bits), "bitcompile::", op, ": ", name,
               " must have 2**bits = ", (int64_t(1) << bits), " entries, got shape ", table.sizes());
-  TORCH_CHECK(table.scalar_type() == dtype, "bitcompile::", op, ": ", name, " must be ", dtype, ", got ",
+  BITCOMPILE_CHECK(table.scalar_type() == dtype, "bitcompile::", op, ": ", name, " must be ", dtype, ", got ",
               table.scalar_type());
   check_same_device(op, x, table, name);
 }
 
 inline void check_alpha(const char* op, const at::Tensor& x, const at::Tensor& alpha, int64_t out_features) {
-  TORCH_CHECK(alpha.is_floating_point(), "bitcompile::", op, ": alpha must be floating point, got ",
+  BITCOMPILE_CHECK(alpha.is_floating_point(), "bitcompile::", op, ": alpha must be floating point, got ",
               alpha.scalar_type());
-  TORCH_CHECK(alpha.numel() == 1 || (alpha.dim() == 1 && alpha.size(0) == out_features), "bitcompile::", op,
+  BITCOMPILE_CHECK(alpha.numel() == 1 || (alpha.dim() == 1 && alpha.size(0) == out_features), "bitcompile::", op,
               ": alpha must be a scalar or have ", out_features, " elements, got shape ", alpha.sizes());
   check_same_device(op, x, alpha, "alpha");
 }
