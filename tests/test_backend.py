@@ -329,9 +329,11 @@ def test_dynamic_true_batch_sizes_compile_once():
 def test_inductor_inference():
     model = nn.Sequential(SteMLP(), nn.Softmax(-1))
     x = torch.randn(9, 37)
-    c = torch.compile(model, backend="bitcompile")
+    # mode reaches the inner inductor (CUDA graphs there; on CPU inductor skips them)
+    c = torch.compile(model, backend="bitcompile", mode="reduce-overhead")
     assert_close(c(x), model(x))
     assert rewritten_ops()["0.layers.1"] == "binary_linear"
+    assert_close(c(x), model(x))
 
 
 def test_inductor_training_step():
@@ -534,3 +536,39 @@ def test_apot_layers_training_graph_left_alone():
     out = compiled(model)(x)
     assert_close(out, model(x))
     assert rewritten_ops() == {}
+
+
+def test_computed_weight_ops_opcheck_and_cache():
+    class Double(nn.Module):
+        def forward(self, w, s):
+            return w * s
+
+    key = ops.register_weight_function(torch.fx.symbolic_trace(Double()))
+    x, w, s = torch.randn(4, 33), torch.randn(9, 33), torch.tensor(2.0)
+    args = (x, [w, s], key, [9, 33], torch.rand(9), torch.randn(9))
+    kwargs = {"weight_form": "ste_sign", "x_form": "ste_sign", "row_scale": True}
+    torch.library.opcheck(torch.ops.bitcompile.linear_of_computed_weight.default, args, kwargs)
+    expected = torch.ops.bitcompile.linear_of_weight(x, w * s, *args[4:], **kwargs)
+    assert_close(torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs), expected)
+    img, cw = torch.randn(2, 4, 6, 6), torch.randn(5, 4, 3, 3)
+    conv_args = (img, [cw, s], key, [5, 4, 3, 3], [1, 1], [1, 1], [1, 1], None, None)
+    torch.library.opcheck(torch.ops.bitcompile.conv2d_of_computed_weight.default, conv_args,
+                          {"weight_form": "sign", "x_form": "sign", "pad_value": 0.0})
+    s.mul_(-1)  # an input of the function changed in place: converted again
+    before = ops.weight_cache.conversions
+    out = torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
+    assert ops.weight_cache.conversions == before + 1
+    torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
+    assert ops.weight_cache.conversions == before + 1
+    assert_close(out, torch.ops.bitcompile.linear_of_weight(x, w * s, *args[4:], **kwargs))
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_inference(dtype):
+    model = SteMLP().to(dtype)
+    x = torch.randn(6, 37, dtype=dtype)
+    out = compiled(model)(x)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.float(), model(x).float(), rtol=2e-2, atol=2e-2)
+    assert rewritten_ops()["layers.1"] == "binary_linear"
