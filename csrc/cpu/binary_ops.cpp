@@ -172,6 +172,16 @@ struct Epilogue {
   }
 };
 
+// Where output (m, n) of a GEMM goes: a row-major [M, N] matrix, or, for the conv, rows
+// m = (b, pixel) of an NCHW tensor (one image every `image_rows` rows, channels `col_stride` apart).
+struct Output {
+  float* data;
+  int64_t image_rows, image_stride, row_stride, col_stride;
+
+  static Output matrix(float* data, int64_t n) { return {data, 1, n, 0, 1}; }
+  float* row(int64_t m) const { return data + (m / image_rows) * image_stride + (m % image_rows) * row_stride; }
+};
+
 // Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel.
 template <typename Fn>
 void for_each_block(int64_t m, int64_t n, int64_t block_m, int64_t block_n, const Fn& fn) {
@@ -335,8 +345,7 @@ struct BinaryGemmTile {
   const BitMatrix& a;
   const uint64_t* b;
   const Epilogue& epilogue;
-  float* out;
-  int64_t n;
+  const Output& out;
 
   template <int MR, int NR>
   void run(int64_t m0, int64_t n0) const {
@@ -355,9 +364,10 @@ struct BinaryGemmTile {
       // Standard row: dot = K - 2 popc(a ^ b). Masked: dot = popc(nz) - 2 popc((a ^ b) & nz); for
       // a tile mixing both kinds, nz of a row without zeros is all valid bits, so both agree.
       const int64_t ones = masked ? a.nonzero_count[m0 + i] : a.valid;
+      float* row = out.row(m0 + i);
       for (int j = 0; j < NR; ++j) {
         const int64_t dot = ones - 2 * count[i][j];
-        out[(m0 + i) * n + n0 + j] = epilogue.apply(float(dot), m0 + i, n0 + j);
+        row[(n0 + j) * out.col_stride] = epilogue.apply(float(dot), m0 + i, n0 + j);
       }
     }
   }
@@ -365,8 +375,8 @@ struct BinaryGemmTile {
 
 template <typename Kernel>
 void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
-                      float* out) {
-  const BinaryGemmTile<Kernel> tile{a, b, epilogue, out, n};
+                      const Output& out) {
+  const BinaryGemmTile<Kernel> tile{a, b, epilogue, out};
   for_each_block(m, n, 64, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     tile_block<Kernel::kRows, Kernel::kCols>(m0, m1, n0, n1, tile);
   });
@@ -394,7 +404,7 @@ struct PanelGemmTile {
   const BitMatrix& a;
   const uint64_t* panels;
   const Epilogue& epilogue;
-  float* out;
+  const Output& out;
   int64_t n;
 
   template <int MR, int NP>
@@ -433,12 +443,13 @@ struct PanelGemmTile {
     for (int i = 0; i < MR; ++i) {
       // dot = K - 2 popc(a ^ b), or popc(nz) - 2 popc((a ^ b) & nz) (see BinaryGemmTile)
       const int64_t ones = MASKED ? a.nonzero_count[m0 + i] : a.valid, m = m0 + i;
+      float* row = out.row(m);
       for (int q = 0; q < NP; ++q) {
         alignas(64) int64_t count[8];
         _mm512_store_si512(count, acc[i][q]);
         for (int lane = 0; lane < 8 && 8 * (p0 + q) + lane < n; ++lane) {
           const int64_t col = 8 * (p0 + q) + lane;
-          out[m * n + col] = epilogue.apply(float(ones - 2 * count[lane]), m, col);
+          row[col * out.col_stride] = epilogue.apply(float(ones - 2 * count[lane]), m, col);
         }
       }
     }
@@ -446,7 +457,7 @@ struct PanelGemmTile {
 };
 
 void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
-                        float* out) {
+                        const Output& out) {
   const at::Tensor panels = interleave_panels(b, n, a.words64);
   const PanelGemmTile tile{a, reinterpret_cast<const uint64_t*>(panels.data_ptr<int64_t>()), epilogue, out, n};
   // Blocks of 64 rows x 6 panels (48 outputs): about 6 x 512 B of B per word-row block in L1.
@@ -456,8 +467,9 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
 }
 #endif
 
-// out[M, N] = epilogue(dot(s(a_m), s(b_n))), b: N rows of a.words64 64-bit words.
-void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue, float* out) {
+// out(m, n) = epilogue(dot(s(a_m), s(b_n))), b: N rows of a.words64 64-bit words.
+void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
+                 const Output& out) {
 #ifdef __AVX512VPOPCNTDQ__
   if (m >= PanelGemmTile::kRows) return binary_gemm_panels(a, m, b, n, epilogue, out);
 #endif
@@ -575,8 +587,7 @@ struct SignDotTile {
   const uint32_t* w;  // [N, words]
   int64_t words;
   const Epilogue& epilogue;
-  float* out;
-  int64_t n;
+  const Output& out;
 
   template <int MR, int NR>
   void run(int64_t m0, int64_t n0) const {
@@ -586,8 +597,10 @@ struct SignDotTile {
     for (int j = 0; j < NR; ++j) w_rows[j] = w + (n0 + j) * words;
     float acc[MR][NR];
     sign_dot_tile<MR, NR>(x_rows, w_rows, words, acc);
-    for (int i = 0; i < MR; ++i)
-      for (int j = 0; j < NR; ++j) out[(m0 + i) * n + n0 + j] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
+    for (int i = 0; i < MR; ++i) {
+      float* row = out.row(m0 + i);
+      for (int j = 0; j < NR; ++j) row[(n0 + j) * out.col_stride] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
+    }
   }
 };
 
@@ -630,7 +643,7 @@ at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
       epilogue.row_factor = row_mean.data_ptr<float>();
     }
     binary_gemm(bit_matrix(packed, k), m, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()), n, epilogue,
-                out.data_ptr<float>());
+                Output::matrix(out.data_ptr<float>(), n));
   }
   return out.view(out_sizes).to(x.scalar_type());
 }
@@ -653,8 +666,9 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
     const at::Tensor padded = 32 * words == k ? rows : at::constant_pad_nd(rows, {0, 32 * words - k}, 0).contiguous();
     const at::Tensor weight = w_packed.contiguous();
     const Epilogue epilogue(scale, bias);
+    const Output output = Output::matrix(out.data_ptr<float>(), n);
     const SignDotTile tile{padded.data_ptr<float>(), reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>()),
-                           words, epilogue, out.data_ptr<float>(), n};
+                           words, epilogue, output};
     for_each_block(m, n, 32, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       tile_block<kSignRows, kSignCols>(m0, m1, n0, n1, tile);
     });
@@ -738,9 +752,12 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   check_pad_value(op, pad_value);
   check_scale_bias(op, x, out_channels, scale, bias);
 
+  // The GEMM writes straight into a fresh tensor of the input's memory format (strides as the
+  // fake kernel's): rows (b, oh, ow), columns the output channels.
   const at::MemoryFormat memory_format = x.suggest_memory_format();
-  const int64_t patches = g.batch * g.out_height * g.out_width;
-  at::Tensor out = at::empty({patches, out_channels}, x.options().dtype(at::kFloat));
+  at::Tensor result = at::empty({g.batch, out_channels, g.out_height, g.out_width},
+                                x.options().dtype(at::kFloat).memory_format(memory_format));
+  const int64_t pixels_out = g.out_height * g.out_width, patches = g.batch * pixels_out;
   if (patches > 0 && out_channels > 0) {
     // One row per input pixel (NHWC), packed along the channels.
     const at::Tensor pixels_nhwc = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels});
@@ -750,15 +767,14 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
         weight_rows(w_packed.reshape({out_channels, -1}), packed_words(g.channels), g.channels);
     const Epilogue epilogue(scale, bias);
     const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
+    float* data = result.data_ptr<float>();
+    const Output output = memory_format == at::MemoryFormat::ChannelsLast
+                              ? Output::matrix(data, out_channels)
+                              : Output{data, pixels_out, out_channels * pixels_out, 1, pixels_out};
     binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
-                out_channels, epilogue, out.data_ptr<float>());
+                out_channels, epilogue, output);
   }
-  // [N*OH*OW, OC] is NHWC. The result is a fresh tensor of the input's memory format (a view
-  // would keep NHWC strides where sizes of 1 make both layouts "contiguous", unlike the fake
-  // kernel's), cast to x's dtype by the same copy.
-  at::Tensor result = at::empty({g.batch, out_channels, g.out_height, g.out_width},
-                                x.options().memory_format(memory_format));
-  return result.copy_(out.view({g.batch, g.out_height, g.out_width, out_channels}).permute({0, 3, 1, 2}));
+  return result.to(x.scalar_type());
 }
 
 }  // namespace
