@@ -150,3 +150,16 @@ def test_lower_apot_layers_drops_latent_weights():
     assert not any(k.endswith(".weight") or k.endswith(".alpha") for k in small.state_dict)
     with torch.no_grad():
         assert_close(small.module()(x), model(x))
+
+
+def test_lower_dynamic_batch_save_load(tmp_path):
+    model = SteCNN().eval()
+    x = torch.randn(4, 3, 9, 9)
+    ep = torch.export.export(model, (x,), dynamic_shapes={"x": {0: torch.export.Dim("batch", min=1, max=1024)}})
+    path = tmp_path / "dynamic.pt2"
+    torch.export.save(lower(ep), str(path))
+    loaded = torch.export.load(str(path)).module()
+    with torch.no_grad():
+        for batch in (1, 3, 17):
+            xb = torch.randn(batch, 3, 9, 9)
+            assert_close(loaded(xb), model(xb), f"batch {batch}")
