@@ -572,3 +572,46 @@ def test_half_precision_inference(dtype):
     assert out.dtype == dtype
     torch.testing.assert_close(out.float(), model(x).float(), rtol=2e-2, atol=2e-2)
     assert rewritten_ops()["layers.1"] == "binary_linear"
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA (run on the GPU machine; skipped without a GPU)
+# ----------------------------------------------------------------------------------------------
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@requires_cuda
+@pytest.mark.cuda
+@torch.no_grad()
+def test_cuda_reduce_overhead_replays_without_repacking():
+    model = SteMLP().cuda()
+    x = torch.randn(8, 37, device="cuda")
+    expected = model(x)
+    c = torch.compile(model, backend="bitcompile", mode="reduce-overhead")
+    for _ in range(4):  # warm-up, record, replays
+        out = c(x)
+    assert_close(out, expected)
+    assert rewritten_ops()["layers.1"] == "binary_linear"
+    conversions = ops.weight_cache.conversions
+    for _ in range(3):
+        out = c(x)
+    torch.cuda.synchronize()
+    assert ops.weight_cache.conversions == conversions, "a replay packed a weight again"
+    assert_close(out, expected)
+    x2 = torch.randn_like(x)
+    assert_close(c(x2).clone(), model(x2), "new input values")
+
+
+@requires_cuda
+@pytest.mark.cuda
+def test_cuda_training_and_inference():
+    eager, x = SteCNN().cuda(), torch.randn(4, 3, 9, 9, device="cuda")
+    model = copy.deepcopy(eager)
+    target = torch.randn_like(eager(x))
+    make = lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9)  # noqa: E731
+    _train(compiled(model), 3, x, target, make)
+    _train(eager, 3, x, target, make)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert_close(p, q, name)
+    with torch.no_grad():
+        assert_close(compiled(model)(x), eager(x), "inference")
