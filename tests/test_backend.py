@@ -297,6 +297,25 @@ def test_training_binary_layers_of_bitcompile_nn():
         assert rewritten_ops() == {"0": "binary_linear", "2": "binary_linear"}
 
 
+def test_training_binary_conv_layers_of_bitcompile_nn():
+    binary = pytest.importorskip("bitcompile.nn.binary")
+    eager = nn.Sequential(binary.BinaryConv2d(3, 8, 3, padding=1, bias=True), nn.ReLU(),
+                          binary.BinaryConv2d(8, 6, 3, stride=2, padding=1, pad_value=0.0), nn.Flatten())
+    x = torch.randn(4, 3, 7, 7)
+    eager(x)  # first forward sets scale_a
+    model = copy.deepcopy(eager)
+    target = torch.randn_like(eager(x))
+    make = lambda p: torch.optim.Adam(p, lr=1e-3)  # noqa: E731
+    _train(compiled(model), 3, x, target, make)
+    assert rewritten_ops() == {"0": "binary_conv2d_ste", "2": "binary_conv2d_ste"}
+    _train(eager, 3, x, target, make)
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert_close(p, q, name)
+    with torch.no_grad():
+        assert_close(compiled(model)(x), eager(x), "inference")
+        assert rewritten_ops() == {"0": "binary_conv2d", "2": "binary_conv2d"}
+
+
 # ----------------------------------------------------------------------------------------------
 # Graph capture modes
 # ----------------------------------------------------------------------------------------------
