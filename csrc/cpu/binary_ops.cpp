@@ -25,6 +25,11 @@
 
 #include "checks.h"
 
+// The panel GEMM (binary_gemm_panels) needs VPOPCNTDQ, and DQ/VL for its vector epilogue.
+#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define BITCOMPILE_AVX512_PANELS 1
+#endif
+
 namespace bitcompile {
 namespace {
 
@@ -108,6 +113,53 @@ PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero
       int32_t count = popcount_words(nonzero + i * stride32, words);
       packed.nonzero_count.data_ptr<int32_t>()[i] = count;
       packed.has_zero.data_ptr<uint8_t>()[i] = count != k;
+    }
+  });
+  return packed;
+}
+
+// The same packing (one row per pixel, packed along the channels) read straight from an NCHW
+// fp32 tensor, without transposing the floats: a channel plane is read contiguously and its
+// signs OR-ed into the words of 64 pixels at a time (the compiler vectorizes over pixels).
+PackedRows pack_pixels_nchw(const at::Tensor& x, bool with_nonzero) {
+  const int64_t batch = x.size(0), channels = x.size(1), pixels = x.size(2) * x.size(3);
+  const int64_t words = packed_words(channels), rows = batch * pixels;
+  constexpr int64_t kChunk = 64;
+  const int64_t chunks = (pixels + kChunk - 1) / kChunk;
+  auto int_options = x.options().dtype(at::kInt);
+  PackedRows packed;
+  packed.bits = at::empty({rows, words}, int_options);
+  if (with_nonzero) {
+    packed.nonzero = at::empty({rows, words}, int_options);
+    packed.nonzero_count = at::empty({rows}, int_options);
+    packed.has_zero = at::empty({rows}, x.options().dtype(at::kByte));
+  }
+  const float* data = x.data_ptr<float>();
+  auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
+  auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
+  at::parallel_for(0, batch * chunks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / chunks, first = (task % chunks) * kChunk, count = std::min(kChunk, pixels - first);
+      for (int64_t w = 0; w < words; ++w) {
+        uint32_t sign_word[kChunk] = {}, nonzero_word[kChunk] = {};
+        for (int64_t c = 32 * w; c < std::min(channels, 32 * w + 32); ++c) {
+          const float* plane = data + (b * channels + c) * pixels + first;
+          const int shift = int(c % 32);
+          for (int64_t p = 0; p < count; ++p) sign_word[p] |= uint32_t(plane[p] >= 0.0f) << shift;
+          if (with_nonzero)
+            for (int64_t p = 0; p < count; ++p) nonzero_word[p] |= uint32_t(plane[p] != 0.0f) << shift;
+        }
+        const int64_t row0 = b * pixels + first;
+        for (int64_t p = 0; p < count; ++p) bits[(row0 + p) * words + w] = sign_word[p];
+        if (with_nonzero)
+          for (int64_t p = 0; p < count; ++p) nonzero[(row0 + p) * words + w] = nonzero_word[p];
+      }
+      for (int64_t p = 0; with_nonzero && p < count; ++p) {
+        const int64_t row = b * pixels + first + p;
+        const int32_t ones = popcount_words(nonzero + row * words, words);
+        packed.nonzero_count.data_ptr<int32_t>()[row] = ones;
+        packed.has_zero.data_ptr<uint8_t>()[row] = ones != channels;
+      }
     }
   });
   return packed;
@@ -382,7 +434,7 @@ void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t 
   });
 }
 
-#ifdef __AVX512VPOPCNTDQ__
+#ifdef BITCOMPILE_AVX512_PANELS
 // For several rows of x, B is re-laid in panels of 8 rows interleaved word by word,
 // panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
 // popcounts add up per lane, and no output pays a horizontal sum.
@@ -399,7 +451,7 @@ at::Tensor interleave_panels(const uint64_t* b, int64_t n, int64_t words) {
 }
 
 struct PanelGemmTile {
-  static constexpr int kRows = 4, kPanels = 3;  // 12 zmm accumulators: 4 rows x 24 outputs
+  static constexpr int kRows = 4, kPanels = 4;  // 16 zmm accumulators: 4 rows x 32 outputs
 
   const BitMatrix& a;
   const uint64_t* panels;
@@ -442,17 +494,30 @@ struct PanelGemmTile {
     }
     for (int i = 0; i < MR; ++i) {
       // dot = K - 2 popc(a ^ b), or popc(nz) - 2 popc((a ^ b) & nz) (see BinaryGemmTile)
-      const int64_t ones = MASKED ? a.nonzero_count[m0 + i] : a.valid, m = m0 + i;
-      float* row = out.row(m);
+      const int64_t ones = MASKED ? a.nonzero_count[m0 + i] : a.valid;
       for (int q = 0; q < NP; ++q) {
-        alignas(64) int64_t count[8];
-        _mm512_store_si512(count, acc[i][q]);
-        for (int lane = 0; lane < 8 && 8 * (p0 + q) + lane < n; ++lane) {
-          const int64_t col = 8 * (p0 + q) + lane;
-          row[col * out.col_stride] = epilogue.apply(float(ones - 2 * count[lane]), m, col);
-        }
+        const int64_t col = 8 * (p0 + q);
+        const __mmask8 lanes = n - col >= 8 ? __mmask8(0xFF) : __mmask8((1u << (n - col)) - 1);
+        store8(m0 + i, col, lanes, _mm512_sub_epi64(_mm512_set1_epi64(ones), _mm512_slli_epi64(acc[i][q], 1)));
       }
     }
+  }
+
+  // Epilogue::apply on 8 outputs (m, col .. col + 7) at once, lanes past N masked off; with small
+  // K the per-output epilogue would otherwise cost more than the popcounts.
+  void store8(int64_t m, int64_t col, __mmask8 lanes, __m512i dot) const {
+    __m256 value = _mm512_cvtepi64_ps(dot);
+    if (epilogue.row_factor) value = _mm256_mul_ps(value, _mm256_set1_ps(epilogue.row_factor[m]));
+    if (epilogue.scale)
+      value = _mm256_mul_ps(value, epilogue.scale_stride ? _mm256_maskz_loadu_ps(lanes, epilogue.scale + col)
+                                                          : _mm256_set1_ps(epilogue.scale[0]));
+    if (epilogue.bias) value = _mm256_add_ps(value, _mm256_maskz_loadu_ps(lanes, epilogue.bias + col));
+    float* row = out.row(m);
+    if (out.col_stride == 1) return _mm256_mask_storeu_ps(row + col, lanes, value);
+    alignas(32) float values[8];
+    _mm256_store_ps(values, value);
+    for (int lane = 0; lane < 8; ++lane)
+      if (lanes >> lane & 1) row[(col + lane) * out.col_stride] = values[lane];
   }
 };
 
@@ -460,8 +525,8 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
                         const Output& out) {
   const at::Tensor panels = interleave_panels(b, n, a.words64);
   const PanelGemmTile tile{a, reinterpret_cast<const uint64_t*>(panels.data_ptr<int64_t>()), epilogue, out, n};
-  // Blocks of 64 rows x 6 panels (48 outputs): about 6 x 512 B of B per word-row block in L1.
-  for_each_block(m, (n + 7) / 8, 64, 6, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  // Blocks of 64 rows x 8 panels (64 outputs).
+  for_each_block(m, (n + 7) / 8, 64, 8, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
     tile_block<PanelGemmTile::kRows, PanelGemmTile::kPanels>(m0, m1, p0, p1, tile);
   });
 }
@@ -470,7 +535,7 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
 // out(m, n) = epilogue(dot(s(a_m), s(b_n))), b: N rows of a.words64 64-bit words.
 void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
                  const Output& out) {
-#ifdef __AVX512VPOPCNTDQ__
+#ifdef BITCOMPILE_AVX512_PANELS
   if (m >= PanelGemmTile::kRows) return binary_gemm_panels(a, m, b, n, epilogue, out);
 #endif
 #if defined(__AVX512VPOPCNTDQ__) || defined(__AVX2__)
@@ -759,17 +824,19 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
                                 x.options().dtype(at::kFloat).memory_format(memory_format));
   const int64_t pixels_out = g.out_height * g.out_width, patches = g.batch * pixels_out;
   if (patches > 0 && out_channels > 0) {
-    // One row per input pixel (NHWC), packed along the channels.
-    const at::Tensor pixels_nhwc = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels});
-    const PackedRows pixels = pack_rows(pixels_nhwc, packed_words(g.channels), sign_zero);
+    // One row per input pixel (NHWC order), packed along the channels.
+    const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
+    const PackedRows pixels =
+        channels_last ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
+                                  packed_words(g.channels), sign_zero)
+                      : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
     const PackedRows patch_rows = conv_patches(pixels, g, pad_value, sign_zero);
     const at::Tensor weight =
         weight_rows(w_packed.reshape({out_channels, -1}), packed_words(g.channels), g.channels);
     const Epilogue epilogue(scale, bias);
     const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
     float* data = result.data_ptr<float>();
-    const Output output = memory_format == at::MemoryFormat::ChannelsLast
-                              ? Output::matrix(data, out_channels)
+    const Output output = channels_last ? Output::matrix(data, out_channels)
                               : Output{data, pixels_out, out_channels * pixels_out, 1, pixels_out};
     binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
                 out_channels, epilogue, output);
