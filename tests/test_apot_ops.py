@@ -111,8 +111,17 @@ def test_apot_linear(device, dtype, k, m, n):
     x = torch.randn(m, k, device=device).to(dtype)
     y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
     assert y.dtype == dtype and y.shape == (m, n) and y.device.type == device
-    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), None if bias is None else bias.cpu())
-    assert_close_relative(y, expected, dtype, f"bits={bits} k={k} m={m} n={n}")
+    cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), cpu(bias))
+    # With a handful of outputs (m = 1, n = 1) the norm of y can be far below the size of its terms
+    # (cancellation), so measure the error against sum_k |x| |w| + |bias|, the scale of fp32
+    # accumulation error (here and on the larger shapes of the other tests the plain measure holds).
+    magnitude = reference.apot_linear(x.cpu().abs(), packed.cpu(), k, bits, table.cpu().abs(), alpha.cpu().abs(),
+                                      None if bias is None else bias.cpu().abs())
+    error = (y.cpu().double() - expected).norm() / magnitude.norm().clamp_min(1e-30)
+    assert error <= TOLERANCE[dtype], f"bits={bits} k={k} m={m} n={n}: error {error:.3g}"
+    if m * n >= 64:
+        assert_close_relative(y, expected, dtype, f"bits={bits} k={k} m={m} n={n}")
 
 
 @pytest.mark.parametrize("bits", range(1, 9))

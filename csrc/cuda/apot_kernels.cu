@@ -110,6 +110,38 @@ __global__ void dequantize_kernel(const uint8_t* __restrict__ w, int64_t rows, i
   }
 }
 
+// The same for rows of a multiple of 4 packed bytes (4-byte aligned): one 4-byte load and 8
+// (nibbles) or 4 (bytes) outputs a thread, stored as 8-byte vectors.
+template <typename T, bool kNibbles>
+__global__ void dequantize_words_kernel(const uint8_t* __restrict__ w, int64_t rows, int64_t k, int64_t row_words,
+                                        const float* __restrict__ code_values, int table_size,
+                                        const float* __restrict__ alpha, int64_t alpha_count, T* __restrict__ out) {
+  constexpr int kOutputs = kNibbles ? 8 : 4;
+  constexpr int kStores = kOutputs * sizeof(T) / 8;  // 8-byte stores
+  __shared__ float levels[256];
+  load_table(levels, code_values, table_size);
+  __syncthreads();
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    const float a = alpha[alpha_count == 1 ? 0 : r];
+    const uint32_t* row = reinterpret_cast<const uint32_t*>(w) + r * row_words;
+    T* out_row = out + r * k;
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < row_words;
+         i += int64_t(gridDim.x) * blockDim.x) {
+      const uint32_t word = __ldg(row + i);
+      union {
+        T values[kOutputs];
+        uint2 vectors[kStores];
+      } decoded;
+#pragma unroll
+      for (int j = 0; j < kOutputs; ++j)
+        decoded.values[j] = from_float<T>(levels[kNibbles ? (word >> (4 * j)) & 15 : (word >> (8 * j)) & 255] * a);
+      uint2* target = reinterpret_cast<uint2*>(out_row + i * kOutputs);
+#pragma unroll
+      for (int v = 0; v < kStores; ++v) target[v] = decoded.vectors[v];
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // linear_small_batch
 // ---------------------------------------------------------------------------------------------
@@ -338,6 +370,7 @@ __global__ void code_row_sums_kernel(const uint8_t* __restrict__ w, int64_t n, i
 // ---------------------------------------------------------------------------------------------
 constexpr int kIntTileN = 64;
 constexpr int kIntTileK = 32;
+constexpr int64_t kIntSmallBatchRows = 16;  // up to this many rows: 16-row tiles, else 64
 
 // y = float(S * x_scale * alpha / denominator + bias), S = qn - z * row_sum in wrapping 64-bit
 // arithmetic like the int64 reference, the rest in the reference's order, in double.
@@ -391,23 +424,49 @@ __global__ void __launch_bounds__(kThreads)
   // This block's columns: split blockIdx.z of K (split_columns is a multiple of kIntTileK).
   const int64_t k_begin = int64_t(blockIdx.z) * split_columns;
   const int64_t k_end = k_begin + split_columns < k ? k_begin + split_columns : k;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kIntTileK) {
-    for (int i = tid; i < kBlockM * kIntTileK; i += blockDim.x) {
-      const int r = i / kIntTileK, c = i % kIntTileK;
+  // Tiles are staged through registers: the loads of tile t + 1 are issued before the
+  // multiply-adds of tile t, all of a thread's loads at once (independent, so they overlap).
+  constexpr int kTileBytes = kNibbles ? kIntTileK / 2 : kIntTileK;  // packed bytes of a row in a tile
+  constexpr int kWeightLoads = kIntTileN * kTileBytes / kThreads;
+  constexpr int kInputLoads = kBlockM * kIntTileK / kThreads;
+  uint8_t weight_bytes[kWeightLoads], input_bytes[kInputLoads];
+  auto load_tile = [&](int64_t k0) {
+#pragma unroll
+    for (int l = 0; l < kWeightLoads; ++l) {
+      const int i = tid + kThreads * l, r = i / kTileBytes, b = i % kTileBytes;
+      const int64_t row = n0 + r, byte = (kNibbles ? k0 / 2 : k0) + b;
+      weight_bytes[l] = (row < n && byte < row_bytes) ? __ldg(w + row * row_bytes + byte) : 0;
+    }
+#pragma unroll
+    for (int l = 0; l < kInputLoads; ++l) {
+      const int i = tid + kThreads * l, r = i / kIntTileK, c = i % kIntTileK;
       const int64_t row = m0 + r, column = k0 + c;
-      qs[c][r] = (row < m && column < k) ? int32_t(q[row * k + column]) : 0;
+      input_bytes[l] = (row < m && column < k) ? __ldg(q + row * k + column) : 0;
     }
-    for (int i = tid; i < kIntTileN * kIntTileK; i += blockDim.x) {
-      const int r = i / kIntTileK, c = i % kIntTileK;
-      const int64_t row = n0 + r, column = k0 + c;
-      int32_t value = 0;
-      if (row < n && column < k) {
-        const uint8_t* packed = w + row * row_bytes;
-        const int code = kNibbles ? (packed[column / 2] >> ((column % 2) * 4)) & 15 : packed[column];
-        value = levels[code];
+  };
+  // Columns past k get q = 0 and N = 0 (an odd row's padding nibble is no code).
+  auto store_tile = [&](int64_t k0) {
+#pragma unroll
+    for (int l = 0; l < kWeightLoads; ++l) {
+      const int i = tid + kThreads * l, r = i / kTileBytes, b = i % kTileBytes;
+      if (kNibbles) {
+        ws[2 * b][r] = k0 + 2 * b < k ? levels[weight_bytes[l] & 15] : 0;
+        ws[2 * b + 1][r] = k0 + 2 * b + 1 < k ? levels[weight_bytes[l] >> 4] : 0;
+      } else {
+        ws[b][r] = k0 + b < k ? levels[weight_bytes[l]] : 0;
       }
-      ws[c][r] = value;
     }
+#pragma unroll
+    for (int l = 0; l < kInputLoads; ++l) {
+      const int i = tid + kThreads * l;
+      qs[i % kIntTileK][i / kIntTileK] = input_bytes[l];
+    }
+  };
+  if (k_begin < k_end) load_tile(k_begin);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kIntTileK) {
+    store_tile(k0);
+    __syncthreads();
+    if (k0 + kIntTileK < k_end) load_tile(k0 + kIntTileK);
     __syncthreads();
     if (!wide) {
 #pragma unroll 8
@@ -477,7 +536,7 @@ __global__ void finish_int_split_k_kernel(const long long* __restrict__ partial,
 
 // Blocks along K for the integer kernel: enough blocks in flight, at least 8 tiles a split.
 int64_t int_split_count(int64_t m, int64_t k, int64_t n) {
-  const int64_t block_m = m <= kSmallBatchRows ? 16 : 64;
+  const int64_t block_m = m <= kIntSmallBatchRows ? 16 : 64;
   const int64_t blocks = ((m + block_m - 1) / block_m) * ((n + kIntTileN - 1) / kIntTileN);
   const int64_t tiles = (k + kIntTileK - 1) / kIntTileK;
   int64_t splits = (1024 + blocks - 1) / blocks;
@@ -498,7 +557,22 @@ cudaError_t dequantize_typed(const uint8_t* w, int64_t rows, int64_t k, int bits
   int64_t row_blocks = (2048 + column_blocks - 1) / column_blocks;
   if (row_blocks > rows) row_blocks = rows;
   const dim3 grid(static_cast<unsigned int>(column_blocks), static_cast<unsigned int>(row_blocks));
-  if (bits <= 4) {
+  // Whole words: every byte of a row holds codes (even k for nibbles), rows 4-byte aligned.
+  const bool words = row_bytes % 4 == 0 && (bits > 4 || k % 2 == 0) && reinterpret_cast<uintptr_t>(w) % 4 == 0;
+  if (words) {
+    int64_t word_blocks = (row_bytes / 4 + kThreads - 1) / kThreads;
+    if (word_blocks > 2048) word_blocks = 2048;
+    int64_t word_row_blocks = (2048 + word_blocks - 1) / word_blocks;
+    if (word_row_blocks > rows) word_row_blocks = rows;
+    const dim3 word_grid(static_cast<unsigned int>(word_blocks), static_cast<unsigned int>(word_row_blocks));
+    if (bits <= 4) {
+      dequantize_words_kernel<T, true><<<word_grid, kThreads, 0, stream>>>(w, rows, k, row_bytes / 4, code_values,
+                                                                           1 << bits, alpha, alpha_count, out);
+    } else {
+      dequantize_words_kernel<T, false><<<word_grid, kThreads, 0, stream>>>(w, rows, k, row_bytes / 4, code_values,
+                                                                            1 << bits, alpha, alpha_count, out);
+    }
+  } else if (bits <= 4) {
     dequantize_kernel<T, true><<<grid, kThreads, 0, stream>>>(w, rows, k, row_bytes, code_values, 1 << bits, alpha,
                                                                 alpha_count, out);
   } else {
@@ -601,7 +675,7 @@ cudaError_t linear_int(const uint8_t* q, int64_t m, int64_t k, const int64_t* ze
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
   const int64_t column_blocks = (n + kIntTileN - 1) / kIntTileN;
   if (column_blocks > 65535) return cudaErrorInvalidValue;
-  const bool small = m <= kSmallBatchRows;
+  const bool small = m <= kIntSmallBatchRows;
   const int64_t block_m = small ? 16 : 64;
   const int64_t row_blocks = (m + block_m - 1) / block_m;
   if (row_blocks > INT_MAX) return cudaErrorInvalidValue;
