@@ -11,6 +11,11 @@
 // - Rows are padded to an even number of int32 words so the inner loops run on 64-bit words.
 // - torch.sign zeros and zero padding use a second bit plane `nonzero`; only rows that have a
 //   zero take the masked path.
+// - binary_gemm's micro-kernel is picked by what the compiler targets (-march=native): with
+//   AVX-512 VPOPCNTDQ and M >= 4, a panel kernel with 8 outputs a vector (no horizontal sums);
+//   otherwise 4 or 8 words a vector (VPOPCNTDQ, or AVX2 nibble lookups), or POPCNT for short rows.
+// - binary_weight_linear expands weight bits to +-1.0 vectors shared by a few x rows and
+//   accumulates with FMA in fp32.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -18,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
@@ -435,7 +441,7 @@ void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t 
 }
 
 #ifdef BITCOMPILE_AVX512_PANELS
-// For several rows of x, B is re-laid in panels of 8 rows interleaved word by word,
+// For many rows of x, B is re-laid in panels of 8 rows interleaved word by word,
 // panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
 // popcounts add up per lane, and no output pays a horizontal sum.
 at::Tensor interleave_panels(const uint64_t* b, int64_t n, int64_t words) {
@@ -536,7 +542,8 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
 void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
                  const Output& out) {
 #ifdef BITCOMPILE_AVX512_PANELS
-  if (m >= PanelGemmTile::kRows) return binary_gemm_panels(a, m, b, n, epilogue, out);
+  // Re-laying B costs about one pass over it (~0.25 ms for N = K = 4096): worth it from ~24 rows.
+  if (m >= 24) return binary_gemm_panels(a, m, b, n, epilogue, out);
 #endif
 #if defined(__AVX512VPOPCNTDQ__) || defined(__AVX2__)
   if (a.words64 >= kVectorPopcountMinWords) return binary_gemm_with<VectorPopcount>(a, m, b, n, epilogue, out);
