@@ -869,7 +869,7 @@ class _KernelWeightCache:
             entry = self.entries.get(key)
             if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
                 return entry[2]
-        converted = build()
+        converted = _convert_outside_graph_pools(inputs[0], build)
         with self.lock:
             self.conversions += 1
             if len(self.entries) >= 256:
@@ -884,6 +884,45 @@ class _KernelWeightCache:
 
 
 weight_cache = _KernelWeightCache()
+_conversion_worker = None
+
+
+def _convert_outside_graph_pools(like: Tensor, build):
+    """build() for the cache, with its CUDA allocations outside CUDA-graph pools.
+
+    CUDA-graph trees (mode="reduce-overhead") route allocations to their private pool during
+    warm-up: the calling thread's (torch 2.13) or the capture stream's (older releases). A cached
+    tensor living there is memory the pool believes free to hand out again. So on CUDA the
+    conversion runs on a worker thread and a side stream, ordered after the caller's stream and
+    before its next work. While a stream is being captured it runs inline (into the graph)."""
+    global _conversion_worker
+    if not like.is_cuda or torch.cuda.is_current_stream_capturing():
+        return build()
+    if _conversion_worker is None:
+        import concurrent.futures
+
+        _conversion_worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitcompile")
+    device = like.device
+    caller = torch.cuda.current_stream(device)
+    side = _side_streams.get(device)
+    if side is None:
+        side = _side_streams[device] = torch.cuda.Stream(device)
+
+    def on_side_stream():
+        with torch.cuda.device(device), torch.cuda.stream(side):
+            side.wait_stream(caller)
+            return build()
+
+    converted = _conversion_worker.submit(on_side_stream).result()
+    caller.wait_stream(side)
+    for name in ("packed", "alpha", "code_values", "dense_weight"):
+        tensor = getattr(converted, name, None)
+        if isinstance(tensor, Tensor) and tensor.is_cuda:
+            tensor.record_stream(caller)
+    return converted
+
+
+_side_streams: dict = {}
 
 
 def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
