@@ -1,0 +1,52 @@
+"""Smoke tests of examples/: each script runs at its --tiny size in a subprocess, exits 0 and prints
+its key lines. They check that the examples work end to end, not accuracy or speed targets."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run_example(name, *args, timeout=300):
+    env = dict(os.environ)
+    # One OpenMP thread unless the caller chose: the smoke runs are tiny, and several threads
+    # competing for a small, busy CI machine only make them slower.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    result = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True,
+                            timeout=timeout, env=env, cwd=EXAMPLES.parent)
+    assert result.returncode == 0, (f"{name} {' '.join(args)} exited with {result.returncode}\n"
+                                    f"stdout:\n{result.stdout[-4000:]}\nstderr:\n{result.stderr[-4000:]}")
+    return result.stdout
+
+
+def test_train_bnn_digits():
+    if importlib.util.find_spec("sklearn") is None:
+        pytest.skip("scikit-learn is not installed (the digits data set ships with it): pip install scikit-learn")
+    out = run_example("train_bnn_digits.py", "--tiny", "--device", "cpu")
+    assert "epoch  1/1" in out and "train acc" in out
+    assert "test accuracy" in out
+    assert "compiled vs eager: agree" in out
+    assert "layers rewritten" in out and "binary_conv2d" in out and "binary_linear" in out
+    assert "KiB lowered" in out
+    assert "loaded program agrees" in out
+
+
+def test_llm_decode():
+    out = run_example("llm_decode.py", "--tiny", "--device", "cpu")
+    summary = out.split("summary", 1)[1]
+    for model in ("float", "binary_weight", "apot4"):
+        assert model in summary
+    assert "tokens/s" in out and "MiB" in summary
+
+
+def test_export_deploy():
+    out = run_example("export_deploy.py", "--tiny")
+    assert "binary_linear" in out
+    assert "fresh process" in out and ": agree" in out
+    assert "x smaller" in out
+    assert "agrees with the original model" in out
