@@ -240,11 +240,19 @@ struct Output {
   float* row(int64_t m) const { return data + (m / image_rows) * image_stride + (m % image_rows) * row_stride; }
 };
 
-// Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel.
+// Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel, in chunks
+// of at least kMinParallelWork units (`work_per_output` units an output; a unit is about one
+// 64-bit word-dot of a vector popcount, ~10 us in all): a parallel region waits for its slowest
+// thread, and on a busy machine a thread can start a scheduler time slice (ms) late, far longer
+// than a small GEMM takes on one thread.
+constexpr int64_t kMinParallelWork = int64_t(1) << 18;
+
 template <typename Fn>
-void for_each_block(int64_t m, int64_t n, int64_t block_m, int64_t block_n, const Fn& fn) {
+void for_each_block(int64_t m, int64_t n, int64_t block_m, int64_t block_n, int64_t work_per_output, const Fn& fn) {
   const int64_t blocks_m = (m + block_m - 1) / block_m, blocks_n = (n + block_n - 1) / block_n;
-  at::parallel_for(0, blocks_m * blocks_n, 1, [&](int64_t begin, int64_t end) {
+  const int64_t blocks = blocks_m * blocks_n, work = std::max<int64_t>(1, m * n * work_per_output);
+  const int64_t grain = std::max<int64_t>(1, (kMinParallelWork * blocks + work - 1) / work);
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t block = begin; block < end; ++block) {
       int64_t m0 = (block / blocks_n) * block_m, n0 = (block % blocks_n) * block_n;
       fn(m0, std::min(m, m0 + block_m), n0, std::min(n, n0 + block_n));
@@ -435,7 +443,7 @@ template <typename Kernel>
 void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
                       const Output& out) {
   const BinaryGemmTile<Kernel> tile{a, b, epilogue, out};
-  for_each_block(m, n, 64, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  for_each_block(m, n, 64, 64, a.words64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     tile_block<Kernel::kRows, Kernel::kCols>(m0, m1, n0, n1, tile);
   });
 }
@@ -532,7 +540,7 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
   const at::Tensor panels = interleave_panels(b, n, a.words64);
   const PanelGemmTile tile{a, reinterpret_cast<const uint64_t*>(panels.data_ptr<int64_t>()), epilogue, out, n};
   // Blocks of 64 rows x 8 panels (64 outputs).
-  for_each_block(m, (n + 7) / 8, 64, 8, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+  for_each_block(m, (n + 7) / 8, 64, 8, 8 * a.words64, [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
     tile_block<PanelGemmTile::kRows, PanelGemmTile::kPanels>(m0, m1, p0, p1, tile);
   });
 }
@@ -741,7 +749,8 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
     const Output output = Output::matrix(out.data_ptr<float>(), n);
     const SignDotTile tile{padded.data_ptr<float>(), reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>()),
                            words, epilogue, output};
-    for_each_block(m, n, 32, 64, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    // A weight word costs 32 multiply-adds, about 16 word-dots of the popcount kernels.
+    for_each_block(m, n, 32, 64, 16 * words, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       tile_block<kSignRows, kSignCols>(m0, m1, n0, n1, tile);
     });
   }
