@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from bitcompile import reference
-from conftest import CUDA, FLOAT_DTYPES, assert_close_relative, requires_cuda
+from conftest import FLOAT_DTYPES, assert_close_relative, requires_cuda
 
 ops = torch.ops.bitcompile
 K_SIZES = [1, 31, 32, 33, 127, 129, 1000]
