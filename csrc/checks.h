@@ -21,7 +21,22 @@ namespace bitcompile {
 namespace detail {
 inline void append(std::string& out, const char* text) { out += text; }
 inline void append(std::string& out, const std::string& text) { out += text; }
-inline void append(std::string& out, c10::ScalarType dtype) { out += c10::toString(dtype); }
+// dtypes as Python spells them, so eager (C++) and traced (fake kernel) errors read the same.
+inline void append(std::string& out, c10::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: out += "torch.float32"; return;
+    case at::kHalf: out += "torch.float16"; return;
+    case at::kBFloat16: out += "torch.bfloat16"; return;
+    case at::kDouble: out += "torch.float64"; return;
+    case at::kByte: out += "torch.uint8"; return;
+    case at::kChar: out += "torch.int8"; return;
+    case at::kShort: out += "torch.int16"; return;
+    case at::kInt: out += "torch.int32"; return;
+    case at::kLong: out += "torch.int64"; return;
+    case at::kBool: out += "torch.bool"; return;
+    default: out += c10::toString(dtype);
+  }
+}
 inline void append(std::string& out, const c10::Device& device) { out += device.str(); }
 template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
 inline void append(std::string& out, T value) {

@@ -89,12 +89,12 @@ at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows,
 // pack_codes
 // ---------------------------------------------------------------------------------------------
 at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
-  TORCH_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);
+  BITCOMPILE_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);
   const auto dtype = codes.scalar_type();
-  TORCH_CHECK(dtype == at::kByte || dtype == at::kInt || dtype == at::kLong || dtype == at::kShort ||
+  BITCOMPILE_CHECK(dtype == at::kByte || dtype == at::kInt || dtype == at::kLong || dtype == at::kShort ||
                   dtype == at::kChar,
               "bitcompile::pack_codes: codes must be an integer tensor, got ", dtype);
-  TORCH_CHECK(codes.dim() >= 1 && codes.size(-1) >= 1,
+  BITCOMPILE_CHECK(codes.dim() >= 1 && codes.size(-1) >= 1,
               "bitcompile::pack_codes: codes must have a non-empty last dimension");
   const int64_t k = codes.size(-1);
   const int64_t width = packed_code_bytes(k, bits);
@@ -114,7 +114,7 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
       low = std::min<int64_t>(low, static_cast<int64_t>(c[i]));
       high = std::max<int64_t>(high, static_cast<int64_t>(c[i]));
     }
-    TORCH_CHECK(low >= 0 && high < limit, "bitcompile::pack_codes: code out of range for bits=", bits, ": got ",
+    BITCOMPILE_CHECK(low >= 0 && high < limit, "bitcompile::pack_codes: code out of range for bits=", bits, ": got ",
                 low < 0 ? low : high, ", codes must be in 0..", limit - 1);
     at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
@@ -230,11 +230,11 @@ at::Tensor apot_linear_int_cpu(const at::Tensor& q_x, const at::Tensor& x_scale,
                                const at::Tensor& code_numerators, double denominator, const at::Tensor& alpha,
                                const std::optional<at::Tensor>& bias) {
   const char* op = "apot_linear_int";
-  TORCH_CHECK(q_x.scalar_type() == at::kByte, "bitcompile::", op, ": q_x must be uint8, got ", q_x.scalar_type());
-  TORCH_CHECK(x_scale.numel() == 1 && x_zero_point.numel() == 1, "bitcompile::", op,
+  BITCOMPILE_CHECK(q_x.scalar_type() == at::kByte, "bitcompile::", op, ": q_x must be uint8, got ", q_x.scalar_type());
+  BITCOMPILE_CHECK(x_scale.numel() == 1 && x_zero_point.numel() == 1, "bitcompile::", op,
               ": x_scale and x_zero_point must be scalars (per-tensor)");
   bitcompile::check_code_table(op, q_x, bits, code_numerators, "code_numerators", at::kInt);
-  TORCH_CHECK(denominator > 0, "bitcompile::", op, ": denominator must be positive, got ", denominator);
+  BITCOMPILE_CHECK(denominator > 0, "bitcompile::", op, ": denominator must be positive, got ", denominator);
   bitcompile::check_packed_linear(op, q_x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
   bitcompile::check_alpha(op, q_x, alpha, w_packed.size(0));
   bitcompile::check_same_device(op, q_x, x_scale, "x_scale");
@@ -304,10 +304,10 @@ at::Tensor apot_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
   const auto g = bitcompile::check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding,
                                                  dilation);
   bitcompile::check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
-  TORCH_CHECK(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "bitcompile::", op,
+  BITCOMPILE_CHECK(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "bitcompile::", op,
               ": w_packed must be 2-D uint8, got ", w_packed.dim(), "-D ", w_packed.scalar_type());
   const int64_t reduction = in_channels * g.kernel_h * g.kernel_w;
-  TORCH_CHECK(w_packed.size(1) == packed_code_bytes(reduction, bits), "bitcompile::", op, ": w_packed is ",
+  BITCOMPILE_CHECK(w_packed.size(1) == packed_code_bytes(reduction, bits), "bitcompile::", op, ": w_packed is ",
               w_packed.size(1), " wide, ", reduction, " codes of ", bits, " bits need ",
               packed_code_bytes(reduction, bits));
   bitcompile::check_same_device(op, x, w_packed, "w_packed");

@@ -30,12 +30,12 @@ kernels::FloatType float_type(const at::Tensor& t) {
     case at::kBFloat16:
       return kernels::FloatType::kBFloat16;
     default:
-      TORCH_CHECK(false, "bitcompile: no CUDA kernel for dtype ", t.scalar_type());
+      BITCOMPILE_CHECK(false, "bitcompile: no CUDA kernel for dtype ", t.scalar_type());
   }
 }
 
 void check_launch(cudaError_t error, const char* op) {
-  TORCH_CHECK(error == cudaSuccess, "bitcompile::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(error));
+  BITCOMPILE_CHECK(error == cudaSuccess, "bitcompile::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(error));
 }
 
 const uint32_t* words(const at::Tensor& t) { return reinterpret_cast<const uint32_t*>(t.const_data_ptr<int32_t>()); }
@@ -72,7 +72,7 @@ bool popcount_linear_forced() {
 at::Tensor pack_signs_cuda(const at::Tensor& x) {
   const char* op = "pack_signs";
   bitcompile::check_float_input(op, x);
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::", op, ": x must have a non-empty last dimension");
+  BITCOMPILE_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::", op, ": x must have a non-empty last dimension");
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t k = x.size(-1);
   auto sizes = x.sizes().vec();
