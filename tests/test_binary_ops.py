@@ -252,9 +252,11 @@ def test_conv2d_geometry_exact(device, c, kernel, stride, padding, dilation, pad
 
 @pytest.mark.parametrize("pad_value", [0.0, 1.0, -1.0])
 @pytest.mark.parametrize("c", [3, 33, 64])
-def test_conv2d_sign_zero(device, pad_value, c):
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_conv2d_sign_zero(device, pad_value, c, memory_format):
     x = torch.sign(random_input((2, c, 9, 7), device=device, zeros=True))
     x[0, :, 2, 3] = 0.0  # a pixel with all channels zero
+    x = x.contiguous(memory_format=memory_format)
     weight = torch.randn(4, c, 3, 3, device=device)
     actual, expected = run_conv(x, weight, (1, 2), (1, 2), (2, 1), pad_value=pad_value, sign_zero=True)
     assert_matches(actual, expected, torch.float32, True, f"sign_zero pad_value={pad_value}")
