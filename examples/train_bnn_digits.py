@@ -164,7 +164,7 @@ def main():
 
     # 3. What the backend rewrote (inference graph: explain under no_grad).
     with torch.no_grad():
-        print(bitcompile.explain(model, x_test[:8], inner=args.inner))
+        print(bitcompile.explain(model, x_test[:8]))
 
     # 4. Deploy: torch.export, lower to packed weights, save both, load the lowered one back.
     # clone(): the example input is saved with the program, and a slice would save its whole storage.
