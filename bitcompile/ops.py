@@ -726,14 +726,18 @@ def ste_sign_scaled(x: Tensor, scale: Tensor) -> Tensor:
 # Dynamo hands parameters to the backend as graph inputs, so two instances of one module class
 # share one compiled artifact, and an in-place update (optimizer step, load_state_dict, copy_)
 # after compiling would go unseen (DESIGN.md, hazards). The rewritten layers therefore call the
-# two ops below with the live float weight. They convert it (pack signs, find its grid, quantize
+# ops below with the live float weight. They convert it (pack signs, find its grid, quantize
 # it) on first use and keep the result in a cache keyed by the weight's storage, view geometry
 # and `_version`: an unchanged weight is never converted twice, and an in-place update bumps
 # `_version`, so the next call converts again. The converted weight never leaves the op, so no
-# compiler can alias, reuse or copy it, and under CUDA graphs (mode="reduce-overhead") the
-# captured kernels read the cached tensor in place: no copy per call. Under CUDA graphs, as
-# with inductor's freezing, an in-place weight update after capture is not seen (the replay
-# skips the Python cache lookup); re-capture (torch._dynamo.reset()) after such an update.
+# compiler can alias, reuse or copy it (inductor may hand the memory of an op's output to a
+# later buffer: a cached tensor returned as an output could be overwritten that way).
+# CUDA graphs (mode="reduce-overhead"): a replay reads the cached tensor in place, with no copy
+# per call, and, as with inductor's freezing, does not see an in-place weight update made after
+# capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
+# such an update. Open: on torch 2.11 + CUDA the conversion runs during cudagraph warm-up, lands
+# in the graph's private pool, and cudagraph trees refuse to record
+# (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking, xfail).
 #
 # Weight forms (the `weight_form` argument): how the float weight W becomes kernel operands.
 #   "ste_sign"       s(W) (+1 at 0): always packed signs.
@@ -869,7 +873,7 @@ class _KernelWeightCache:
             entry = self.entries.get(key)
             if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
                 return entry[2]
-        converted = _convert_outside_graph_pools(inputs[0], build)
+        converted = build()
         with self.lock:
             self.conversions += 1
             if len(self.entries) >= 256:
@@ -884,45 +888,6 @@ class _KernelWeightCache:
 
 
 weight_cache = _KernelWeightCache()
-_conversion_worker = None
-
-
-def _convert_outside_graph_pools(like: Tensor, build):
-    """build() for the cache, with its CUDA allocations outside CUDA-graph pools.
-
-    CUDA-graph trees (mode="reduce-overhead") route allocations to their private pool during
-    warm-up: the calling thread's (torch 2.13) or the capture stream's (older releases). A cached
-    tensor living there is memory the pool believes free to hand out again. So on CUDA the
-    conversion runs on a worker thread and a side stream, ordered after the caller's stream and
-    before its next work. While a stream is being captured it runs inline (into the graph)."""
-    global _conversion_worker
-    if not like.is_cuda or torch.cuda.is_current_stream_capturing():
-        return build()
-    if _conversion_worker is None:
-        import concurrent.futures
-
-        _conversion_worker = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitcompile")
-    device = like.device
-    caller = torch.cuda.current_stream(device)
-    side = _side_streams.get(device)
-    if side is None:
-        side = _side_streams[device] = torch.cuda.Stream(device)
-
-    def on_side_stream():
-        with torch.cuda.device(device), torch.cuda.stream(side):
-            side.wait_stream(caller)
-            return build()
-
-    converted = _conversion_worker.submit(on_side_stream).result()
-    caller.wait_stream(side)
-    for name in ("packed", "alpha", "code_values", "dense_weight"):
-        tensor = getattr(converted, name, None)
-        if isinstance(tensor, Tensor) and tensor.is_cuda:
-            tensor.record_stream(caller)
-    return converted
-
-
-_side_streams: dict = {}
 
 
 def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
