@@ -15,11 +15,12 @@ An ExportedProgram can be explained too: that reports what bitcompile.lower woul
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from bitcompile.passes.context import Entry
+if TYPE_CHECKING:  # the passes load on first use: `import bitcompile` stays light
+    from bitcompile.passes.context import Entry
 
 _COLUMNS = ("name", "kind", "action", "op", "reason")
 
@@ -28,7 +29,7 @@ class Report:
     """One entry per Linear/Conv2d found (name, kind, action, op, reason); prints as a table."""
 
     def __init__(self, entries: list, graphs: int, graph_kind: str):
-        self.entries: list[Entry] = entries
+        self.entries: "list[Entry]" = entries
         self.graphs = graphs
         self.graph_kind = graph_kind
 

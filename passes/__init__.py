@@ -3,6 +3,7 @@
   ir.py       one canonical view of Dynamo (torch-level) and torch.export (ATen) graphs
   layers.py   find Linear / Conv2d computations and describe operands, scales, bias, pad
   grid.py     weights already on a binary or APoT grid (inference graphs)
+  computed_weight.py  weights computed from parameters in the forward (APoT fake quantization)
   binary.py   decide and emit the bitcompile op of each layer
   context.py  what a run knows (graph kind, options, real weights) and its report entries
 
