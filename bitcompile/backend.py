@@ -140,13 +140,29 @@ def make_context(gm: fx.GraphModule, example_inputs, options: dict, mode: str):
                               filter=options["filter"], skip=options["skip"], real_value=real_value, fqn_of=fqn_of)
 
 
+# What Dynamo hangs on its GraphModule and placeholders outside `meta` (torch 2.13
+# output_graph.py: "can't move these into meta"). AOTAutograd reads them to know which inputs
+# are parameters: static inputs for CUDA graphs (without them every replay copies every weight)
+# and its dedup guards. A copy must carry them.
+_DYNAMO_MODULE_ATTRIBUTES = ("_param_name_to_source", "_source_to_user_stacks")
+_DYNAMO_NODE_ATTRIBUTES = ("_dynamo_source",)
+
+
 def _copy(gm: fx.GraphModule) -> fx.GraphModule:
     """A new GraphModule with a copy of gm's graph (same placeholders, in the same order)."""
     graph = fx.Graph()
-    output = graph.graph_copy(gm.graph, {})
+    copies: dict = {}
+    output = graph.graph_copy(gm.graph, copies)
     graph.output(output)
     new = fx.GraphModule(gm, graph)
     new.meta.update(getattr(gm, "meta", {}))
+    for name in _DYNAMO_MODULE_ATTRIBUTES:
+        if hasattr(gm, name):
+            setattr(new, name, getattr(gm, name))
+    for old, copied in copies.items():
+        for name in _DYNAMO_NODE_ATTRIBUTES:
+            if hasattr(old, name):
+                setattr(copied, name, getattr(old, name))
     return new
 
 

@@ -266,7 +266,26 @@ def _emit_training(graph, layer, plan, scale, bias, ctx):
                    {"pad_value": plan.pad_value, "clip": plan.clip}, ctx.fake_mode)
 
 
+def _prefetch_cuda(layer, plan, ctx) -> None:
+    """Convert a CUDA weight at compile time too (not baked in: the cache still checks storage and
+    version at every call). Under CUDA graphs the first call is a warm-up whose allocations go
+    to the graph's private pool, where a cached tensor must not live; with the conversion done
+    here that call is a cache hit."""
+    try:
+        if plan.computed is not None:
+            inputs = [ctx.real_value(n) for n in plan.computed.inputs]
+            if all(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
+                ops._computed("prefetch", inputs, plan.computed.key, plan.weight_form)
+        else:
+            real = ctx.real_value(layer.weight)
+            if real is not None and real.is_cuda:
+                ops.cached_kernel_weight(real, plan.weight_form)
+    except Exception:  # the run-time op converts, and reports any error, on its first call
+        pass
+
+
 def _emit_runtime(graph, layer, plan, scale, bias, ctx):
+    _prefetch_cuda(layer, plan, ctx)
     if plan.computed is not None:
         c = plan.computed
         shape = list(c.value.shape)

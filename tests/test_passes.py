@@ -238,3 +238,29 @@ def test_explain_exported_program():
     model = SignCNN().eval()
     report = bitcompile.explain(torch.export.export(model, (torch.randn(1, 4, 8, 8),)))
     assert [(e.name, e.op) for e in report.entries] == [("conv1", "binary_conv2d"), ("conv2", "binary_conv2d")]
+
+
+def test_backend_copy_keeps_what_aot_autograd_reads_from_dynamo():
+    """Without _param_name_to_source / _dynamo_source, AOTAutograd sees no parameter among the
+    inputs: no static inputs for CUDA graphs (every replay would copy every weight)."""
+    import torch._functorch.aot_autograd as aot_autograd
+    from torch._functorch._aot_autograd import frontend_utils
+
+    seen = []
+    original = frontend_utils._try_get_metadata_from_dynamo
+
+    def spy(*args, **kwargs):
+        result = original(*args, **kwargs)
+        seen.append(list(result[1]))
+        return result
+
+    modules = [m for m in (frontend_utils, aot_autograd) if hasattr(m, "_try_get_metadata_from_dynamo")]
+    for module in modules:
+        module._try_get_metadata_from_dynamo = spy
+    try:
+        with torch.no_grad():
+            torch.compile(SteMLP(), backend="bitcompile", options={"inner": "aot_eager"})(torch.randn(2, 37))
+    finally:
+        for module in modules:
+            module._try_get_metadata_from_dynamo = original
+    assert seen and len(seen[0]) == 6, seen  # the six parameters of SteMLP; x is not static
