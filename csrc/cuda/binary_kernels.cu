@@ -53,7 +53,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cooperative_groups.h>
+
 #include <climits>
+#include <type_traits>
 
 namespace bitcompile {
 namespace cuda {
@@ -737,6 +740,406 @@ cudaError_t binary_weight_linear_typed(const T* x, const uint32_t* w_bits, int64
   return binary_weight_linear_rows<T, 8>(x, w_bits, m_rows, n_rows, k, ep, out, stream);
 }
 
+// ---------------------------------------------------------------------------------------------
+// binary_weight_linear on bf16/fp16 tensor cores (M <= 32 rows of x a pass): one pass over W
+// ---------------------------------------------------------------------------------------------
+// mma.sync.m16n8k16 with A = 16 output features (rows of W, expanded from bits in registers) and
+// B = 8 rows of x (from shared memory); C is [features][x rows], fp32 accumulation. Fragment layout
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), g = lane >> 2, t = lane & 3:
+//   A: reg0 = (row g, k 2t, 2t+1)  reg1 = (row g+8, k 2t, 2t+1)  reg2 = (row g, k 2t+8, 2t+9)  reg3 = (row g+8, ...)
+//   B: reg0 = (k 2t, 2t+1; col g)  reg1 = (k 2t+8, 2t+9; col g)
+//   C: c0, c1 = (row g, cols 2t, 2t+1)  c2, c3 = (row g+8, cols 2t, 2t+1)
+// The k slots of lane t (2t, 2t+1, 2t+8, 2t+9) are the same in A and B, so any assignment of real k to
+// (step, t, slot) works if A and B use the same one. Lane t holds words 4t..4t+3 of a 512-bit chunk of
+// its rows (one 16-byte load a row); step s = 8w + q of the chunk uses word w, shifted v = u << (14 - 2q):
+//   slot 2t  <- bit 2q+1  (v bit 15)      slot 2t+8 <- bit 2q    (v bit 14)
+//   slot 2t+1 <- bit 2q+17 (v bit 31)     slot 2t+9 <- bit 2q+16 (v bit 30)
+// Odd bits become +-1 through the sign bit: (v & 0x80008000) ^ (-1, -1) (bit 1 -> +1.0, bit 0 -> -1.0,
+// the same for bf16 0xBF80 and fp16 0xBC00). Even bits become {0, 2.0} with one AND: v & 0x40004000
+// (2.0 is 0x4000 in both types), and 2 * bit(w) - 1 = s(w) needs minus the sum of x over even k, which
+// the staging of x computes per row ("correction"). One shift serves two registers: 0.75 integer ops a
+// weight, the cost that bounds this kernel (the tensor cores and W's bytes are cheaper).
+// x in shared memory: for each word W and q the four values (x[2q+1], x[2q+17], x[2q], x[2q+16]) of
+// that word as one 8-byte group, so a B fragment is one 8-byte load; groups ordered (chunk, w, q, t)
+// so the four lanes t of a row read 32 consecutive bytes, rows padded by 32 bytes (no bank conflicts).
+// fp32 x is split exactly into three bf16 parts (hi + mid + lo), three MMAs each; products with +-1
+// and 2 are exact, the sums are fp32 as before.
+// Split K: a cluster of `slices` blocks (K ranges) of one feature block reduces its partial tiles
+// through distributed shared memory, in rank order (deterministic), and applies the epilogue.
+constexpr int kTcWarps = 8;
+constexpr int kTcThreads = kTcWarps * 32;
+constexpr int kTcFeatures = kTcWarps * 32;  // output features per block: two m16 tiles per warp
+constexpr int kTcChunkWords = 16;           // 512 k per chunk: lane t holds words 4t..4t+3
+constexpr int kTcMaxSlices = 8;             // portable cluster size
+
+template <typename MmaT>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// -1.0 in both halves (the sign bit flipped by a set weight bit gives +1.0).
+template <typename MmaT>
+struct MinusOnePair;
+template <>
+struct MinusOnePair<__nv_bfloat16> {
+  static constexpr uint32_t value = 0xBF80BF80u;
+};
+template <>
+struct MinusOnePair<__half> {
+  static constexpr uint32_t value = 0xBC00BC00u;
+};
+
+__device__ __forceinline__ uint16_t mma_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint16_t mma_bits(__half v) { return __half_as_ushort(v); }
+
+// Part `part` of x as the MMA type: the value itself (PARTS = 1), or the exact three-way bf16 split of fp32.
+template <typename MmaT, int PARTS>
+__device__ __forceinline__ void split_value(float v, uint16_t (&bits)[PARTS]) {
+  if constexpr (PARTS == 1) {
+    bits[0] = mma_bits(from_float<MmaT>(v));  // exact: x already has this type
+  } else {
+    float rest = v;
+#pragma unroll
+    for (int p = 0; p < PARTS; ++p) {
+      const __nv_bfloat16 piece = __float2bfloat16_rn(rest);
+      bits[p] = __bfloat16_as_ushort(piece);
+      rest -= __bfloat162float(piece);  // exact (Sterbenz-like: piece is rest rounded)
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
+  return w == 0 ? v.x : (w == 1 ? v.y : (w == 2 ? v.z : v.w));
+}
+
+// InT: x's type; MmaT: the tensor-core type (bf16 for fp32 x, in PARTS = 3 pieces); NB: n8 tiles (8 rows of
+// x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; VEC: 16-byte W loads.
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
+__global__ __launch_bounds__(kTcThreads, 1) void binary_weight_linear_tc_kernel(
+    const InT* __restrict__ x, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+    int64_t words, int slices, int64_t slice_chunks, Epilogue ep, InT* __restrict__ out) {
+  constexpr int MB = NB * 8;                               // rows of x a block
+  constexpr int kStageWords = STAGE_CHUNKS * kTcChunkWords;
+  constexpr int kGroupsPerRow = kStageWords * 8;           // 8-byte groups of a staged row
+  constexpr int kRowStride = kGroupsPerRow + 4;            // + 32 bytes: rows g, g+1 on other banks
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  uint2* x_stage = reinterpret_cast<uint2*>(tc_smem);      // [PARTS][MB][kRowStride]
+  float* correction = reinterpret_cast<float*>(x_stage + PARTS * MB * kRowStride);  // [MB]
+  float* partial = reinterpret_cast<float*>(tc_smem);      // [MB][kTcFeatures], after the main loop
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
+  const int64_t n_block = (blockIdx.x / static_cast<unsigned>(slices)) * static_cast<int64_t>(kTcFeatures);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * MB;
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  const int64_t chunk_begin = slice * slice_chunks;
+  const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
+
+  // This lane's four W rows: tile 0 rows g, g+8; tile 1 rows 16+g, 24+g.
+  int64_t w_row[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) w_row[r] = n_block + warp * 32 + (r >> 1) * 16 + (r & 1) * 8 + g;
+
+  // Words 4t..4t+3 of chunk c of the four rows; rows and words past the end read as 0 (x is 0 there too).
+  auto load_chunk = [&](uint4 (&dst)[4], int64_t c) {
+    const int64_t word = c * kTcChunkWords + 4 * t;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (VEC) {
+        dst[r] = (w_row[r] < n_rows && word < words) ? __ldg(reinterpret_cast<const uint4*>(w_bits + w_row[r] * words + word))
+                                                    : make_uint4(0, 0, 0, 0);
+      } else {
+        uint32_t v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = (w_row[r] < n_rows && word + i < words) ? __ldg(w_bits + w_row[r] * words + word + i) : 0u;
+        dst[r] = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  };
+
+  float acc[2][NB][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+  }
+  // Sum of x over even k, rows warp + 8 i (fixed order: per lane, then a warp sum).
+  float even_sum[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) even_sum[i] = 0.f;
+
+  uint4 current[4], next[4];
+  if (chunk_begin < chunk_end) load_chunk(current, chunk_begin);
+  for (int64_t c = chunk_begin; c < chunk_end; ++c) {
+    const int local = static_cast<int>((c - chunk_begin) % STAGE_CHUNKS);
+    if (local == 0) {
+      __syncthreads();  // the previous stage is consumed
+      // Warp w stages rows w + 8 i; lane e handles groups (word, q) = e, e + 32, ... of the stage.
+      const int64_t k_stage = c * kTcChunkWords * 32;
+      // Values of a later slice stay 0 here: this block's correction must cover its own k only.
+      const int64_t k_limit = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
+#pragma unroll
+      for (int i = 0; i < NB; ++i) {
+        const int r = warp + kTcWarps * i;
+        const int64_t row = m0 + r;
+        const InT* x_row = x + row * k;
+        for (int e = lane; e < kGroupsPerRow; e += 32) {
+          const int word = e >> 3;  // within the stage
+          const int q = e & 7;
+          const int64_t kb = k_stage + word * 32 + 2 * q;
+          const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
+          float v[4];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) v[u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
+          even_sum[i] += v[2] + v[3];
+          uint16_t bits[4][PARTS];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[u], bits[u]);
+          // Group position: chunk, w = word % 4, q, t = (word % 16) / 4.
+          const int position = ((((word >> 4) * 4 + (word & 3)) * 8 + q) * 4) + ((word & 15) >> 2);
+#pragma unroll
+          for (int p = 0; p < PARTS; ++p) {
+            x_stage[(p * MB + r) * kRowStride + position] =
+                make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
+                           static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (c + 1 < chunk_end) load_chunk(next, c + 1);  // in flight during this chunk's math
+
+#pragma unroll
+    for (int s = 0; s < 32; ++s) {
+      const int w = s >> 3;
+      const int q = s & 7;
+      uint32_t b[PARTS][NB][2];
+#pragma unroll
+      for (int p = 0; p < PARTS; ++p) {
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+          const uint2 pair = x_stage[(p * MB + 8 * j + g) * kRowStride + ((local * 4 + w) * 8 + q) * 4 + t];
+          b[p][j][0] = pair.x;
+          b[p][j][1] = pair.y;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t top = word_of(current[2 * mt], w) << (14 - 2 * q);
+        const uint32_t bottom = word_of(current[2 * mt + 1], w) << (14 - 2 * q);
+        const uint32_t a[4] = {(top & 0x80008000u) ^ MinusOnePair<MmaT>::value,
+                               (bottom & 0x80008000u) ^ MinusOnePair<MmaT>::value, top & 0x40004000u,
+                               bottom & 0x40004000u};
+#pragma unroll
+        for (int p = 0; p < PARTS; ++p) {
+#pragma unroll
+          for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc[mt][j], a, b[p][j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) current[r] = next[r];
+  }
+
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    const float total = warp_sum(even_sum[i]);
+    if (lane == 0) correction[warp + kTcWarps * i] = total;
+  }
+  __syncthreads();  // x_stage is consumed, correction written
+  // Partial tile [x row][feature] = acc - sum of x over even k.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int x_row = 8 * j + 2 * t + e;
+          const int feature = warp * 32 + mt * 16 + 8 * h + g;
+          partial[x_row * kTcFeatures + feature] = acc[mt][j][2 * h + e] - correction[x_row];
+        }
+      }
+    }
+  }
+
+  namespace cg = cooperative_groups;
+  if (slices > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial tile is written
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int index = rank * kTcThreads + tid; index < MB * kTcFeatures; index += slices * kTcThreads) {
+      const int64_t m = m0 + index / kTcFeatures;
+      const int64_t n = n_block + index % kTcFeatures;
+      if (m < m_rows && n < n_rows) {
+        float sum = 0.f;
+        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
+        out[m * n_rows + n] = from_float<InT>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+  } else {
+    __syncthreads();
+    for (int index = tid; index < MB * kTcFeatures; index += kTcThreads) {
+      const int64_t m = m0 + index / kTcFeatures;
+      const int64_t n = n_block + index % kTcFeatures;
+      if (m < m_rows && n < n_rows) {
+        out[m * n_rows + n] =
+            from_float<InT>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+  }
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
+constexpr size_t tc_smem_bytes() {
+  return static_cast<size_t>(PARTS) * NB * 8 * (STAGE_CHUNKS * kTcChunkWords * 8 + 4) * sizeof(uint2) +
+         NB * 8 * sizeof(float);
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
+cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                           int64_t k, const Epilogue& ep, InT* out, int sm_count, cudaStream_t stream) {
+  constexpr int MB = NB * 8;
+  constexpr size_t smem = tc_smem_bytes<InT, MmaT, PARTS, NB, STAGE_CHUNKS>();
+  static_assert(smem >= static_cast<size_t>(MB) * kTcFeatures * sizeof(float), "partial tile aliases x_stage");
+  const int64_t words = ceil_div(k, 32);
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  const int64_t feature_blocks = ceil_div(n_rows, kTcFeatures);
+  const int64_t row_blocks = ceil_div(m_rows, MB);
+  if (row_blocks > 65535) return cudaErrorInvalidValue;
+  // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8.
+  const int64_t wanted = ceil_div(2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132), feature_blocks * row_blocks);
+  int64_t slices = wanted < kTcMaxSlices ? wanted : kTcMaxSlices;
+  if (slices > total_chunks) slices = total_chunks;
+  if (slices < 1) slices = 1;
+  int64_t slice_chunks = ceil_div(total_chunks, slices);
+  slices = ceil_div(total_chunks, slice_chunks);
+  if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
+
+  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
+  if (smem > 48 * 1024) {
+    const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (error != cudaSuccess) return error;
+  }
+  if (slices > 1) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1);
+    config.blockDim = dim3(kTcThreads, 1, 1);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    const cudaError_t error = cudaLaunchKernelEx(&config, kernel, x, w_bits, m_rows, n_rows, k, words,
+                                                 static_cast<int>(slices), slice_chunks, ep, out);
+    if (error == cudaSuccess) return cudaGetLastError();
+    (void)cudaGetLastError();  // a refused cluster launch: fall back to one block per feature block
+    slices = 1;
+    slice_chunks = total_chunks;
+  }
+  kernel<<<dim3(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(row_blocks), 1), kTcThreads, smem, stream>>>(
+      x, w_bits, m_rows, n_rows, k, words, 1, slice_chunks, ep, out);
+  return cudaGetLastError();
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
+cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                            int64_t k, const Epilogue& ep, InT* out, int sm_count, cudaStream_t stream) {
+  const bool vec = ceil_div(k, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  if (vec) {
+    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, true>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                     out, sm_count, stream);
+  }
+  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, false>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                    out, sm_count, stream);
+}
+
+// Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
+template <typename InT>
+cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                          int64_t k, const Epilogue& ep, InT* out, int sm_count, cudaStream_t stream) {
+  if constexpr (std::is_same<InT, float>::value) {
+    if (m_rows <= 8) return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 1, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, stream);
+    return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 2, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, stream);
+  } else {
+    if (m_rows <= 8) return binary_weight_linear_tc_aligned<InT, InT, 1, 1, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, stream);
+    if (m_rows <= 16) return binary_weight_linear_tc_aligned<InT, InT, 1, 2, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, stream);
+    return binary_weight_linear_tc_aligned<InT, InT, 1, 4, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, stream);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// dequantize_signs: W as s(w) * scale in x's type, for cuBLAS at large M
+// ---------------------------------------------------------------------------------------------
+constexpr int kDequantThreads = 256;
+
+// One thread a packed word: 32 values; 16-byte stores when the row length allows them.
+template <typename T>
+__global__ __launch_bounds__(kDequantThreads) void dequantize_signs_kernel(const uint32_t* __restrict__ w_bits,
+                                                                           int64_t n_rows, int64_t k, int64_t words,
+                                                                           const float* __restrict__ scale,
+                                                                           int64_t scale_count, T* __restrict__ out) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x;
+  if (index >= n_rows * words) return;
+  const int64_t row = index / words;
+  const int64_t word = index % words;
+  const float magnitude = scale != nullptr ? scale[scale_count == 1 ? 0 : row] : 1.f;
+  const T plus = from_float<T>(magnitude);
+  const T minus = from_float<T>(-magnitude);
+  const uint32_t bits = __ldg(w_bits + index);
+  T* dst = out + row * k + word * 32;
+  constexpr int kPerVector = 16 / sizeof(T);
+  const bool whole = word * 32 + 32 <= k && k % kPerVector == 0;
+  if (whole) {
+#pragma unroll
+    for (int v = 0; v < 32 / kPerVector; ++v) {
+      union {
+        uint4 vector;
+        T values[kPerVector];
+      } pack;
+#pragma unroll
+      for (int j = 0; j < kPerVector; ++j) pack.values[j] = (bits >> (v * kPerVector + j)) & 1u ? plus : minus;
+      reinterpret_cast<uint4*>(dst)[v] = pack.vector;
+    }
+  } else {
+    for (int j = 0; j < 32 && word * 32 + j < k; ++j) dst[j] = (bits >> j) & 1u ? plus : minus;
+  }
+}
+
+template <typename T>
+cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,
+                                   int64_t scale_count, T* out, cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  const int64_t blocks = ceil_div(n_rows * words, kDequantThreads);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0) return cudaErrorInvalidValue;
+  dequantize_signs_kernel<T><<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(w_bits, n_rows, k, words,
+                                                                                            scale, scale_count, out);
+  return cudaGetLastError();
+}
+
 bool valid_sizes(int64_t rows, int64_t k) { return rows >= 0 && k >= 1 && k <= INT_MAX; }
 
 }  // namespace
@@ -816,6 +1219,40 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
     case FloatType::kBFloat16:
       return binary_weight_linear_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
                                         static_cast<__nv_bfloat16*>(out), stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_weight_linear_tc(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                           int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                           cudaStream_t stream) {
+  if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return binary_weight_linear_tc_typed(static_cast<const float*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<float*>(out), sm_count, stream);
+    case FloatType::kFloat16:
+      return binary_weight_linear_tc_typed(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<__half*>(out), sm_count, stream);
+    case FloatType::kBFloat16:
+      return binary_weight_linear_tc_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<__nv_bfloat16*>(out), sm_count, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_dequantize_signs(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,
+                                    int64_t scale_count, void* out, FloatType type, cudaStream_t stream) {
+  if (!valid_sizes(n_rows, k)) return cudaErrorInvalidValue;
+  if (n_rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<float*>(out), stream);
+    case FloatType::kFloat16:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<__half*>(out), stream);
+    case FloatType::kBFloat16:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<__nv_bfloat16*>(out), stream);
   }
   return cudaErrorInvalidValue;
 }

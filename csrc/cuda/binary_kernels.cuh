@@ -67,5 +67,18 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                         int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
                                         cudaStream_t stream);
 
+// binary_weight_linear on bf16/fp16 tensor cores, every packed weight word read once per pass of up to 32
+// rows of x (16 for fp32 x, which runs as an exact three-way bf16 split), K split over a thread block
+// cluster; same result definition as launch_binary_weight_linear (fp32 accumulation, fp32 epilogue).
+// sm_count: multiprocessors of the device (sizes the K split).
+cudaError_t launch_binary_weight_linear_tc(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                           int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                           cudaStream_t stream);
+
+// out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,
+// each value rounded once from fp32. For binary_weight_linear at large M through cuBLAS. out must be 16-byte aligned.
+cudaError_t launch_dequantize_signs(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,
+                                    int64_t scale_count, void* out, FloatType type, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace bitcompile

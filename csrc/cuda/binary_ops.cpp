@@ -4,6 +4,14 @@
 //
 // BITCOMPILE_CUDA_POPCOUNT_LINEAR=1 runs binary_linear on the CUDA-core popcount kernel instead of the
 // b1 tensor cores (a debugging aid: both must agree exactly).
+//
+// BITCOMPILE_CUDA_LEGACY=1 selects the kernels of before the speed work (read once per process), so that a
+// new path that misbehaves on a GPU can be switched off without a rebuild:
+//   binary_weight_linear: the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
+//     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above).
+// BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
+// binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
+// folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -66,6 +74,39 @@ bool popcount_linear_forced() {
     return value != nullptr && std::strcmp(value, "1") == 0;
   }();
   return forced;
+}
+
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
+bool legacy_kernels() {
+  static const bool legacy = env_flag("BITCOMPILE_CUDA_LEGACY");
+  return legacy;
+}
+
+int64_t w1a16_gemm_rows() {
+  static const int64_t rows = [] {
+    const char* value = std::getenv("BITCOMPILE_CUDA_W1A16_GEMM_ROWS");
+    if (value == nullptr || *value == '\0') return static_cast<int64_t>(256);
+    char* end = nullptr;
+    const long long parsed = std::strtoll(value, &end, 10);
+    return (end != nullptr && *end == '\0' && parsed >= 0) ? static_cast<int64_t>(parsed) : static_cast<int64_t>(256);
+  }();
+  return rows;
+}
+
+// Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
 }
 
 // pack_signs(x): int32 words along the last dim, value 32*w + j at bit j of word w, bit 1 for x >= 0.
@@ -157,13 +198,38 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   if (out.numel() == 0) return out;
 
   const int64_t k = in_features;
+  const int64_t m = x.numel() / k;
   const at::Tensor input = x.contiguous();
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
-  check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight),
-                                                    input.numel() / k, n, k, inputs.epilogue,
-                                                    out.mutable_data_ptr(), c10::cuda::getCurrentCUDAStream()),
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (legacy_kernels()) {
+    check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
+                                                      inputs.epilogue, out.mutable_data_ptr(), stream),
+                 op);
+    return out;
+  }
+  const int64_t gemm_rows = x.scalar_type() == at::kFloat ? 8 * w1a16_gemm_rows() : w1a16_gemm_rows();
+  if (m <= gemm_rows) {
+    // Tensor cores, W read once per pass of up to 32 rows of x; exact +-1 weights, fp32 sums and epilogue.
+    check_launch(kernels::launch_binary_weight_linear_tc(input.const_data_ptr(), float_type(input), words(weight), m, n,
+                                                         k, inputs.epilogue, out.mutable_data_ptr(),
+                                                         multiprocessor_count(), stream),
+                 op);
+    return out;
+  }
+  // Large M: compute-bound like a dense GEMM, so W = s(w) * scale in x's dtype (one pass) and cuBLAS
+  // (fp32 accumulation, the bias in its epilogue), as F.linear with that weight.
+  at::Tensor dense = at::empty({n, k}, x.options());
+  check_launch(kernels::launch_dequantize_signs(words(weight), n, k, inputs.epilogue.scale, inputs.epilogue.scale_count,
+                                                dense.mutable_data_ptr(), float_type(dense), stream),
                op);
+  at::Tensor out_rows = out.view({m, n});
+  if (bias.has_value()) {
+    at::addmm_out(out_rows, bias->to(x.scalar_type()).reshape({n}), input.view({m, k}), dense.t());
+  } else {
+    at::mm_out(out_rows, input.view({m, k}), dense.t());
+  }
   return out;
 }
 
