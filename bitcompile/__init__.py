@@ -7,9 +7,11 @@ backend; it compiles nothing. Kernels are built on first use (see bitcompile._bu
 from bitcompile import ops
 from bitcompile.ops import ste_sign
 from bitcompile import backend  # noqa: F401  (registers backend="bitcompile")
+from bitcompile import apot, compat, nn  # noqa: F401  (plain PyTorch: nothing compiles)
 from bitcompile.export import lower
 from bitcompile.explain import explain
+from bitcompile.quantize import quantize_
 
 __version__ = "0.1.0"
 
-__all__ = ["ops", "ste_sign"]
+__all__ = ["apot", "compat", "explain", "lower", "nn", "ops", "quantize_", "ste_sign"]
