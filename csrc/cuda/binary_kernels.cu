@@ -27,6 +27,13 @@
 //   feeds words 2t and 2t+1 of the 8-word (256-bit) step into (a0, a2) / (a1, a3) / (b0, b1): one
 //   aligned 8-byte shared load per fragment pair, A and B permuted identically.
 //
+// binary_conv2d_mma_kernel (default for binary_conv2d and binary_linear with sign_zero): implicit GEMM on the
+//   b1 tensor cores, rows = output pixels, two activation bit planes (s(x) = +1 / -1) gathered per tap, two
+//   AND.POPC accumulators; see its section. binary_weight_linear_tc_kernel (default for binary_weight_linear
+//   up to 256 rows): bf16/fp16 mma.sync with the +-1 weights expanded from bits in registers, every weight
+//   word read once per 32 rows of x; see its section. The kernels below them are the legacy paths
+//   (BITCOMPILE_CUDA_LEGACY=1 in binary_ops.cpp).
+//
 // binary_conv2d_kernel: popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).
 //   A block owns 64 output pixels x 64 output channels, a thread a 4 x 4 register tile; for each tap
 //   the block stages 32 words of channels of the 64 input pixels and 64 weight rows in shared memory.
@@ -221,6 +228,8 @@ struct Words<1> {
     if (first_word == words - 1) v &= last_bits;
   }
   __device__ __forceinline__ void store(uint32_t* p) const { *p = v; }
+  __device__ __forceinline__ void set(const uint32_t (&bits)[1]) { v = bits[0]; }
+  __device__ __forceinline__ void invert_within(const uint32_t (&bits)[1]) { v = ~v & bits[0]; }
 };
 template <>
 struct Words<4> {
@@ -231,6 +240,10 @@ struct Words<4> {
     if (first_word + 3 == words - 1) v.w &= last_bits;  // words % 4 == 0: the last word is a .w
   }
   __device__ __forceinline__ void store(uint32_t* p) const { *reinterpret_cast<uint4*>(p) = v; }
+  __device__ __forceinline__ void set(const uint32_t (&bits)[4]) { v = make_uint4(bits[0], bits[1], bits[2], bits[3]); }
+  __device__ __forceinline__ void invert_within(const uint32_t (&bits)[4]) {
+    v = make_uint4(~v.x & bits[0], ~v.y & bits[1], ~v.z & bits[2], ~v.w & bits[3]);
+  }
 };
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, typename OutT>
@@ -452,6 +465,277 @@ cudaError_t binary_linear_mma_typed(const uint32_t* x_bits, const uint32_t* w_bi
   if (m_rows <= 16) return binary_linear_mma_config<16, 128, 1, 8, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
   if (m_rows <= 64) return binary_linear_mma_config<64, 128, 2, 4, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
   return binary_linear_mma_config<128, 128, 2, 4, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+}
+
+// ---------------------------------------------------------------------------------------------
+// binary_conv2d (and binary_linear with sign_zero) as an implicit GEMM on b1 tensor cores
+// ---------------------------------------------------------------------------------------------
+// Rows = output pixels (batch, oh, ow), columns = output channels, K = taps x channel words (the
+// w_packed layout). Two activation bit planes per row, gathered from the per-pixel packed words:
+//   P = bit(s(x) = +1), N = bit(s(x) = -1) at in-bounds taps (N = ~P & real channels without sign_zero);
+//   a padded tap is P = real channels (pad_value +1), N = real channels (-1), or neither (0).
+// Then s(x).s(w) = sum_P s(w) - sum_N s(w) = (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N)),
+// exact for any B tail bits since P and N are 0 outside real channels. Two mma.sync m16n8k256 AND.POPC
+// accumulators a tile (P.B and N.B), row popcounts of P and N from the very fragments, as the binary_linear
+// kernel (same fragment layout, same 24-word padded shared rows, next stage prefetched in registers).
+template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_kernel(
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ minus_bits,
+    const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles, int64_t total_pixels, int channel_words,
+    int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpRows = BM / WARPS_M;
+  constexpr int kWarpCols = BN / WARPS_N;
+  constexpr int MT = kWarpRows / 16;
+  constexpr int NT = kWarpCols / 8;
+  static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
+  constexpr int kVecsPerRow = kMmaStageWords / VW;
+  constexpr int kVecsA = BM * kVecsPerRow;
+  constexpr int kVecsB = BN * kVecsPerRow;
+  constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
+  constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
+
+  __shared__ __align__(16) uint32_t plus_tile[BM * kMmaRowStride];
+  __shared__ __align__(16) uint32_t minus_tile[BM * kMmaRowStride];
+  __shared__ __align__(16) uint32_t b_tile[BN * kMmaRowStride];
+  __shared__ int64_t pixel_image[BM];  // first input pixel of the image, or -1 past the last output pixel
+  __shared__ int pixel_top[BM];        // oh * stride_h - pad_h
+  __shared__ int pixel_left[BM];       // ow * stride_w - pad_w
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / WARPS_N;
+  const int warp_n = warp % WARPS_N;
+  const int group = lane >> 2;
+  const int thread_in_group = lane & 3;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  const int64_t out_plane = shape.out_height * shape.out_width;
+  const int64_t n_rows = shape.out_channels;
+  const int kernel_w = static_cast<int>(shape.kernel_w);
+  const int height = static_cast<int>(shape.height);
+  const int width = static_cast<int>(shape.width);
+
+  for (int r = tid; r < BM; r += kThreads) {
+    const int64_t p = m0 + r;
+    if (p < total_pixels) {
+      const int64_t image = p / out_plane;
+      const int64_t rest = p % out_plane;
+      pixel_image[r] = image * shape.height * shape.width;
+      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
+      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
+    } else {
+      pixel_image[r] = -1;
+      pixel_top[r] = pixel_left[r] = 0;
+    }
+  }
+  __syncthreads();
+
+  Words<VW> next_p[kLoadsA];
+  Words<VW> next_n[kLoadsA];
+  Words<VW> next_b[kLoadsB];
+  auto load_stage = [&](int64_t stage) {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      const int r = e / kVecsPerRow;
+      const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * VW;
+      next_p[i].zero();
+      next_n[i].zero();
+      if (e < kVecsA && word < reduction_words && pixel_image[r] >= 0) {
+        // VW = 4 only when channel_words % 4 == 0: the four words share one tap.
+        const int tap = word / channel_words;
+        const int channel_word = word - tap * channel_words;
+        const int iy = pixel_top[r] + (tap / kernel_w) * static_cast<int>(shape.dilation_h);
+        const int ix = pixel_left[r] + (tap % kernel_w) * static_cast<int>(shape.dilation_w);
+        uint32_t valid[VW];
+#pragma unroll
+        for (int j = 0; j < VW; ++j) valid[j] = valid_bits(shape.channels, channel_word + j);
+        if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
+          const int64_t index = (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
+          next_p[i].load(plus_bits + index);
+          if (SIGN_ZERO) {
+            next_n[i].load(minus_bits + index);
+          } else {
+            next_n[i] = next_p[i];
+            next_n[i].invert_within(valid);
+          }
+        } else if (shape.pad_value > 0) {
+          next_p[i].set(valid);
+        } else if (shape.pad_value < 0) {
+          next_n[i].set(valid);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      const int64_t row = n0 + e / kVecsPerRow;
+      const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * VW;
+      if (e < kVecsB && row < n_rows && word < reduction_words) {
+        next_b[i].load(w_bits + row * reduction_words + word);
+      } else {
+        next_b[i].zero();
+      }
+    }
+  };
+  auto store_stage = [&]() {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsA) {
+        const int offset = (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW;
+        next_p[i].store(&plus_tile[offset]);
+        next_n[i].store(&minus_tile[offset]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsB) next_b[i].store(&b_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW]);
+    }
+  };
+
+  int acc_p[MT][NT][4], acc_n[MT][NT][4];
+  int pop_p[MT][2], pop_n[MT][2];  // popcounts of rows g, g+8 of each m tile, this lane's words only
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    pop_p[mt][0] = pop_p[mt][1] = pop_n[mt][0] = pop_n[mt][1] = 0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc_p[mt][nt][c] = acc_n[mt][nt][c] = 0;
+    }
+  }
+
+  const int64_t stages = ceil_div(reduction_words, kMmaStageWords);
+  load_stage(0);
+  store_stage();
+  __syncthreads();
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    if (stage + 1 < stages) load_stage(stage + 1);
+#pragma unroll
+    for (int step = 0; step < kMmaStageWords / 8; ++step) {
+      const int word = step * 8 + 2 * thread_in_group;
+      uint32_t b_frag[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = warp_n * kWarpCols + nt * 8 + group;
+        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
+        b_frag[nt][0] = pair.x;
+        b_frag[nt][1] = pair.y;
+      }
+#pragma unroll
+      for (int plane = 0; plane < 2; ++plane) {
+        const uint32_t* a_tile = plane == 0 ? plus_tile : minus_tile;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int row = warp_m * kWarpRows + mt * 16 + group;
+          const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
+          const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
+          const uint32_t a_frag[4] = {top.x, bottom.x, top.y, bottom.y};
+          const int top_count = __popc(top.x) + __popc(top.y);
+          const int bottom_count = __popc(bottom.x) + __popc(bottom.y);
+          if (plane == 0) {
+            pop_p[mt][0] += top_count;
+            pop_p[mt][1] += bottom_count;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc_p[mt][nt], a_frag, b_frag[nt]);
+          } else {
+            pop_n[mt][0] += top_count;
+            pop_n[mt][1] += bottom_count;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc_n[mt][nt], a_frag, b_frag[nt]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (stage + 1 < stages) {
+      store_stage();
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pop_p[mt][h] += __shfl_xor_sync(kFullMask, pop_p[mt][h], 1);
+      pop_p[mt][h] += __shfl_xor_sync(kFullMask, pop_p[mt][h], 2);
+      pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 1);
+      pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 2);
+    }
+  }
+  float col_scales[NT][2], col_biases[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+      col_scales[nt][e] = n < n_rows ? column_scale(ep, n) : 0.f;
+      col_biases[nt][e] = n < n_rows ? column_bias(ep, n) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t p = m0 + warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      if (p >= total_pixels) continue;
+      const float factor = row_factor(ep, p);
+      const int64_t image = p / out_plane;
+      const int64_t position = p % out_plane;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+          if (n >= n_rows) continue;
+          // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
+          const int dot = 2 * acc_p[mt][nt][2 * h + e] - pop_p[mt][h] - 2 * acc_n[mt][nt][2 * h + e] + pop_n[mt][h];
+          const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
+          out[index] = from_float<OutT>(epilogue_value(static_cast<float>(dot), factor, col_scales[nt][e], col_biases[nt][e]));
+        }
+      }
+    }
+  }
+}
+
+template <int VW, bool SIGN_ZERO, typename OutT>
+cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                     const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                     cudaStream_t stream) {
+  constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
+  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
+  const int64_t m_tiles = ceil_div(total_pixels, BM);
+  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
+  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
+    return cudaErrorInvalidValue;
+  }
+  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, OutT>
+      <<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, 0, stream>>>(
+          plus_bits, minus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
+          static_cast<int>(reduction_words), ep, out, out_channels_last);
+  return cudaGetLastError();
+}
+
+template <typename OutT>
+cudaError_t binary_conv2d_mma_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                    const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                    cudaStream_t stream) {
+  const bool vec = ceil_div(shape.channels, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(plus_bits) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(minus_bits) % 16 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  const bool sign_zero = minus_bits != nullptr;
+  if (vec) {
+    return sign_zero ? binary_conv2d_mma_launch<4, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream)
+                     : binary_conv2d_mma_launch<4, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  }
+  return sign_zero ? binary_conv2d_mma_launch<1, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream)
+                   : binary_conv2d_mma_launch<1, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1219,6 +1503,28 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
     case FloatType::kBFloat16:
       return binary_weight_linear_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
                                         static_cast<__nv_bfloat16*>(out), stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_conv2d_mma(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                     const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                     bool out_channels_last, cudaStream_t stream) {
+  if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
+      shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
+    return cudaErrorInvalidValue;
+  }
+  if (shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0) return cudaSuccess;
+  switch (out_type) {
+    case FloatType::kFloat32:
+      return binary_conv2d_mma_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
+                                     out_channels_last, stream);
+    case FloatType::kFloat16:
+      return binary_conv2d_mma_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
+                                     out_channels_last, stream);
+    case FloatType::kBFloat16:
+      return binary_conv2d_mma_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
+                                     out_channels_last, stream);
   }
   return cudaErrorInvalidValue;
 }

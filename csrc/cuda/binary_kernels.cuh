@@ -61,6 +61,13 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
                                  bool out_channels_last, cudaStream_t stream);
 
+// The same op as launch_binary_conv2d as an implicit GEMM on b1 tensor cores (mma.sync m16n8k256 AND.POPC):
+// rows = output pixels, K = taps x channel words, two bit planes (s(x) = +1, s(x) = -1) a row, so sign_zero
+// and pad_value +-1 cost nothing extra. Same arguments and results (exact integer dots).
+cudaError_t launch_binary_conv2d_mma(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                     const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                     bool out_channels_last, cudaStream_t stream);
+
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type.
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,

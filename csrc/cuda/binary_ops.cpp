@@ -8,7 +8,9 @@
 // BITCOMPILE_CUDA_LEGACY=1 selects the kernels of before the speed work (read once per process), so that a
 // new path that misbehaves on a GPU can be switched off without a rebuild:
 //   binary_weight_linear: the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
-//     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above).
+//     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above);
+//   binary_conv2d and binary_linear with sign_zero: the CUDA-core popcount kernel (instead of the implicit
+//     GEMM on b1 tensor cores with two activation bit planes).
 // BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
 // binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
 // folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
@@ -175,9 +177,10 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
     shape.channels = k;
     shape.height = shape.width = shape.out_height = shape.out_width = 1;
     shape.out_channels = n;
-    check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
-                                               inputs.epilogue, out.mutable_data_ptr(), float_type(out),
-                                               /*out_channels_last=*/true, stream),
+    const auto launch = (popcount_linear_forced() || legacy_kernels()) ? kernels::launch_binary_conv2d
+                                                                          : kernels::launch_binary_conv2d_mma;
+    check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
+                        out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true, stream),
                  op);
   }
   return out;
@@ -290,9 +293,10 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   shape.dilation_h = g.dilation_h;
   shape.dilation_w = g.dilation_w;
   shape.pad_value = static_cast<int>(pad_value);
-  check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
-                                             inputs.epilogue, out.mutable_data_ptr(), float_type(out),
-                                             out_channels_last, stream),
+  // b1 tensor cores (implicit GEMM, two activation bit planes); the legacy CUDA-core kernel on request.
+  const auto launch = legacy_kernels() ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
+  check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
+                      out.mutable_data_ptr(), float_type(out), out_channels_last, stream),
                op);
   return out;
 }
