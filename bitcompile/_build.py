@@ -31,18 +31,12 @@ class KernelBuildError(RuntimeError):
 
 
 def source_dir() -> Path:
-    """Where the kernel sources are: csrc/ of a checkout, or bitcompile/csrc of a wheel."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("bitcompile.csrc")
-    if spec is not None and spec.submodule_search_locations:
-        for location in spec.submodule_search_locations:
-            if Path(location, "cpu").is_dir():
-                return Path(location)
-    checkout = Path(__file__).resolve().parent.parent / "csrc"
-    if checkout.is_dir():
-        return checkout
-    raise KernelBuildError("bitcompile: kernel sources (csrc/) not found next to the package")
+    """Where the kernel sources are: bitcompile/csrc in a wheel, csrc/ beside the package in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "csrc", here.parent / "csrc"):
+        if (candidate / "checks.h").is_file():
+            return candidate
+    raise KernelBuildError(f"bitcompile: kernel sources (csrc/) not found in {here} or beside it")
 
 
 def _build_directory(name: str) -> Path:
