@@ -575,3 +575,75 @@ def test_device_mismatch_raises():
     wc_packed = reference.pack_signs(torch.randn(4, 3, 3, 3))
     with pytest.raises(RuntimeError, match="bitcompile::binary_conv2d:"):
         ops.binary_conv2d(xc, wc_packed, 3, [3, 3], [1, 1], [1, 1], [1, 1])
+
+
+# ------------------------------------------------------------------------------------------------
+# Tile edges of the tensor-core CUDA paths (W1A16 one-pass kernel with its split of K, dequantize +
+# cuBLAS above 256 rows; b1 MMA binary_linear; implicit-GEMM conv with two bit planes). They run on
+# CPU too, against the CPU kernels.
+# ------------------------------------------------------------------------------------------------
+EDGE_N = [1, 127, 129]
+EDGE_K = [1, 255, 257, 2049]
+
+
+@pytest.mark.parametrize("m", [1, 15, 16, 17, 63, 64, 65, 129])
+def test_weight_linear_tile_edges(device, m):
+    for n in EDGE_N:
+        for k in EDGE_K:
+            x = random_input((m, k), device=device)
+            _, w_packed = packed_weight(n, k, device)
+            actual, expected = run_linear("binary_weight_linear", x, w_packed, k)
+            assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear m={m} n={n} k={k}")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32, 33, 300])
+def test_weight_linear_half_precision_edges(device, dtype, m):
+    """bf16/fp16 x: M <= 256 takes the tensor-core kernel, 300 the dequantize + cuBLAS path; K spans
+    several 512-bit chunks (several blocks of one cluster), stray tail bits set, scale and bias."""
+    for n, k in ((129, 4100), (300, 1000), (5, 33)):
+        x = random_input((m, k), dtype, device)
+        _, w_packed = packed_weight(n, k, device)
+        w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)
+        scale, bias = scale_and_bias("per_channel", n, device)
+        actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}")
+        scalar = torch.rand((), device=device) + 0.5
+        actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scalar)
+        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale")
+
+
+@pytest.mark.parametrize("m", [1, 17, 2100])
+def test_weight_linear_fp32_long_rows(device, m):
+    """fp32 x (three-way bf16 split on the tensor cores up to 2048 rows, fp32 cuBLAS above)."""
+    n, k = 65, 3000
+    x = random_input((m, k), device=device) * 100  # magnitudes that need all 24 bits of the split
+    _, w_packed = packed_weight(n, k, device)
+    scale, bias = scale_and_bias("per_channel", n, device)
+    actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+    assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m}")
+
+
+@pytest.mark.parametrize("sign_zero", [False, True])
+@pytest.mark.parametrize("m", [1, 15, 16, 17, 63, 64, 65, 129])
+def test_binary_linear_tile_edges(device, m, sign_zero):
+    for n in EDGE_N:
+        for k in EDGE_K:
+            x = random_input((m, k), device=device, zeros=sign_zero)
+            _, w_packed = packed_weight(n, k, device)
+            actual, expected = run_linear("binary_linear", x, w_packed, k, sign_zero=sign_zero)
+            assert_matches(actual, expected, torch.float32, True, f"binary_linear m={m} n={n} k={k} sign_zero={sign_zero}")
+
+
+@pytest.mark.parametrize("c", [1, 31, 32, 33, 128, 256])
+@pytest.mark.parametrize("sign_zero", [False, True])
+def test_conv2d_channel_edges(device, c, sign_zero):
+    """Channel counts around words and around the 4-word vector loads; 130 output pixels (two pixel
+    tiles of 128) and 65 output channels (two channel tiles of 64); every pad value."""
+    x = random_input((2, c, 9, 8), device=device, zeros=sign_zero)  # 2 * 9 * 8 = 144 pixels at stride 1
+    weight = torch.randn(65, c, 3, 3, device=device)
+    for pad_value, memory_format in ((0.0, torch.channels_last), (1.0, torch.contiguous_format),
+                                     (-1.0, torch.channels_last)):
+        xf = x.contiguous(memory_format=memory_format)
+        actual, expected = run_conv(xf, weight, (1, 1), (1, 1), (1, 1), pad_value=pad_value, sign_zero=sign_zero)
+        assert_matches(actual, expected, torch.float32, True, f"conv c={c} pad={pad_value} sign_zero={sign_zero}")
