@@ -1157,11 +1157,15 @@ __global__ __launch_bounds__(kTcThreads, 1) void binary_weight_linear_tc_kernel(
     }
   };
 
-  float acc[2][NB][4];
+  // The low parts of split fp32 x sum apart: their rounding stays relative to their own (small) size.
+  float acc[2][NB][4], acc_low[2][NB][4];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
-    for (int j = 0; j < NB; ++j) acc[mt][j][0] = acc[mt][j][1] = acc[mt][j][2] = acc[mt][j][3] = 0.f;
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mt][j][c] = acc_low[mt][j][c] = 0.f;
+    }
   }
   // Sum of x over even k, rows warp + 8 i (fixed order: per lane, then a warp sum).
   float even_sum[NB];
@@ -1231,9 +1235,11 @@ __global__ __launch_bounds__(kTcThreads, 1) void binary_weight_linear_tc_kernel(
                                (bottom & 0x80008000u) ^ MinusOnePair<MmaT>::value, top & 0x40004000u,
                                bottom & 0x40004000u};
 #pragma unroll
-        for (int p = 0; p < PARTS; ++p) {
+        for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc[mt][j], a, b[0][j]);
 #pragma unroll
-          for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc[mt][j], a, b[p][j]);
+        for (int p = 1; p < PARTS; ++p) {
+#pragma unroll
+          for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc_low[mt][j], a, b[p][j]);
         }
       }
     }
@@ -1258,7 +1264,8 @@ __global__ __launch_bounds__(kTcThreads, 1) void binary_weight_linear_tc_kernel(
         for (int e = 0; e < 2; ++e) {
           const int x_row = 8 * j + 2 * t + e;
           const int feature = warp * 32 + mt * 16 + 8 * h + g;
-          partial[x_row * kTcFeatures + feature] = acc[mt][j][2 * h + e] - correction[x_row];
+          const float low = PARTS > 1 ? acc_low[mt][j][2 * h + e] : 0.f;
+          partial[x_row * kTcFeatures + feature] = (acc[mt][j][2 * h + e] - correction[x_row]) + low;
         }
       }
     }
