@@ -16,7 +16,20 @@
 #include <limits>
 #include <vector>
 
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 #include "checks.h"
+
+// SIMD level of the small-batch apot_linear kernel (-march=native picks it): AVX-512 (F + BW),
+// else AVX2 + FMA, else the scalar loop. BITCOMPILE_APOT_FORCE_AVX2 builds the AVX2 kernel on an
+// AVX-512 machine (for testing it).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && !defined(BITCOMPILE_APOT_FORCE_AVX2)
+#define BITCOMPILE_APOT_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define BITCOMPILE_APOT_AVX2 1
+#endif
 
 namespace {
 
@@ -28,6 +41,19 @@ constexpr int64_t kSmallBatchRows = 16;
 // Bytes of decoded fp32 weight per block on the GEMM path (the packed weight is what is stored;
 // the decoded block is a per-call temporary of bounded size).
 constexpr int64_t kDecodeBlockBytes = int64_t(4) << 20;
+
+// Work units (about one code decoded or one multiply-add, vectorized) a parallel chunk must hold
+// at least: ~10 us of work. A parallel region waits for its slowest thread, and on a busy machine
+// a thread can start a scheduler time slice (ms) late, far longer than a small call takes on one
+// thread, so small calls stay on the calling thread.
+constexpr int64_t kMinParallelWork = int64_t(1) << 19;
+// The same for the scalar loops (decode to memory, int32 dots): ~10 us.
+constexpr int64_t kMinParallelScalarWork = int64_t(1) << 15;
+
+// Grain (in items) so that a chunk holds at least `min_work` units.
+inline int64_t grain_for(int64_t work_per_item, int64_t min_work) {
+  return std::max<int64_t>(1, (min_work + work_per_item - 1) / std::max<int64_t>(1, work_per_item));
+}
 
 // The code table copied into 256 entries, zero beyond 2**bits, so any byte indexes it safely.
 template <typename T>
@@ -76,7 +102,7 @@ at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows,
   const float* alpha_data = alpha.data_ptr<float>();
   const bool per_row = alpha.numel() > 1;
   float* o = out.data_ptr<float>();
-  at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, rows, grain_for(k, kMinParallelScalarWork), [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t n = row0 + r;
       decode_row(w + n * row_bytes, k, bits, levels.data(), alpha_data[per_row ? n : 0], o + r * k);
@@ -116,7 +142,7 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
     }
     BITCOMPILE_CHECK(low >= 0 && high < limit, "bitcompile::pack_codes: code out of range for bits=", bits, ": got ",
                 low < 0 ? low : high, ", codes must be in 0..", limit - 1);
-    at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, rows, grain_for(k, kMinParallelScalarWork), [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         const scalar_t* row = c + r * k;
         uint8_t* packed = o + r * width;
@@ -146,6 +172,258 @@ void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_
   bitcompile::check_scale_bias(op, x, w_packed.size(0), std::nullopt, bias);
 }
 
+// ---- small-batch kernel (M <= kSmallBatchRows) ------------------------------------------------
+// Each weight row is decoded in registers, a block of codes at a time, straight from the packed
+// bytes: the code table sits in vector registers and a permute by the codes gives their levels
+// (AVX-512: vpermps on the 16-entry table for nibbles, vpermt2ps on 32 entries for bits = 5, a
+// gather for bits 6..8; AVX2: two vpermps + a blend on bit 3 for nibbles, a gather for bytes).
+// Nibbles are decoded in the order the bytes give them: a block's low nibbles (even k) in one
+// vector, its high nibbles (odd k) in the next, so x is first copied with every block's columns
+// in that order (even ones, then odd ones). A tile of R weight rows x MB rows of x keeps R * MB
+// accumulators; the x loads are shared by the R rows and each decoded vector by the MB rows.
+// alpha[n] (and bias) are applied to the finished fp32 sum. Columns past the last full block
+// are summed by a scalar loop.
+#if defined(BITCOMPILE_APOT_AVX512)
+using Vec = __m512;
+constexpr int64_t kBlockCodes = 32;  // codes per block: two vectors of 16
+inline Vec vzero() { return _mm512_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(Vec v) { return _mm512_reduce_add_ps(v); }
+
+struct NibbleDecoder {  // bits <= 4, a 16-byte load = 32 codes
+  static constexpr bool kPermutedX = true;
+  __m512 table;
+  explicit NibbleDecoder(const float* levels) : table(_mm512_loadu_ps(levels)) {}
+  inline void operator()(const uint8_t* row, int64_t block, Vec& even, Vec& odd) const {
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + block * 16)));
+    even = _mm512_permutexvar_ps(codes, table);  // uses the low 4 bits: the low nibble
+    odd = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
+  }
+};
+
+struct Byte32Decoder {  // bits = 5: 32-entry table in two registers; codes >= 32 read as 0
+  static constexpr bool kPermutedX = false;
+  __m512 low, high;
+  explicit Byte32Decoder(const float* levels) : low(_mm512_loadu_ps(levels)), high(_mm512_loadu_ps(levels + 16)) {}
+  inline Vec one(const uint8_t* p) const {
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_maskz_permutex2var_ps(_mm512_cmplt_epu32_mask(codes, _mm512_set1_epi32(32)), low, codes, high);
+  }
+  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
+    first = one(row + block * 32);
+    second = one(row + block * 32 + 16);
+  }
+};
+
+struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
+  static constexpr bool kPermutedX = false;
+  const float* levels;
+  explicit ByteGatherDecoder(const float* l) : levels(l) {}
+  inline Vec one(const uint8_t* p) const {
+    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_i32gather_ps(codes, levels, 4);
+  }
+  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
+    first = one(row + block * 32);
+    second = one(row + block * 32 + 16);
+  }
+};
+#elif defined(BITCOMPILE_APOT_AVX2)
+using Vec = __m256;
+constexpr int64_t kBlockCodes = 16;  // codes per block: two vectors of 8
+inline Vec vzero() { return _mm256_setzero_ps(); }
+inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(Vec v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+struct NibbleDecoder {  // bits <= 4, an 8-byte load = 16 codes; entries 0..7 / 8..15, blend on bit 3
+  static constexpr bool kPermutedX = true;
+  __m256 low, high;
+  explicit NibbleDecoder(const float* levels) : low(_mm256_loadu_ps(levels)), high(_mm256_loadu_ps(levels + 8)) {}
+  inline void operator()(const uint8_t* row, int64_t block, Vec& even, Vec& odd) const {
+    const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + block * 8)));
+    // permutevar8x32 reads the low 3 bits; the blend reads the sign bit (bit 3 or 7 moved there).
+    even = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, codes), _mm256_permutevar8x32_ps(high, codes),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
+    const __m256i upper = _mm256_srli_epi32(codes, 4);
+    odd = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, upper), _mm256_permutevar8x32_ps(high, upper),
+                           _mm256_castsi256_ps(_mm256_slli_epi32(codes, 24)));
+  }
+};
+
+struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
+  static constexpr bool kPermutedX = false;
+  const float* levels;
+  explicit ByteGatherDecoder(const float* l) : levels(l) {}
+  inline Vec one(const uint8_t* p) const {
+    const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_i32gather_ps(levels, codes, 4);
+  }
+  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
+    first = one(row + block * 16);
+    second = one(row + block * 16 + 8);
+  }
+};
+using Byte32Decoder = ByteGatherDecoder;
+#endif
+
+// Scalar sum over columns [k0, k) of row `row` (packed) against x.
+inline float tail_dot(const uint8_t* row, int64_t k0, int64_t k, int64_t bits, const float* levels, const float* x) {
+  float sum = 0.f;
+  if (bits <= 4) {
+    for (int64_t j = k0; j < k; ++j) sum += x[j] * levels[(row[j >> 1] >> ((j & 1) * 4)) & 15];
+  } else {
+    for (int64_t j = k0; j < k; ++j) sum += x[j] * levels[row[j]];
+  }
+  return sum;
+}
+
+struct SmallBatch {
+  const uint8_t* w;
+  int64_t row_bytes, k, n, m, bits;
+  const float* x;        // [m, k] natural order (tails)
+  const float* xs;       // [m, xs_stride]: full blocks, in the decoder's order
+  int64_t xs_stride, blocks;
+  const float* levels;   // 256 entries
+  const float* alpha;
+  bool per_row;
+  const float* bias;     // or nullptr
+  float* y;              // [m, n]
+
+  inline void store(int64_t j, int64_t i, float sum) const {
+    float value = sum * alpha[per_row ? j : 0];
+    if (bias) value += bias[j];
+    y[i * n + j] = value;
+  }
+};
+
+#if defined(BITCOMPILE_APOT_AVX512) || defined(BITCOMPILE_APOT_AVX2)
+// R weight rows from j0 x MB rows of x from i0.
+template <int R, int MB, typename Decoder>
+inline void small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i0) {
+  constexpr int64_t half = kBlockCodes / 2;
+  Vec acc[R][MB];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < MB; ++i) acc[r][i] = vzero();
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = p.w + (j0 + r) * p.row_bytes;
+  const float* xs = p.xs + i0 * p.xs_stride;
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const float* xb = xs + b * kBlockCodes;
+    for (int r = 0; r < R; ++r) {
+      Vec first, second;
+      decode(rows[r], b, first, second);
+      for (int i = 0; i < MB; ++i) {
+        acc[r][i] = vfma(first, vload(xb + i * p.xs_stride), acc[r][i]);
+        acc[r][i] = vfma(second, vload(xb + i * p.xs_stride + half), acc[r][i]);
+      }
+    }
+  }
+  const int64_t done = p.blocks * kBlockCodes;
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < MB; ++i) {
+      float sum = vsum(acc[r][i]);
+      if (done < p.k) sum += tail_dot(rows[r], done, p.k, p.bits, p.levels, p.x + (i0 + i) * p.k);
+      p.store(j0 + r, i0 + i, sum);
+    }
+}
+
+// Rows of x in groups of up to kGroup for R weight rows.
+template <int R, typename Decoder>
+inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0) {
+  constexpr int64_t kGroup = 4;
+  int64_t i0 = 0;
+  for (; i0 + kGroup <= p.m; i0 += kGroup) small_batch_tile<R, kGroup>(p, decode, j0, i0);
+  switch (p.m - i0) {
+    case 1: small_batch_tile<R, 1>(p, decode, j0, i0); break;
+    case 2: small_batch_tile<R, 2>(p, decode, j0, i0); break;
+    case 3: small_batch_tile<R, 3>(p, decode, j0, i0); break;
+    default: break;
+  }
+}
+
+template <typename Decoder>
+void small_batch_run(const SmallBatch& p, const Decoder& decode) {
+  // One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2).
+#if defined(BITCOMPILE_APOT_AVX512)
+  constexpr int kRowsM1 = 8, kRows = 4;
+#else
+  constexpr int kRowsM1 = 4, kRows = 2;
+#endif
+  const int64_t tile_rows = p.m == 1 ? kRowsM1 : kRows;
+  const int64_t tiles = (p.n + tile_rows - 1) / tile_rows;
+  const int64_t grain = grain_for(tile_rows * p.k * (p.m + 1), kMinParallelWork);
+  at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
+    const int64_t j1 = std::min(p.n, end * tile_rows);
+    int64_t j = begin * tile_rows;
+    for (; j + tile_rows <= j1; j += tile_rows) {
+      if (p.m == 1) small_batch_rows<kRowsM1>(p, decode, j);
+      else small_batch_rows<kRows>(p, decode, j);
+    }
+    for (; j < j1; ++j) small_batch_rows<1>(p, decode, j);
+  });
+}
+#endif
+
+// y[m, n] (fp32, alpha and bias applied) for m <= kSmallBatchRows.
+void apot_linear_small_batch(const at::Tensor& x2, const at::Tensor& w, int64_t k, int64_t bits,
+                             const std::array<float, 256>& levels, const at::Tensor& alpha_f, const float* bias,
+                             at::Tensor& y) {
+  SmallBatch p{};
+  p.w = w.data_ptr<uint8_t>();
+  p.row_bytes = w.size(1);
+  p.k = k;
+  p.n = w.size(0);
+  p.m = x2.size(0);
+  p.bits = bits;
+  p.x = x2.data_ptr<float>();
+  p.levels = levels.data();
+  p.alpha = alpha_f.data_ptr<float>();
+  p.per_row = alpha_f.numel() > 1;
+  p.bias = bias;
+  p.y = y.data_ptr<float>();
+#if defined(BITCOMPILE_APOT_AVX512) || defined(BITCOMPILE_APOT_AVX2)
+  p.blocks = k / kBlockCodes;
+  const bool nibbles = bits <= 4;
+  std::vector<float> permuted;
+  if (nibbles && p.blocks > 0) {
+    // x with every block's columns reordered: the even ones, then the odd ones.
+    const int64_t cols = p.blocks * kBlockCodes, half = kBlockCodes / 2;
+    permuted.resize(p.m * cols);
+    for (int64_t i = 0; i < p.m; ++i)
+      for (int64_t c = 0; c < cols; c += kBlockCodes)
+        for (int64_t t = 0; t < half; ++t) {
+          permuted[i * cols + c + t] = p.x[i * k + c + 2 * t];
+          permuted[i * cols + c + half + t] = p.x[i * k + c + 2 * t + 1];
+        }
+    p.xs = permuted.data();
+    p.xs_stride = cols;
+  } else {
+    p.xs = p.x;
+    p.xs_stride = k;
+  }
+  if (nibbles) small_batch_run(p, NibbleDecoder(levels.data()));
+  else if (bits == 5) small_batch_run(p, Byte32Decoder(levels.data()));
+  else small_batch_run(p, ByteGatherDecoder(levels.data()));
+#else
+  // Scalar: decode one weight row at a time and dot it with every x row.
+  const int64_t grain = grain_for(k * (p.m + 1), kMinParallelScalarWork);
+  at::parallel_for(0, p.n, grain, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(k);
+    for (int64_t j = begin; j < end; ++j) {
+      decode_row(p.w + j * p.row_bytes, k, bits, p.levels, 1.f, row.data());
+      for (int64_t i = 0; i < p.m; ++i) p.store(j, i, dot(p.x + i * k, row.data(), k));
+    }
+  });
+#endif
+}
+
 at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features, int64_t bits,
                            const at::Tensor& code_values, const at::Tensor& alpha,
                            const std::optional<at::Tensor>& bias) {
@@ -164,21 +442,8 @@ at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
   auto y = at::empty({m, n}, x2.options());
 
   if (m <= kSmallBatchRows) {
-    // GEMV-style: each thread decodes one weight row at a time and dots it with every x row.
-    const uint8_t* wp = w.data_ptr<uint8_t>();
-    const int64_t row_bytes = w.size(1);
-    const float* xp = x2.data_ptr<float>();
-    const float* ap = alpha_f.data_ptr<float>();
-    const bool per_row = alpha_f.numel() > 1;
-    float* yp = y.data_ptr<float>();
-    at::parallel_for(0, n, std::max<int64_t>(1, 32768 / k), [&](int64_t begin, int64_t end) {
-      std::vector<float> row(k);
-      for (int64_t j = begin; j < end; ++j) {
-        decode_row(wp + j * row_bytes, k, bits, levels.data(), 1.f, row.data());
-        const float scale = ap[per_row ? j : 0];
-        for (int64_t i = 0; i < m; ++i) yp[i * n + j] = dot(xp + i * k, row.data(), k) * scale;
-      }
-    });
+    auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
+    apot_linear_small_batch(x2, w, k, bits, levels, alpha_f, bias.has_value() ? bias_f.data_ptr<float>() : nullptr, y);
   } else {
     // GEMM path: decode blocks of weight rows to fp32 (alpha applied) and hand them to BLAS.
     const int64_t block = std::max<int64_t>(1, kDecodeBlockBytes / (4 * k));
@@ -191,8 +456,8 @@ at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
         y.narrow(1, n0, rows).copy_(at::mm(x2, decoded.t()));
       }
     }
+    if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
   }
-  if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
   return y.to(x.scalar_type()).reshape(out_sizes);
 }
 
@@ -268,7 +533,7 @@ at::Tensor apot_linear_int_cpu(const at::Tensor& q_x, const at::Tensor& x_scale,
   const bool per_row = alpha_f.numel() > 1;
   const float* bp = bias.has_value() ? bias_f.data_ptr<float>() : nullptr;
   float* yp = y.data_ptr<float>();
-  at::parallel_for(0, n, std::max<int64_t>(1, 4096 / k), [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, grain_for(k * (m + 1), kMinParallelScalarWork), [&](int64_t begin, int64_t end) {
     std::vector<int32_t> row(k);
     for (int64_t j = begin; j < end; ++j) {
       decode_row<int32_t>(wp + j * row_bytes, k, bits, numerators.data(), 1, row.data());
