@@ -467,6 +467,207 @@ cudaError_t binary_linear_mma_typed(const uint32_t* x_bits, const uint32_t* w_bi
   return binary_linear_mma_config<128, 128, 2, 4, OutT>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
 }
 
+// binary_linear_mma_pipelined_kernel: the same math on a cp.async pipeline (kPipeStages shared-memory
+// stages of 512 bits in flight, no register staging), 128 x 128 tiles, 8 warps of 64 x 32, and the row
+// popcounts pa, pb taken once per loaded 16-byte vector by the thread that loaded it (instead of by every
+// warp from its fragments: POPC is a quarter-rate instruction and bounded the kernel above). Needs
+// words % 4 == 0 and 16-byte aligned bases; B's tail bits reach the tensor cores unmasked, where they meet
+// x's zero tail bits, and are masked out of pb.
+constexpr int kPipeStages = 4;
+
+__device__ __forceinline__ void cp_async_16(uint32_t* shared_dst, const uint32_t* global_src, bool fill) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
+  const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+}
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_linear_mma_pipelined_kernel(
+    const uint32_t* __restrict__ x_bits, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows,
+    int64_t words, int64_t k, int64_t m_tiles, Epilogue ep, OutT* __restrict__ out) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpRows = BM / WARPS_M;
+  constexpr int kWarpCols = BN / WARPS_N;
+  constexpr int MT = kWarpRows / 16;
+  constexpr int NT = kWarpCols / 8;
+  static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
+  constexpr int kVecsPerRow = kMmaStageWords / 4;
+  constexpr int kVecsA = BM * kVecsPerRow;
+  constexpr int kVecsB = BN * kVecsPerRow;
+  static_assert(kVecsA % kThreads == 0 && kVecsB % kThreads == 0, "whole vectors per thread");
+  constexpr int kLoadsA = kVecsA / kThreads;
+  constexpr int kLoadsB = kVecsB / kThreads;
+  constexpr int kStageWordsA = BM * kMmaRowStride;
+  constexpr int kStageWordsAll = (BM + BN) * kMmaRowStride;
+
+  extern __shared__ __align__(16) uint32_t pipe_smem[];  // [kPipeStages][A rows, B rows][kMmaRowStride]
+  int* row_pop_a = reinterpret_cast<int*>(pipe_smem + kPipeStages * kStageWordsAll);  // [BM]
+  int* row_pop_b = row_pop_a + BM;                                                     // [BN]
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / WARPS_N;
+  const int warp_n = warp % WARPS_N;
+  const int group = lane >> 2;
+  const int thread_in_group = lane & 3;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  const uint32_t last_bits = valid_bits(k, words - 1);
+  const int64_t stages = ceil_div(words, kMmaStageWords);
+
+  for (int r = tid; r < BM + BN; r += kThreads) row_pop_a[r] = 0;  // row_pop_b follows row_pop_a
+
+  // This thread's vectors: A vector e = tid + i * kThreads is row e / kVecsPerRow, words 4 (e % kVecsPerRow)..
+  auto issue_stage = [&](int64_t stage) {
+    if (stage < stages) {
+      uint32_t* base = pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+#pragma unroll
+      for (int i = 0; i < kLoadsA; ++i) {
+        const int e = tid + i * kThreads;
+        const int64_t row = m0 + e / kVecsPerRow;
+        const int64_t word = stage * kMmaStageWords + (e % kVecsPerRow) * 4;
+        const bool fill = row < m_rows && word < words;
+        cp_async_16(base + (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4,
+                    fill ? x_bits + row * words + word : x_bits, fill);
+      }
+#pragma unroll
+      for (int i = 0; i < kLoadsB; ++i) {
+        const int e = tid + i * kThreads;
+        const int64_t row = n0 + e / kVecsPerRow;
+        const int64_t word = stage * kMmaStageWords + (e % kVecsPerRow) * 4;
+        const bool fill = row < n_rows && word < words;
+        cp_async_16(base + kStageWordsA + (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4,
+                    fill ? w_bits + row * words + word : w_bits, fill);
+      }
+    }
+    cp_async_commit();  // every thread commits every time: the group count stays uniform
+  };
+
+  int acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0;
+  }
+  int pop_a[kLoadsA], pop_b[kLoadsB];  // popcounts of this thread's vectors' rows, summed over K
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) pop_a[i] = 0;
+#pragma unroll
+  for (int i = 0; i < kLoadsB; ++i) pop_b[i] = 0;
+
+#pragma unroll
+  for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    cp_async_wait<kPipeStages - 2>();  // this thread's copies of `stage` landed
+    __syncthreads();                   // everyone's did; everyone finished stage - 1 (its buffer is free)
+    issue_stage(stage + kPipeStages - 1);
+    const uint32_t* a_tile = pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+    const uint32_t* b_tile = a_tile + kStageWordsA;
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      const uint4 v = *reinterpret_cast<const uint4*>(&a_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4]);
+      pop_a[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);  // x's tail bits are 0
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      uint4 v = *reinterpret_cast<const uint4*>(&b_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4]);
+      if (stage * kMmaStageWords + (e % kVecsPerRow) * 4 + 3 == words - 1) v.w &= last_bits;  // stray tail bits
+      pop_b[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+    }
+#pragma unroll
+    for (int step = 0; step < kMmaStageWords / 8; ++step) {
+      const int word = step * 8 + 2 * thread_in_group;  // fragment words as in binary_linear_mma_kernel
+      uint32_t a_frag[MT][4];
+      uint32_t b_frag[NT][2];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int row = warp_m * kWarpRows + mt * 16 + group;
+        const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
+        const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
+        a_frag[mt][0] = top.x;
+        a_frag[mt][1] = bottom.x;
+        a_frag[mt][2] = top.y;
+        a_frag[mt][3] = bottom.y;
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = warp_n * kWarpCols + nt * 8 + group;
+        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
+        b_frag[nt][0] = pair.x;
+        b_frag[nt][1] = pair.y;
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // Row popcounts: integer sums in shared memory (order-free, exact).
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) atomicAdd(&row_pop_a[(tid + i * kThreads) / kVecsPerRow], pop_a[i]);
+#pragma unroll
+  for (int i = 0; i < kLoadsB; ++i) atomicAdd(&row_pop_b[(tid + i * kThreads) / kVecsPerRow], pop_b[i]);
+  __syncthreads();
+
+  // Column by column: one scale and bias live at a time (registers go to the accumulators).
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+      const int64_t n = n0 + local_col;
+      if (n >= n_rows) continue;
+      const float scale = column_scale(ep, n);
+      const float bias = column_bias(ep, n);
+      const int64_t pb = row_pop_b[local_col];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
+          const int64_t m = m0 + local_row;
+          if (m >= m_rows) continue;
+          // s(x).s(w) = K - 2 * (pa + pb - 2 * popc(a & b))
+          const int64_t dot = k - 2 * (row_pop_a[local_row] + pb - 2 * static_cast<int64_t>(acc[mt][nt][2 * h + e]));
+          out[m * n_rows + n] = from_float<OutT>(epilogue_value(static_cast<float>(dot), row_factor(ep, m), scale, bias));
+        }
+      }
+    }
+  }
+}
+
+template <typename OutT>
+cudaError_t binary_linear_mma_pipelined_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
+                                              int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out,
+                                              cudaStream_t stream) {
+  constexpr int BM = 128, BN = 128, WARPS_M = 2, WARPS_N = 4;
+  const int64_t words = ceil_div(k, 32);
+  const bool aligned = words % 4 == 0 && reinterpret_cast<uintptr_t>(x_bits) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  if (!aligned || m_rows <= 64) return binary_linear_mma_typed(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+  const int64_t m_tiles = ceil_div(m_rows, BM);
+  const int64_t blocks = m_tiles * ceil_div(n_rows, BN);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  constexpr size_t smem = (static_cast<size_t>(kPipeStages) * (BM + BN) * kMmaRowStride + BM + BN) * sizeof(uint32_t);
+  auto kernel = binary_linear_mma_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, OutT>;
+  const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (error != cudaSuccess) return error;
+  kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(x_bits, w_bits, m_rows, n_rows, words,
+                                                                                  k, m_tiles, ep, out);
+  return cudaGetLastError();
+}
+
 // ---------------------------------------------------------------------------------------------
 // binary_conv2d (and binary_linear with sign_zero) as an implicit GEMM on b1 tensor cores
 // ---------------------------------------------------------------------------------------------
@@ -1469,6 +1670,25 @@ cudaError_t launch_binary_linear_mma(const uint32_t* x_bits, const uint32_t* w_b
     case FloatType::kBFloat16:
       return binary_linear_mma_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__nv_bfloat16*>(out),
                                      stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_binary_linear_mma_pipelined(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
+                                               int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                               FloatType out_type, cudaStream_t stream) {
+  if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  switch (out_type) {
+    case FloatType::kFloat32:
+      return binary_linear_mma_pipelined_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),
+                                               stream);
+    case FloatType::kFloat16:
+      return binary_linear_mma_pipelined_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
+                                               stream);
+    case FloatType::kBFloat16:
+      return binary_linear_mma_pipelined_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue,
+                                               static_cast<__nv_bfloat16*>(out), stream);
   }
   return cudaErrorInvalidValue;
 }

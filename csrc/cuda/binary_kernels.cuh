@@ -42,6 +42,12 @@ cudaError_t launch_binary_linear_mma(const uint32_t* x_bits, const uint32_t* w_b
                                      int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
                                      cudaStream_t stream);
 
+// The same op on a 4-stage cp.async pipeline with 128 x 128 tiles when M > 64 and the packed rows allow
+// 16-byte copies (words % 4 == 0, aligned bases); otherwise launch_binary_linear_mma. Same results.
+cudaError_t launch_binary_linear_mma_pipelined(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
+                                               int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                               FloatType out_type, cudaStream_t stream);
+
 // Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
 // [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,
 // ceil(channels / 32)] (pack_signs(W.permute(0, 2, 3, 1))). A linear layer is the 1x1 case.

@@ -10,7 +10,9 @@
 //   binary_weight_linear: the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
 //     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above);
 //   binary_conv2d and binary_linear with sign_zero: the CUDA-core popcount kernel (instead of the implicit
-//     GEMM on b1 tensor cores with two activation bit planes).
+//     GEMM on b1 tensor cores with two activation bit planes);
+//   binary_linear: the register-staged b1 MMA kernel for every M (instead of the 4-stage cp.async kernel
+//     for M > 64 with K % 128 == 0).
 // BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
 // binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
 // folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
@@ -167,8 +169,9 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                op);
 
   if (!sign_zero && !popcount_linear_forced()) {
-    check_launch(kernels::launch_binary_linear_mma(words(plus), words(weight), m, n, k, inputs.epilogue,
-                                                   out.mutable_data_ptr(), float_type(out), stream),
+    const auto launch = legacy_kernels() ? kernels::launch_binary_linear_mma : kernels::launch_binary_linear_mma_pipelined;
+    check_launch(launch(words(plus), words(weight), m, n, k, inputs.epilogue, out.mutable_data_ptr(), float_type(out),
+                        stream),
                  op);
   } else {
     // A linear layer is a 1x1 convolution of m pixels with k channels.
