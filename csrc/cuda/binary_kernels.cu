@@ -473,6 +473,21 @@ cudaError_t binary_linear_mma_typed(const uint32_t* x_bits, const uint32_t* w_bi
 // warp from its fragments: POPC is a quarter-rate instruction and bounded the kernel above). Needs
 // words % 4 == 0 and 16-byte aligned bases; B's tail bits reach the tensor cores unmasked, where they meet
 // x's zero tail bits, and are masked out of pb.
+// Raises a kernel's dynamic shared memory limit once per device (a driver call on every launch costs
+// microseconds, as much as a whole small GEMV). done_devices: a static of the launcher of this very kernel
+// instantiation, bit d set once device d is done (racing callers both set it: harmless).
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& done_devices) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  const unsigned long long bit = device < 64 ? (1ull << device) : 0ull;
+  if (bit != 0 && (__atomic_load_n(&done_devices, __ATOMIC_ACQUIRE) & bit) != 0) return cudaSuccess;
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (error == cudaSuccess && bit != 0) __atomic_fetch_or(&done_devices, bit, __ATOMIC_RELEASE);
+  return error;
+}
+
 constexpr int kPipeStages = 4;
 
 __device__ __forceinline__ void cp_async_16(uint32_t* shared_dst, const uint32_t* global_src, bool fill) {
@@ -661,7 +676,8 @@ cudaError_t binary_linear_mma_pipelined_typed(const uint32_t* x_bits, const uint
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
   constexpr size_t smem = (static_cast<size_t>(kPipeStages) * (BM + BN) * kMmaRowStride + BM + BN) * sizeof(uint32_t);
   auto kernel = binary_linear_mma_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, OutT>;
-  const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  static unsigned long long smem_devices = 0;
+  const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
   if (error != cudaSuccess) return error;
   kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(x_bits, w_bits, m_rows, n_rows, words,
                                                                                   k, m_tiles, ep, out);
@@ -1537,7 +1553,8 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
 
   auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
   if (smem > 48 * 1024) {
-    const cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    static unsigned long long smem_devices = 0;
+    const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
     if (error != cudaSuccess) return error;
   }
   if (slices > 1) {
