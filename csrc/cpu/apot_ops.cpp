@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -177,61 +178,98 @@ void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_
 // bytes: the code table sits in vector registers and a permute by the codes gives their levels
 // (AVX-512: vpermps on the 16-entry table for nibbles, vpermt2ps on 32 entries for bits = 5, a
 // gather for bits 6..8; AVX2: two vpermps + a blend on bit 3 for nibbles, a gather for bytes).
-// Nibbles are decoded in the order the bytes give them: a block's low nibbles (even k) in one
-// vector, its high nibbles (odd k) in the next, so x is first copied with every block's columns
-// in that order (even ones, then odd ones). A tile of R weight rows x MB rows of x keeps R * MB
-// accumulators; the x loads are shared by the R rows and each decoded vector by the MB rows.
-// alpha[n] (and bias) are applied to the finished fp32 sum. Columns past the last full block
-// are summed by a scalar loop.
+// Nibbles are decoded without unpacking: one load gives 32-bit lanes of 8 nibbles, and lane l of
+// the s-th vector (codes >> 4s, the permute reads the low bits) is the code of column 8l + s. x
+// is first copied with every block's columns in the decoder's order (Decoder::column), zero
+// past k; a row's last, partial block is decoded from a zero-padded copy, so no scalar tail.
+// A tile of R weight rows x MB rows of x keeps R * MB accumulators; the x loads are shared by the
+// R rows and each decoded vector by the MB rows. alpha[n] (and bias) scale the finished fp32 sum.
 #if defined(BITCOMPILE_APOT_AVX512)
 using Vec = __m512;
-constexpr int64_t kBlockCodes = 32;  // codes per block: two vectors of 16
+constexpr int kLanes = 16;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline float vsum(Vec v) { return _mm512_reduce_add_ps(v); }
 
-struct NibbleDecoder {  // bits <= 4, a 16-byte load = 32 codes
-  static constexpr bool kPermutedX = true;
+struct NibbleDecoder {  // bits <= 4: a 64-byte load = 128 codes, 8 vectors
+  static constexpr int kVectors = 8;
+  static constexpr int64_t kCodes = 128, kBytes = 64;
+  static int64_t column(int64_t t) { return 8 * (t % kLanes) + t / kLanes; }
   __m512 table;
   explicit NibbleDecoder(const float* levels) : table(_mm512_loadu_ps(levels)) {}
-  inline void operator()(const uint8_t* row, int64_t block, Vec& even, Vec& odd) const {
-    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + block * 16)));
-    even = _mm512_permutexvar_ps(codes, table);  // uses the low 4 bits: the low nibble
-    odd = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
+  inline void operator()(const uint8_t* src, Vec* v) const {
+    const __m512i codes = _mm512_loadu_si512(src);
+    v[0] = _mm512_permutexvar_ps(codes, table);
+    v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
+    v[2] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 8), table);
+    v[3] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 12), table);
+    v[4] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 16), table);
+    v[5] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 20), table);
+    v[6] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 24), table);
+    v[7] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 28), table);
   }
 };
 
-struct Byte32Decoder {  // bits = 5: 32-entry table in two registers; codes >= 32 read as 0
-  static constexpr bool kPermutedX = false;
+// bits = 5: the 32-entry table in two registers (vpermt2ps, which reads a lane's low 5 bits). As
+// for nibbles, no unpacking: a 64-byte load gives 32-bit lanes of 4 codes, lane l of the s-th
+// vector (codes >> 8s) is the code of column 4l + s. A code >= 32 must read as 0, which the
+// masked permute does; tiles whose rows hold no such code (every tile of a weight from
+// pack_codes) take the unmasked one (kMasked = false), see small_batch_rows.
+template <bool kMasked>
+struct Byte32Decoder {
+  static constexpr int kVectors = 4;
+  static constexpr int64_t kCodes = 64, kBytes = 64;
+  static int64_t column(int64_t t) { return 4 * (t % kLanes) + t / kLanes; }
   __m512 low, high;
   explicit Byte32Decoder(const float* levels) : low(_mm512_loadu_ps(levels)), high(_mm512_loadu_ps(levels + 16)) {}
-  inline Vec one(const uint8_t* p) const {
-    const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_maskz_permutex2var_ps(_mm512_cmplt_epu32_mask(codes, _mm512_set1_epi32(32)), low, codes, high);
+  template <bool kOther>
+  explicit Byte32Decoder(const Byte32Decoder<kOther>& other) : low(other.low), high(other.high) {}
+  inline Vec one(__m512i codes) const {
+    if constexpr (kMasked)
+      return _mm512_maskz_permutex2var_ps(_mm512_testn_epi32_mask(codes, _mm512_set1_epi32(0xE0)), low, codes, high);
+    return _mm512_permutex2var_ps(low, codes, high);
   }
-  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
-    first = one(row + block * 32);
-    second = one(row + block * 32 + 16);
+  inline void operator()(const uint8_t* src, Vec* v) const {
+    const __m512i codes = _mm512_loadu_si512(src);
+    v[0] = one(codes);
+    v[1] = one(_mm512_srli_epi32(codes, 8));
+    v[2] = one(_mm512_srli_epi32(codes, 16));
+    v[3] = one(_mm512_srli_epi32(codes, 24));
   }
 };
 
+// Whether bytes [0, count) of `rows` rows (stride row_bytes) are all < 32.
+inline bool codes_below_32(const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t count) {
+  __m512i any = _mm512_setzero_si512();
+  uint8_t tail = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* row = w + r * row_bytes;
+    int64_t j = 0;
+    for (; j + 64 <= count; j += 64) any = _mm512_or_si512(any, _mm512_loadu_si512(row + j));
+    for (; j < count; ++j) tail |= row[j];
+  }
+  return _mm512_test_epi8_mask(any, _mm512_set1_epi8(static_cast<char>(0xE0))) == 0 && (tail & 0xE0) == 0;
+}
+
 struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
-  static constexpr bool kPermutedX = false;
+  static constexpr int kVectors = 2;
+  static constexpr int64_t kCodes = 32, kBytes = 32;
+  static int64_t column(int64_t t) { return t; }
   const float* levels;
   explicit ByteGatherDecoder(const float* l) : levels(l) {}
   inline Vec one(const uint8_t* p) const {
     const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_i32gather_ps(codes, levels, 4);
   }
-  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
-    first = one(row + block * 32);
-    second = one(row + block * 32 + 16);
+  inline void operator()(const uint8_t* src, Vec* v) const {
+    v[0] = one(src);
+    v[1] = one(src + 16);
   }
 };
 #elif defined(BITCOMPILE_APOT_AVX2)
 using Vec = __m256;
-constexpr int64_t kBlockCodes = 16;  // codes per block: two vectors of 8
+constexpr int kLanes = 8;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
@@ -242,54 +280,56 @@ inline float vsum(Vec v) {
   return _mm_cvtss_f32(s);
 }
 
-struct NibbleDecoder {  // bits <= 4, an 8-byte load = 16 codes; entries 0..7 / 8..15, blend on bit 3
-  static constexpr bool kPermutedX = true;
+// bits <= 4: a 32-byte load = 64 codes, 8 vectors; entries 0..7 / 8..15 in two registers,
+// vpermps reads a code's low 3 bits and the blend its bit 3 (shifted up to the sign bit).
+struct NibbleDecoder {
+  static constexpr int kVectors = 8;
+  static constexpr int64_t kCodes = 64, kBytes = 32;
+  static int64_t column(int64_t t) { return 8 * (t % kLanes) + t / kLanes; }
   __m256 low, high;
   explicit NibbleDecoder(const float* levels) : low(_mm256_loadu_ps(levels)), high(_mm256_loadu_ps(levels + 8)) {}
-  inline void operator()(const uint8_t* row, int64_t block, Vec& even, Vec& odd) const {
-    const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + block * 8)));
-    // permutevar8x32 reads the low 3 bits; the blend reads the sign bit (bit 3 or 7 moved there).
-    even = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, codes), _mm256_permutevar8x32_ps(high, codes),
-                            _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
-    const __m256i upper = _mm256_srli_epi32(codes, 4);
-    odd = _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, upper), _mm256_permutevar8x32_ps(high, upper),
-                           _mm256_castsi256_ps(_mm256_slli_epi32(codes, 24)));
+  template <int S>
+  inline Vec nibble(__m256i codes) const {
+    const __m256i index = _mm256_srli_epi32(codes, 4 * S);
+    return _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, index), _mm256_permutevar8x32_ps(high, index),
+                            _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28 - 4 * S)));
+  }
+  inline void operator()(const uint8_t* src, Vec* v) const {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    v[0] = nibble<0>(codes);
+    v[1] = nibble<1>(codes);
+    v[2] = nibble<2>(codes);
+    v[3] = nibble<3>(codes);
+    v[4] = nibble<4>(codes);
+    v[5] = nibble<5>(codes);
+    v[6] = nibble<6>(codes);
+    v[7] = nibble<7>(codes);
   }
 };
 
 struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
-  static constexpr bool kPermutedX = false;
+  static constexpr int kVectors = 2;
+  static constexpr int64_t kCodes = 16, kBytes = 16;
+  static int64_t column(int64_t t) { return t; }
   const float* levels;
   explicit ByteGatherDecoder(const float* l) : levels(l) {}
   inline Vec one(const uint8_t* p) const {
     const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_i32gather_ps(levels, codes, 4);
   }
-  inline void operator()(const uint8_t* row, int64_t block, Vec& first, Vec& second) const {
-    first = one(row + block * 16);
-    second = one(row + block * 16 + 8);
+  inline void operator()(const uint8_t* src, Vec* v) const {
+    v[0] = one(src);
+    v[1] = one(src + 8);
   }
 };
-using Byte32Decoder = ByteGatherDecoder;
 #endif
-
-// Scalar sum over columns [k0, k) of row `row` (packed) against x.
-inline float tail_dot(const uint8_t* row, int64_t k0, int64_t k, int64_t bits, const float* levels, const float* x) {
-  float sum = 0.f;
-  if (bits <= 4) {
-    for (int64_t j = k0; j < k; ++j) sum += x[j] * levels[(row[j >> 1] >> ((j & 1) * 4)) & 15];
-  } else {
-    for (int64_t j = k0; j < k; ++j) sum += x[j] * levels[row[j]];
-  }
-  return sum;
-}
 
 struct SmallBatch {
   const uint8_t* w;
   int64_t row_bytes, k, n, m, bits;
-  const float* x;        // [m, k] natural order (tails)
-  const float* xs;       // [m, xs_stride]: full blocks, in the decoder's order
-  int64_t xs_stride, blocks;
+  const float* x;        // [m, k] natural order
+  const float* xs;       // [m, xs_stride]: blocks * kCodes columns in the decoder's order, zero past k
+  int64_t xs_stride, full_blocks, blocks;  // blocks = full_blocks + (a partial last block ? 1 : 0)
   const float* levels;   // 256 entries
   const float* alpha;
   bool per_row;
@@ -304,70 +344,143 @@ struct SmallBatch {
 };
 
 #if defined(BITCOMPILE_APOT_AVX512) || defined(BITCOMPILE_APOT_AVX2)
+// acc[r][i] += decoded block of row r . x block of row i.
+#if defined(__GNUC__)
+#define BITCOMPILE_APOT_INLINE inline __attribute__((always_inline))
+#else
+#define BITCOMPILE_APOT_INLINE inline
+#endif
+
+// (Forced inline: as a call, GCC kept the accumulators in memory.)
+template <int R, int MB, typename Decoder>
+BITCOMPILE_APOT_INLINE void small_batch_step(const Decoder& decode, const uint8_t* const* src, const float* xb, int64_t xs_stride,
+                             Vec (&acc)[R][MB]) {
+  for (int r = 0; r < R; ++r) {
+    Vec v[Decoder::kVectors];
+    decode(src[r], v);
+    for (int i = 0; i < MB; ++i)
+      for (int s = 0; s < Decoder::kVectors; ++s)
+        acc[r][i] = vfma(v[s], vload(xb + i * xs_stride + s * kLanes), acc[r][i]);
+  }
+}
+
 // R weight rows from j0 x MB rows of x from i0.
 template <int R, int MB, typename Decoder>
 inline void small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i0) {
-  constexpr int64_t half = kBlockCodes / 2;
+  constexpr int64_t kCodes = Decoder::kCodes, kBytes = Decoder::kBytes;
   Vec acc[R][MB];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < MB; ++i) acc[r][i] = vzero();
-  const uint8_t* rows[R];
-  for (int r = 0; r < R; ++r) rows[r] = p.w + (j0 + r) * p.row_bytes;
+  const uint8_t* src[R];
   const float* xs = p.xs + i0 * p.xs_stride;
-  for (int64_t b = 0; b < p.blocks; ++b) {
-    const float* xb = xs + b * kBlockCodes;
+  // The next tile's rows (contiguous after these) are prefetched, R cache lines a block: with
+  // only the hardware prefetchers, the loads from L3 were latency-bound (~22 GB/s, bits = 5).
+  const char* next = reinterpret_cast<const char*>(p.w + (j0 + R) * p.row_bytes);
+  constexpr int64_t kLinesPerBlock = R * ((kBytes + 63) / 64);
+  for (int64_t b = 0; b < p.full_blocks; ++b) {
+    for (int64_t l = 0; l < kLinesPerBlock; ++l) _mm_prefetch(next + (b * kLinesPerBlock + l) * 64, _MM_HINT_T0);
+    for (int r = 0; r < R; ++r) src[r] = p.w + (j0 + r) * p.row_bytes + b * kBytes;
+    small_batch_step<R, MB>(decode, src, xs + b * kCodes, p.xs_stride, acc);
+  }
+  if (p.blocks > p.full_blocks) {  // the rows' last bytes, zero-padded to a block
+    alignas(64) uint8_t padded[R][kBytes];
+    const int64_t start = p.full_blocks * kBytes, count = p.row_bytes - start;
     for (int r = 0; r < R; ++r) {
-      Vec first, second;
-      decode(rows[r], b, first, second);
-      for (int i = 0; i < MB; ++i) {
-        acc[r][i] = vfma(first, vload(xb + i * p.xs_stride), acc[r][i]);
-        acc[r][i] = vfma(second, vload(xb + i * p.xs_stride + half), acc[r][i]);
-      }
+      std::fill(padded[r], padded[r] + kBytes, uint8_t(0));
+      std::copy(p.w + (j0 + r) * p.row_bytes + start, p.w + (j0 + r) * p.row_bytes + start + count, padded[r]);
+      src[r] = padded[r];
     }
+    small_batch_step<R, MB>(decode, src, xs + p.full_blocks * kCodes, p.xs_stride, acc);
   }
-  const int64_t done = p.blocks * kBlockCodes;
   for (int r = 0; r < R; ++r)
-    for (int i = 0; i < MB; ++i) {
-      float sum = vsum(acc[r][i]);
-      if (done < p.k) sum += tail_dot(rows[r], done, p.k, p.bits, p.levels, p.x + (i0 + i) * p.k);
-      p.store(j0 + r, i0 + i, sum);
-    }
+    for (int i = 0; i < MB; ++i) p.store(j0 + r, i0 + i, vsum(acc[r][i]));
 }
 
-// Rows of x in groups of up to kGroup for R weight rows.
-template <int R, typename Decoder>
-inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0) {
-  constexpr int64_t kGroup = 4;
-  int64_t i0 = 0;
-  for (; i0 + kGroup <= p.m; i0 += kGroup) small_batch_tile<R, kGroup>(p, decode, j0, i0);
-  switch (p.m - i0) {
-    case 1: small_batch_tile<R, 1>(p, decode, j0, i0); break;
-    case 2: small_batch_tile<R, 2>(p, decode, j0, i0); break;
-    case 3: small_batch_tile<R, 3>(p, decode, j0, i0); break;
-    default: break;
+// R weight rows from j0 against every row of x: MB = 1 for one row of x, else groups of up to 4.
+template <int R, bool kOneRow, typename Decoder>
+inline void small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int64_t j0) {
+  if constexpr (kOneRow) {
+    small_batch_tile<R, 1>(p, decode, j0, 0);
+  } else {
+    int64_t i0 = 0;
+    for (; i0 + 4 <= p.m; i0 += 4) small_batch_tile<R, 4>(p, decode, j0, i0);
+    switch (p.m - i0) {
+      case 1: small_batch_tile<R, 1>(p, decode, j0, i0); break;
+      case 2: small_batch_tile<R, 2>(p, decode, j0, i0); break;
+      case 3: small_batch_tile<R, 3>(p, decode, j0, i0); break;
+      default: break;
+    }
   }
 }
 
-template <typename Decoder>
-void small_batch_run(const SmallBatch& p, const Decoder& decode) {
-  // One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2).
+// small_batch_rows_of, for bits = 5 on AVX-512 with the unmasked decoder where the tile allows it.
+template <int R, bool kOneRow, typename Decoder>
+inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0) {
 #if defined(BITCOMPILE_APOT_AVX512)
-  constexpr int kRowsM1 = 8, kRows = 4;
-#else
-  constexpr int kRowsM1 = 4, kRows = 2;
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder<true>>) {
+    if (codes_below_32(p.w + j0 * p.row_bytes, R, p.row_bytes, p.row_bytes)) {
+      small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<false>(decode), j0);
+      return;
+    }
+  }
 #endif
+  small_batch_rows_of<R, kOneRow>(p, decode, j0);
+}
+
+// One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2).
+template <typename Decoder>
+void small_batch_run(const SmallBatch& p, const float* levels) {
+  const Decoder decode(levels);
+#if defined(BITCOMPILE_APOT_AVX512)
+  constexpr int kRows = 4;
+#else
+  constexpr int kRows = 2;
+#endif
+  constexpr int kRowsM1 = 8;
   const int64_t tile_rows = p.m == 1 ? kRowsM1 : kRows;
   const int64_t tiles = (p.n + tile_rows - 1) / tile_rows;
   const int64_t grain = grain_for(tile_rows * p.k * (p.m + 1), kMinParallelWork);
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
     const int64_t j1 = std::min(p.n, end * tile_rows);
     int64_t j = begin * tile_rows;
-    for (; j + tile_rows <= j1; j += tile_rows) {
-      if (p.m == 1) small_batch_rows<kRowsM1>(p, decode, j);
-      else small_batch_rows<kRows>(p, decode, j);
+    if (p.m == 1) {
+      for (; j + kRowsM1 <= j1; j += kRowsM1) small_batch_rows<kRowsM1, true>(p, decode, j);
+      for (; j < j1; ++j) small_batch_rows<1, true>(p, decode, j);
+    } else {
+      for (; j + kRows <= j1; j += kRows) small_batch_rows<kRows, false>(p, decode, j);
+      for (; j < j1; ++j) small_batch_rows<1, false>(p, decode, j);
     }
-    for (; j < j1; ++j) small_batch_rows<1>(p, decode, j);
   });
+}
+
+// Every row of x copied with each block's columns in Decoder::column order, zero past k.
+template <typename Decoder>
+std::vector<float> reorder_x(const SmallBatch& p) {
+  constexpr int64_t kCodes = Decoder::kCodes;
+  std::vector<float> out(p.m * p.blocks * kCodes, 0.f);
+  int64_t order[kCodes];
+  for (int64_t t = 0; t < kCodes; ++t) order[t] = Decoder::column(t);
+  for (int64_t i = 0; i < p.m; ++i) {
+    const float* src = p.x + i * p.k;
+    float* dst = out.data() + i * p.blocks * kCodes;
+    for (int64_t b = 0; b < p.blocks; ++b)
+      for (int64_t t = 0; t < kCodes; ++t) {
+        const int64_t c = b * kCodes + order[t];
+        dst[b * kCodes + t] = c < p.k ? src[c] : 0.f;
+      }
+  }
+  return out;
+}
+
+template <typename Decoder>
+void small_batch(SmallBatch& p) {
+  constexpr int64_t kCodes = Decoder::kCodes;
+  p.full_blocks = p.k / kCodes;
+  p.blocks = (p.k + kCodes - 1) / kCodes;
+  p.xs_stride = p.blocks * kCodes;
+  const std::vector<float> xs = reorder_x<Decoder>(p);
+  p.xs = xs.data();
+  small_batch_run<Decoder>(p, p.levels);
 }
 #endif
 
@@ -388,29 +501,13 @@ void apot_linear_small_batch(const at::Tensor& x2, const at::Tensor& w, int64_t 
   p.per_row = alpha_f.numel() > 1;
   p.bias = bias;
   p.y = y.data_ptr<float>();
-#if defined(BITCOMPILE_APOT_AVX512) || defined(BITCOMPILE_APOT_AVX2)
-  p.blocks = k / kBlockCodes;
-  const bool nibbles = bits <= 4;
-  std::vector<float> permuted;
-  if (nibbles && p.blocks > 0) {
-    // x with every block's columns reordered: the even ones, then the odd ones.
-    const int64_t cols = p.blocks * kBlockCodes, half = kBlockCodes / 2;
-    permuted.resize(p.m * cols);
-    for (int64_t i = 0; i < p.m; ++i)
-      for (int64_t c = 0; c < cols; c += kBlockCodes)
-        for (int64_t t = 0; t < half; ++t) {
-          permuted[i * cols + c + t] = p.x[i * k + c + 2 * t];
-          permuted[i * cols + c + half + t] = p.x[i * k + c + 2 * t + 1];
-        }
-    p.xs = permuted.data();
-    p.xs_stride = cols;
-  } else {
-    p.xs = p.x;
-    p.xs_stride = k;
-  }
-  if (nibbles) small_batch_run(p, NibbleDecoder(levels.data()));
-  else if (bits == 5) small_batch_run(p, Byte32Decoder(levels.data()));
-  else small_batch_run(p, ByteGatherDecoder(levels.data()));
+#if defined(BITCOMPILE_APOT_AVX512)
+  if (bits <= 4) small_batch<NibbleDecoder>(p);
+  else if (bits == 5) small_batch<Byte32Decoder<true>>(p);
+  else small_batch<ByteGatherDecoder>(p);
+#elif defined(BITCOMPILE_APOT_AVX2)
+  if (bits <= 4) small_batch<NibbleDecoder>(p);
+  else small_batch<ByteGatherDecoder>(p);
 #else
   // Scalar: decode one weight row at a time and dot it with every x row.
   const int64_t grain = grain_for(k * (p.m + 1), kMinParallelScalarWork);
