@@ -32,8 +32,11 @@ struct Epilogue {
 //   sign_zero = true:  plus_bits = bit(x > 0), minus_bits = bit(x < 0) (torch.sign: zeros are 0)
 // plus_bits / minus_bits are [rows, ceil(k / 32)] words; minus_bits is only written with sign_zero.
 // row_mean_abs (may be null) gets mean(|x|) over each row, in fp32.
+// vector_loads = false keeps the one-value-a-lane kernel (BITCOMPILE_CUDA_LEGACY); with true, rows of k % 32 == 0
+// at a 16-byte aligned x take 16-byte loads.
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
-                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream,
+                              bool vector_loads = true);
 
 // binary_linear on tensor cores (mma.sync m16n8k256 b1 AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.

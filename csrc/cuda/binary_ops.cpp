@@ -12,7 +12,9 @@
 //   binary_conv2d and binary_linear with sign_zero: the CUDA-core popcount kernel (instead of the implicit
 //     GEMM on b1 tensor cores with two activation bit planes);
 //   binary_linear: the register-staged b1 MMA kernel for every M (instead of the 4-stage cp.async kernel
-//     for M > 64 with K % 128 == 0).
+//     for M > 64 with K % 128 == 0);
+//   pack_signs (also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
+//     where K % 32 == 0).
 // BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
 // binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
 // folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
@@ -127,7 +129,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   const at::Tensor input = x.contiguous();
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
                                           /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
-                                          c10::cuda::getCurrentCUDAStream()),
+                                          c10::cuda::getCurrentCUDAStream(), /*vector_loads=*/!legacy_kernels()),
                op);
   return out;
 }
@@ -165,7 +167,8 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   }
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream),
+                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream,
+                                          /*vector_loads=*/!legacy_kernels()),
                op);
 
   if (!sign_zero && !popcount_linear_forced()) {
@@ -276,7 +279,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, stream),
+                                          nullptr, stream, /*vector_loads=*/!legacy_kernels()),
                op);
 
   kernels::ConvShape shape;
