@@ -50,3 +50,9 @@ def test_export_deploy():
     assert "fresh process" in out and ": agree" in out
     assert "x smaller" in out
     assert "agrees with the original model" in out
+
+
+def test_quickstart():
+    out = run_example("quickstart.py")
+    assert "max |bitcompile - float reference| = 0" in out
+    assert "OK" in out.splitlines()[-1]
