@@ -186,6 +186,7 @@ void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_
 // R rows and each decoded vector by the MB rows. alpha[n] (and bias) scale the finished fp32 sum.
 #if defined(BITCOMPILE_APOT_AVX512)
 using Vec = __m512;
+using Seen = __m512i;  // OR of the code bytes decoded (Byte32Decoder<false> only)
 constexpr int kLanes = 16;
 inline Vec vzero() { return _mm512_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm512_loadu_ps(p); }
@@ -198,7 +199,7 @@ struct NibbleDecoder {  // bits <= 4: a 64-byte load = 128 codes, 8 vectors
   static int64_t column(int64_t t) { return 8 * (t % kLanes) + t / kLanes; }
   __m512 table;
   explicit NibbleDecoder(const float* levels) : table(_mm512_loadu_ps(levels)) {}
-  inline void operator()(const uint8_t* src, Vec* v) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     const __m512i codes = _mm512_loadu_si512(src);
     v[0] = _mm512_permutexvar_ps(codes, table);
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
@@ -213,9 +214,9 @@ struct NibbleDecoder {  // bits <= 4: a 64-byte load = 128 codes, 8 vectors
 
 // bits = 5: the 32-entry table in two registers (vpermt2ps, which reads a lane's low 5 bits). As
 // for nibbles, no unpacking: a 64-byte load gives 32-bit lanes of 4 codes, lane l of the s-th
-// vector (codes >> 8s) is the code of column 4l + s. A code >= 32 must read as 0, which the
-// masked permute does; tiles whose rows hold no such code (every tile of a weight from
-// pack_codes) take the unmasked one (kMasked = false), see small_batch_rows.
+// vector (codes >> 8s) is the code of column 4l + s. A code >= 32 must read as 0: the unmasked
+// decoder (kMasked = false) ORs the bytes it reads into `seen`, and a tile that met such a code
+// (only a hand-made w_packed has one) is computed again with the masked permute.
 template <bool kMasked>
 struct Byte32Decoder {
   static constexpr int kVectors = 4;
@@ -230,27 +231,15 @@ struct Byte32Decoder {
       return _mm512_maskz_permutex2var_ps(_mm512_testn_epi32_mask(codes, _mm512_set1_epi32(0xE0)), low, codes, high);
     return _mm512_permutex2var_ps(low, codes, high);
   }
-  inline void operator()(const uint8_t* src, Vec* v) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     const __m512i codes = _mm512_loadu_si512(src);
+    if constexpr (!kMasked) seen = _mm512_or_si512(seen, codes);
     v[0] = one(codes);
     v[1] = one(_mm512_srli_epi32(codes, 8));
     v[2] = one(_mm512_srli_epi32(codes, 16));
     v[3] = one(_mm512_srli_epi32(codes, 24));
   }
 };
-
-// Whether bytes [0, count) of `rows` rows (stride row_bytes) are all < 32.
-inline bool codes_below_32(const uint8_t* w, int64_t rows, int64_t row_bytes, int64_t count) {
-  __m512i any = _mm512_setzero_si512();
-  uint8_t tail = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* row = w + r * row_bytes;
-    int64_t j = 0;
-    for (; j + 64 <= count; j += 64) any = _mm512_or_si512(any, _mm512_loadu_si512(row + j));
-    for (; j < count; ++j) tail |= row[j];
-  }
-  return _mm512_test_epi8_mask(any, _mm512_set1_epi8(static_cast<char>(0xE0))) == 0 && (tail & 0xE0) == 0;
-}
 
 struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
   static constexpr int kVectors = 2;
@@ -262,13 +251,14 @@ struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
     const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_i32gather_ps(codes, levels, 4);
   }
-  inline void operator()(const uint8_t* src, Vec* v) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     v[0] = one(src);
     v[1] = one(src + 16);
   }
 };
 #elif defined(BITCOMPILE_APOT_AVX2)
 using Vec = __m256;
+using Seen = __m256i;  // unused with AVX2
 constexpr int kLanes = 8;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
@@ -294,7 +284,7 @@ struct NibbleDecoder {
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, index), _mm256_permutevar8x32_ps(high, index),
                             _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28 - 4 * S)));
   }
-  inline void operator()(const uint8_t* src, Vec* v) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     v[0] = nibble<0>(codes);
     v[1] = nibble<1>(codes);
@@ -317,7 +307,7 @@ struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
     const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_i32gather_ps(levels, codes, 4);
   }
-  inline void operator()(const uint8_t* src, Vec* v) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     v[0] = one(src);
     v[1] = one(src + 8);
   }
@@ -353,26 +343,28 @@ struct SmallBatch {
 
 // (Forced inline: as a call, GCC kept the accumulators in memory.)
 template <int R, int MB, typename Decoder>
-BITCOMPILE_APOT_INLINE void small_batch_step(const Decoder& decode, const uint8_t* const* src, const float* xb, int64_t xs_stride,
-                             Vec (&acc)[R][MB]) {
+BITCOMPILE_APOT_INLINE void small_batch_step(const Decoder& decode, const uint8_t* const* src, const float* xb,
+                                             int64_t xs_stride, Vec (&acc)[R][MB], Seen& seen) {
   for (int r = 0; r < R; ++r) {
     Vec v[Decoder::kVectors];
-    decode(src[r], v);
+    decode(src[r], v, seen);
     for (int i = 0; i < MB; ++i)
       for (int s = 0; s < Decoder::kVectors; ++s)
         acc[r][i] = vfma(v[s], vload(xb + i * xs_stride + s * kLanes), acc[r][i]);
   }
 }
 
-// R weight rows from j0 x MB rows of x from i0.
+// R weight rows from j0 x MB rows of x from i0. False (nothing stored) where an unmasked
+// Byte32Decoder met a code >= 32.
 template <int R, int MB, typename Decoder>
-inline void small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i0) {
+inline bool small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i0) {
   constexpr int64_t kCodes = Decoder::kCodes, kBytes = Decoder::kBytes;
   Vec acc[R][MB];
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < MB; ++i) acc[r][i] = vzero();
   const uint8_t* src[R];
   const float* xs = p.xs + i0 * p.xs_stride;
+  Seen seen{};
   // The next tile's rows (contiguous after these) are prefetched, R cache lines a block: with
   // only the hardware prefetchers, the loads from L3 were latency-bound (~22 GB/s, bits = 5).
   const char* next = reinterpret_cast<const char*>(p.w + (j0 + R) * p.row_bytes);
@@ -380,7 +372,7 @@ inline void small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t
   for (int64_t b = 0; b < p.full_blocks; ++b) {
     for (int64_t l = 0; l < kLinesPerBlock; ++l) _mm_prefetch(next + (b * kLinesPerBlock + l) * 64, _MM_HINT_T0);
     for (int r = 0; r < R; ++r) src[r] = p.w + (j0 + r) * p.row_bytes + b * kBytes;
-    small_batch_step<R, MB>(decode, src, xs + b * kCodes, p.xs_stride, acc);
+    small_batch_step<R, MB>(decode, src, xs + b * kCodes, p.xs_stride, acc, seen);
   }
   if (p.blocks > p.full_blocks) {  // the rows' last bytes, zero-padded to a block
     alignas(64) uint8_t padded[R][kBytes];
@@ -390,41 +382,43 @@ inline void small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t
       std::copy(p.w + (j0 + r) * p.row_bytes + start, p.w + (j0 + r) * p.row_bytes + start + count, padded[r]);
       src[r] = padded[r];
     }
-    small_batch_step<R, MB>(decode, src, xs + p.full_blocks * kCodes, p.xs_stride, acc);
+    small_batch_step<R, MB>(decode, src, xs + p.full_blocks * kCodes, p.xs_stride, acc, seen);
   }
+#if defined(BITCOMPILE_APOT_AVX512)
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>) {
+    if (_mm512_test_epi8_mask(seen, _mm512_set1_epi8(static_cast<char>(0xE0)))) return false;
+  }
+#endif
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < MB; ++i) p.store(j0 + r, i0 + i, vsum(acc[r][i]));
+  return true;
 }
 
 // R weight rows from j0 against every row of x: MB = 1 for one row of x, else groups of up to 4.
 template <int R, bool kOneRow, typename Decoder>
-inline void small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int64_t j0) {
+inline bool small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int64_t j0) {
   if constexpr (kOneRow) {
-    small_batch_tile<R, 1>(p, decode, j0, 0);
+    return small_batch_tile<R, 1>(p, decode, j0, 0);
   } else {
     int64_t i0 = 0;
-    for (; i0 + 4 <= p.m; i0 += 4) small_batch_tile<R, 4>(p, decode, j0, i0);
+    for (; i0 + 4 <= p.m; i0 += 4)
+      if (!small_batch_tile<R, 4>(p, decode, j0, i0)) return false;
     switch (p.m - i0) {
-      case 1: small_batch_tile<R, 1>(p, decode, j0, i0); break;
-      case 2: small_batch_tile<R, 2>(p, decode, j0, i0); break;
-      case 3: small_batch_tile<R, 3>(p, decode, j0, i0); break;
-      default: break;
+      case 1: return small_batch_tile<R, 1>(p, decode, j0, i0);
+      case 2: return small_batch_tile<R, 2>(p, decode, j0, i0);
+      case 3: return small_batch_tile<R, 3>(p, decode, j0, i0);
+      default: return true;
     }
   }
 }
 
-// small_batch_rows_of, for bits = 5 on AVX-512 with the unmasked decoder where the tile allows it.
+// small_batch_rows_of; a tile the unmasked bits = 5 decoder gave up on is redone masked.
 template <int R, bool kOneRow, typename Decoder>
 inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0) {
+  if (small_batch_rows_of<R, kOneRow>(p, decode, j0)) return;
 #if defined(BITCOMPILE_APOT_AVX512)
-  if constexpr (std::is_same_v<Decoder, Byte32Decoder<true>>) {
-    if (codes_below_32(p.w + j0 * p.row_bytes, R, p.row_bytes, p.row_bytes)) {
-      small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<false>(decode), j0);
-      return;
-    }
-  }
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>) small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<true>(decode), j0);
 #endif
-  small_batch_rows_of<R, kOneRow>(p, decode, j0);
 }
 
 // One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2).
@@ -503,7 +497,7 @@ void apot_linear_small_batch(const at::Tensor& x2, const at::Tensor& w, int64_t 
   p.y = y.data_ptr<float>();
 #if defined(BITCOMPILE_APOT_AVX512)
   if (bits <= 4) small_batch<NibbleDecoder>(p);
-  else if (bits == 5) small_batch<Byte32Decoder<true>>(p);
+  else if (bits == 5) small_batch<Byte32Decoder<false>>(p);
   else small_batch<ByteGatherDecoder>(p);
 #elif defined(BITCOMPILE_APOT_AVX2)
   if (bits <= 4) small_batch<NibbleDecoder>(p);
