@@ -496,3 +496,44 @@ def test_device_mismatch_raises():
     kwargs["x_zero_point"] = kwargs["x_zero_point"].cpu()
     with pytest.raises(RuntimeError, match="bitcompile::apot_linear_int: x_zero_point is on cpu"):
         torch.ops.bitcompile.apot_linear_int.default(**kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# apot_linear: the CPU small-batch kernel's blocks (nibbles in blocks of 128 / 64 codes, bytes in
+# blocks of 64 / 32 / 16), zero-padded last blocks, tiles of 8 / 4 / 2 rows plus single rows, and
+# codes outside the table (a hand-made w_packed) reading as level 0.
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("bits", [3, 4, 5, 6])
+@pytest.mark.parametrize("k", [15, 64, 127, 128, 129, 257, 1000])
+def test_apot_linear_small_batch_blocks(device, bits, k):
+    n = 37  # 8-row and 4-row tiles and leftover single rows
+    _, packed, table = make_weight(n, k, bits, device, "scheme" if bits <= 5 else "random")
+    alpha = make_alpha(n, True, device)
+    bias = torch.randn(n, device=device)
+    for m in (1, 2, 3, 5, 16):
+        x = torch.randn(m, k, device=device)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, torch.float32, f"bits={bits} k={k} m={m}")
+
+
+@pytest.mark.parametrize("bits", [3, 5])
+@pytest.mark.parametrize("m", [1, 4])
+def test_apot_linear_codes_outside_table_read_zero(device, bits, m):
+    k, n = 300, 21
+    codes = random_codes((n, k), bits)
+    if bits <= 4:
+        codes[3, 7] = 12  # a nibble >= 2**bits
+        packed = reference.pack_codes(codes, 4)
+    else:
+        packed = reference.pack_codes(codes, bits)
+        packed[3, 7] = 200  # a byte >= 2**bits
+        packed[11, 290] = 40
+    table = code_table(bits, "scheme")
+    padded = torch.cat((table, torch.zeros(256 - table.numel())))
+    alpha = make_alpha(n, True, device)
+    x = torch.randn(m, k, device=device)
+    y = ops.apot_linear(x, packed.to(device), k, bits, table.to(device), alpha)
+    unpacked_bits = 4 if bits <= 4 else 8
+    expected = reference.apot_linear(x.cpu(), packed, k, unpacked_bits, padded[: 2**unpacked_bits], alpha.cpu())
+    assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m}")
