@@ -29,7 +29,7 @@
 //
 // binary_conv2d_mma_kernel (default for binary_conv2d and binary_linear with sign_zero): implicit GEMM on the
 //   b1 tensor cores, rows = output pixels, two activation bit planes (s(x) = +1 / -1) gathered per tap, two
-//   AND.POPC accumulators; see its section. binary_weight_linear_tc_kernel (default for binary_weight_linear
+//   AND.POPC accumulators, or one plane for s(x) in {-1, +1} with per-tap weight popcounts; see its section. binary_weight_linear_tc_kernel (default for binary_weight_linear
 //   up to 256 rows): bf16/fp16 mma.sync with the +-1 weights expanded from bits in registers, every weight
 //   word read once per 32 rows of x; see its section. The kernels below them are the legacy paths
 //   (BITCOMPILE_CUDA_LEGACY=1 in binary_ops.cpp).
@@ -788,7 +788,14 @@ cudaError_t binary_linear_mma_pipelined_typed(const uint32_t* x_bits, const uint
 // exact for any B tail bits since P and N are 0 outside real channels. Two mma.sync m16n8k256 AND.POPC
 // accumulators a tile (P.B and N.B), row popcounts of P and N from the very fragments, as the binary_linear
 // kernel (same fragment layout, same 24-word padded shared rows, next stage prefetched in registers).
-template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, typename OutT>
+// ONE_PLANE (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps): only P, 0 at padded taps, one accumulator.
+// At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
+// D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
+// gives pad_value * (-D_t). The block tabulates D_t of its columns; a row sums D_t over its in-bounds taps
+// (all of them for interior pixels). Half the MMAs and accumulators of the two-plane form.
+constexpr int kOnePlaneMaxTaps = 32;
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ minus_bits,
     const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles, int64_t total_pixels, int channel_words,
@@ -806,8 +813,11 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
 
   __shared__ __align__(16) uint32_t plus_tile[BM * kMmaRowStride];
-  __shared__ __align__(16) uint32_t minus_tile[BM * kMmaRowStride];
+  static_assert(!(ONE_PLANE && SIGN_ZERO), "one plane needs s(x) in {-1, +1}");
+  __shared__ __align__(16) uint32_t minus_tile[ONE_PLANE ? 4 : BM * kMmaRowStride];
   __shared__ __align__(16) uint32_t b_tile[BN * kMmaRowStride];
+  __shared__ int tap_d[ONE_PLANE ? BN * kOnePlaneMaxTaps : 1];  // D_t of column c at [c * 32 + t]
+  __shared__ int all_taps_d[ONE_PLANE ? BN : 1];                // sum over t of D_t
   __shared__ int64_t pixel_image[BM];  // first input pixel of the image, or -1 past the last output pixel
   __shared__ int pixel_top[BM];        // oh * stride_h - pad_h
   __shared__ int pixel_left[BM];       // ow * stride_w - pad_w
@@ -840,6 +850,26 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
       pixel_top[r] = pixel_left[r] = 0;
     }
   }
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  if (ONE_PLANE) {
+    for (int e = tid; e < BN * taps; e += kThreads) {
+      const int c = e / taps;
+      const int t = e - c * taps;
+      const int64_t n = n0 + c;
+      int count = 0;
+      if (n < n_rows) {
+        const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
+        for (int cw = 0; cw < channel_words; ++cw) count += __popc(__ldg(row + cw) & valid_bits(shape.channels, cw));
+      }
+      tap_d[c * kOnePlaneMaxTaps + t] = n < n_rows ? static_cast<int>(shape.channels) - 2 * count : 0;
+    }
+    __syncthreads();
+    for (int c = tid; c < BN; c += kThreads) {
+      int total = 0;
+      for (int t = 0; t < taps; ++t) total += tap_d[c * kOnePlaneMaxTaps + t];
+      all_taps_d[c] = total;
+    }
+  }
   __syncthreads();
 
   Words<VW> next_p[kLoadsA];
@@ -865,12 +895,16 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
         if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
           const int64_t index = (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
           next_p[i].load(plus_bits + index);
-          if (SIGN_ZERO) {
+          if (ONE_PLANE) {
+            // N is implied (epilogue)
+          } else if (SIGN_ZERO) {
             next_n[i].load(minus_bits + index);
           } else {
             next_n[i] = next_p[i];
             next_n[i].invert_within(valid);
           }
+        } else if (ONE_PLANE) {
+          // padded tap: P = 0, the pad value enters through D_t in the epilogue
         } else if (shape.pad_value > 0) {
           next_p[i].set(valid);
         } else if (shape.pad_value < 0) {
@@ -897,7 +931,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
       if (e < kVecsA) {
         const int offset = (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW;
         next_p[i].store(&plus_tile[offset]);
-        next_n[i].store(&minus_tile[offset]);
+        if (!ONE_PLANE) next_n[i].store(&minus_tile[offset]);
       }
     }
 #pragma unroll
@@ -937,7 +971,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
         b_frag[nt][1] = pair.y;
       }
 #pragma unroll
-      for (int plane = 0; plane < 2; ++plane) {
+      for (int plane = 0; plane < (ONE_PLANE ? 1 : 2); ++plane) {
         const uint32_t* a_tile = plane == 0 ? plus_tile : minus_tile;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -992,19 +1026,43 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t p = m0 + warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      const int64_t p = m0 + local_row;
       if (p >= total_pixels) continue;
       const float factor = row_factor(ep, p);
       const int64_t image = p / out_plane;
       const int64_t position = p % out_plane;
+      // ONE_PLANE: the taps of this pixel inside the image (bit t)
+      uint32_t inside = 0;
+      const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+      if (ONE_PLANE) {
+        for (int t = 0; t < taps; ++t) {
+          const int iy = pixel_top[local_row] + (t / kernel_w) * static_cast<int>(shape.dilation_h);
+          const int ix = pixel_left[local_row] + (t % kernel_w) * static_cast<int>(shape.dilation_w);
+          inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
+        }
+      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
           const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
           if (n >= n_rows) continue;
-          // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
-          const int dot = 2 * acc_p[mt][nt][2 * h + e] - pop_p[mt][h] - 2 * acc_n[mt][nt][2 * h + e] + pop_n[mt][h];
+          int dot;
+          if (ONE_PLANE) {
+            const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+            int inside_d = all_taps_d[local_col];
+            if (inside != all_taps) {
+              inside_d = 0;
+              for (int t = 0; t < taps; ++t) inside_d += (inside >> t) & 1u ? tap_d[local_col * kOnePlaneMaxTaps + t] : 0;
+            }
+            // 4 popc(P & B) - 2 popc(P) + sum_in D_t - pad_value * sum_padded D_t
+            dot = 4 * acc_p[mt][nt][2 * h + e] - 2 * pop_p[mt][h] + inside_d -
+                  shape.pad_value * (all_taps_d[local_col] - inside_d);
+          } else {
+            // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
+            dot = 2 * acc_p[mt][nt][2 * h + e] - pop_p[mt][h] - 2 * acc_n[mt][nt][2 * h + e] + pop_n[mt][h];
+          }
           const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
           out[index] = from_float<OutT>(epilogue_value(static_cast<float>(dot), factor, col_scales[nt][e], col_biases[nt][e]));
         }
@@ -1013,7 +1071,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   }
 }
 
-template <int VW, bool SIGN_ZERO, typename OutT>
+template <int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
 cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                      const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                      cudaStream_t stream) {
@@ -1026,7 +1084,7 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
   if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
     return cudaErrorInvalidValue;
   }
-  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, OutT>
+  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, ONE_PLANE, OutT>
       <<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, 0, stream>>>(
           plus_bits, minus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
           static_cast<int>(reduction_words), ep, out, out_channels_last);
@@ -1040,12 +1098,15 @@ cudaError_t binary_conv2d_mma_typed(const uint32_t* plus_bits, const uint32_t* m
   const bool vec = ceil_div(shape.channels, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(plus_bits) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(minus_bits) % 16 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
   const bool sign_zero = minus_bits != nullptr;
+  const bool one_plane = !sign_zero && !shape.two_planes && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps;
   if (vec) {
-    return sign_zero ? binary_conv2d_mma_launch<4, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream)
-                     : binary_conv2d_mma_launch<4, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    if (sign_zero) return binary_conv2d_mma_launch<4, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    if (one_plane) return binary_conv2d_mma_launch<4, false, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    return binary_conv2d_mma_launch<4, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
   }
-  return sign_zero ? binary_conv2d_mma_launch<1, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream)
-                   : binary_conv2d_mma_launch<1, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  if (sign_zero) return binary_conv2d_mma_launch<1, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  if (one_plane) return binary_conv2d_mma_launch<1, false, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_mma_launch<1, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
 }
 
 // ---------------------------------------------------------------------------------------------

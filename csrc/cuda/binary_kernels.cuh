@@ -60,6 +60,7 @@ struct ConvShape {
   int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1,
           dilation_w = 1;
   int pad_value = 0;  // what a padded position of s(x) is: 0, +1 or -1
+  bool two_planes = false;  // launch_binary_conv2d_mma: the two-plane kernel also for s(x) in {-1, +1}
 };
 
 // binary_conv2d with popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).

@@ -15,6 +15,8 @@
 //     for M > 64 with K % 128 == 0);
 //   pack_signs (also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
 //     where K % 32 == 0).
+// BITCOMPILE_CUDA_CONV_TWO_PLANES=1 keeps binary_conv2d without sign_zero on the two-plane tensor-core kernel
+// (instead of the one-plane form with per-tap weight popcounts in the epilogue).
 // BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
 // binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
 // folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
@@ -90,6 +92,11 @@ bool env_flag(const char* name) {
 bool legacy_kernels() {
   static const bool legacy = env_flag("BITCOMPILE_CUDA_LEGACY");
   return legacy;
+}
+
+bool conv_two_planes() {
+  static const bool two = env_flag("BITCOMPILE_CUDA_CONV_TWO_PLANES");
+  return two;
 }
 
 int64_t w1a16_gemm_rows() {
@@ -299,6 +306,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   shape.dilation_h = g.dilation_h;
   shape.dilation_w = g.dilation_w;
   shape.pad_value = static_cast<int>(pad_value);
+  shape.two_planes = conv_two_planes();
   // b1 tensor cores (implicit GEMM, two activation bit planes); the legacy CUDA-core kernel on request.
   const auto launch = legacy_kernels() ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
   check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
