@@ -258,7 +258,7 @@ struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
 };
 #elif defined(BITCOMPILE_APOT_AVX2)
 using Vec = __m256;
-using Seen = __m256i;  // unused with AVX2
+using Seen = __m256i;  // OR of the code bytes decoded (Byte32Decoder only)
 constexpr int kLanes = 8;
 inline Vec vzero() { return _mm256_setzero_ps(); }
 inline Vec vload(const float* p) { return _mm256_loadu_ps(p); }
@@ -297,6 +297,34 @@ struct NibbleDecoder {
   }
 };
 
+// bits = 5: the 32 entries in four registers, vpermps on the low 3 bits, blends on bits 3 and 4;
+// a 32-byte load gives lanes of 4 codes, lane l of the s-th vector (codes >> 8s) is the code of
+// column 4l + s. As on AVX-512, the bytes read are ORed into `seen` and a tile that met a code
+// >= 32 is computed again with the gather (which reads it as 0).
+struct Byte32Decoder {
+  static constexpr int kVectors = 4;
+  static constexpr int64_t kCodes = 32, kBytes = 32;
+  static int64_t column(int64_t t) { return 4 * (t % kLanes) + t / kLanes; }
+  __m256 t0, t1, t2, t3;
+  explicit Byte32Decoder(const float* levels)
+      : t0(_mm256_loadu_ps(levels)), t1(_mm256_loadu_ps(levels + 8)), t2(_mm256_loadu_ps(levels + 16)),
+        t3(_mm256_loadu_ps(levels + 24)) {}
+  inline Vec one(__m256i codes) const {
+    const __m256 bit3 = _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28));
+    const __m256 low = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, codes), _mm256_permutevar8x32_ps(t1, codes), bit3);
+    const __m256 high = _mm256_blendv_ps(_mm256_permutevar8x32_ps(t2, codes), _mm256_permutevar8x32_ps(t3, codes), bit3);
+    return _mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32(codes, 27)));
+  }
+  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    seen = _mm256_or_si256(seen, codes);
+    v[0] = one(codes);
+    v[1] = one(_mm256_srli_epi32(codes, 8));
+    v[2] = one(_mm256_srli_epi32(codes, 16));
+    v[3] = one(_mm256_srli_epi32(codes, 24));
+  }
+};
+
 struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
   static constexpr int kVectors = 2;
   static constexpr int64_t kCodes = 16, kBytes = 16;
@@ -310,6 +338,23 @@ struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
   inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
     v[0] = one(src);
     v[1] = one(src + 8);
+  }
+};
+// Byte32Decoder's fallback: its blocks and column order, levels by a gather (any byte).
+struct Byte32GatherDecoder {
+  static constexpr int kVectors = 4;
+  static constexpr int64_t kCodes = 32, kBytes = 32;
+  const float* levels;
+  explicit Byte32GatherDecoder(const float* l) : levels(l) {}
+  inline Vec one(__m256i codes) const {
+    return _mm256_i32gather_ps(levels, _mm256_and_si256(codes, _mm256_set1_epi32(0xFF)), 4);
+  }
+  inline void operator()(const uint8_t* src, Vec* v, Seen&) const {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    v[0] = one(codes);
+    v[1] = one(_mm256_srli_epi32(codes, 8));
+    v[2] = one(_mm256_srli_epi32(codes, 16));
+    v[3] = one(_mm256_srli_epi32(codes, 24));
   }
 };
 #endif
@@ -388,6 +433,10 @@ inline bool small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t
   if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>) {
     if (_mm512_test_epi8_mask(seen, _mm512_set1_epi8(static_cast<char>(0xE0)))) return false;
   }
+#else
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder>) {
+    if (!_mm256_testz_si256(seen, _mm256_set1_epi8(static_cast<char>(0xE0)))) return false;
+  }
 #endif
   for (int r = 0; r < R; ++r)
     for (int i = 0; i < MB; ++i) p.store(j0 + r, i0 + i, vsum(acc[r][i]));
@@ -418,6 +467,9 @@ inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t
   if (small_batch_rows_of<R, kOneRow>(p, decode, j0)) return;
 #if defined(BITCOMPILE_APOT_AVX512)
   if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>) small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<true>(decode), j0);
+#else
+  // Same block size and column order as Byte32Decoder, so the reordered x serves both.
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder>) small_batch_rows_of<R, kOneRow>(p, Byte32GatherDecoder(p.levels), j0);
 #endif
 }
 
@@ -501,6 +553,7 @@ void apot_linear_small_batch(const at::Tensor& x2, const at::Tensor& w, int64_t 
   else small_batch<ByteGatherDecoder>(p);
 #elif defined(BITCOMPILE_APOT_AVX2)
   if (bits <= 4) small_batch<NibbleDecoder>(p);
+  else if (bits == 5) small_batch<Byte32Decoder>(p);
   else small_batch<ByteGatherDecoder>(p);
 #else
   // Scalar: decode one weight row at a time and dot it with every x row.
