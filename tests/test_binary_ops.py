@@ -647,3 +647,18 @@ def test_conv2d_channel_edges(device, c, sign_zero):
         xf = x.contiguous(memory_format=memory_format)
         actual, expected = run_conv(xf, weight, (1, 1), (1, 1), (1, 1), pad_value=pad_value, sign_zero=sign_zero)
         assert_matches(actual, expected, torch.float32, True, f"conv c={c} pad={pad_value} sign_zero={sign_zero}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("k", [32, 64, 96, 2048, 8192])
+def test_pack_signs_whole_words(device, dtype, k):
+    """K a multiple of 32 (the CUDA 16-byte-load packing): bits, the sign_zero planes and mean |x| through
+    binary_linear's row_scale, rows split over several warps for long K."""
+    x = random_input((5, k), dtype, device, zeros=True)
+    assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
+    n = 33
+    _, w_packed = packed_weight(n, k, device)
+    for flags in ({"sign_zero": True}, {"row_scale": True}, {}):
+        actual, expected = run_linear("binary_linear", x, w_packed, k, **flags)
+        exact = "row_scale" not in flags
+        assert_matches(actual, expected, dtype, exact, f"binary_linear k={k} {dtype} {flags}")
