@@ -1696,13 +1696,12 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   const int64_t feature_blocks = ceil_div(n_rows, kTcFeatures);
   const int64_t row_blocks = ceil_div(m_rows, MB);
   if (row_blocks > 65535) return cudaErrorInvalidValue;
-  // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8.
-  const int64_t wanted = ceil_div(2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132), feature_blocks * row_blocks);
-  int64_t slices = wanted < kTcMaxSlices ? wanted : kTcMaxSlices;
-  if (slices > total_chunks) slices = total_chunks;
-  if (slices < 1) slices = 1;
+  // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8, rounding
+  // down so that every block is resident at once (one wave: a second, partial wave would cost up to 50%).
+  const int64_t wanted = 2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132) / (feature_blocks * row_blocks);
+  int64_t slices = 1;  // a power of two (cluster shapes 1, 2, 4, 8); trailing slices may get no chunk
+  while (slices * 2 <= wanted && slices * 2 <= kTcMaxSlices && slices * 2 <= total_chunks) slices *= 2;
   int64_t slice_chunks = ceil_div(total_chunks, slices);
-  slices = ceil_div(total_chunks, slice_chunks);
   if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
 
   auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
