@@ -49,11 +49,13 @@
 //
 // All outputs: y = dot [* mean|x| per row] [* scale] [+ bias] in fp32, rounded once to the output type.
 //
-// Left for the speed issue: wgmma b1 (BGMMA, ~15.5 POPS measured vs 10.2 for mma.sync) with TMA
-// loads and a multi-stage mbarrier pipeline; fusing the activation packing into the GEMM for small M;
-// a tensor-core implicit GEMM for conv (and a tap-packed layout for small C); a table-lookup or
-// tensor-core (bf16 +-1 expansion) path for binary_weight_linear at larger M, and 16-byte W loads
-// there; vectorized epilogue stores.
+// binary_linear_mma_pipelined_kernel (default for binary_linear at M > 64, K % 128 == 0): the same MMA math
+// on a 4-stage cp.async pipeline, row popcounts once per copied vector; see its section.
+//
+// Left for the speed issue (benchmarks/NOTES.md): wgmma b1 (BGMMA, ~15.5 POPS measured vs 10.2 for
+// mma.sync) with TMA loads and an mbarrier pipeline; a cp.async pipeline for the conv implicit GEMM (its
+// gather is a zero-filled 16-byte copy in the one-plane form) and a tap-packed layout for small C; fusing
+// the activation packing into the GEMM for small M; vectorized epilogue stores.
 
 #include "binary_kernels.cuh"
 
