@@ -5,15 +5,16 @@
 // BITCOMPILE_CUDA_POPCOUNT_LINEAR=1 runs binary_linear on the CUDA-core popcount kernel instead of the
 // b1 tensor cores (a debugging aid: both must agree exactly).
 //
-// BITCOMPILE_CUDA_LEGACY=1 selects the kernels of before the speed work (read once per process), so that a
-// new path that misbehaves on a GPU can be switched off without a rebuild:
-//   binary_weight_linear: the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
+// BITCOMPILE_CUDA_LEGACY=1 (or =all) selects the kernels of before the speed work (read once per process), so
+// that a new path that misbehaves on a GPU can be switched off without a rebuild; a comma-separated list
+// (e.g. BITCOMPILE_CUDA_LEGACY=conv,pack) switches only those parts: weight_linear, conv, linear, pack.
+//   weight_linear (binary_weight_linear): the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
 //     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above);
-//   binary_conv2d and binary_linear with sign_zero: the CUDA-core popcount kernel (instead of the implicit
+//   conv (binary_conv2d, binary_linear with sign_zero): the CUDA-core popcount kernel (instead of the implicit
 //     GEMM on b1 tensor cores with two activation bit planes);
-//   binary_linear: the register-staged b1 MMA kernel for every M (instead of the 4-stage cp.async kernel
+//   linear (binary_linear): the register-staged b1 MMA kernel for every M (instead of the 4-stage cp.async kernel
 //     for M > 64 with K % 128 == 0);
-//   pack_signs (also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
+//   pack (pack_signs, also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
 //     where K % 32 == 0).
 // BITCOMPILE_CUDA_CONV_TWO_PLANES=1 keeps binary_conv2d without sign_zero on the two-plane tensor-core kernel
 // (instead of the one-plane form with per-tap weight popcounts in the epilogue).
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "binary_kernels.cuh"
 #include "checks.h"
@@ -89,9 +91,25 @@ bool env_flag(const char* name) {
   return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
-bool legacy_kernels() {
-  static const bool legacy = env_flag("BITCOMPILE_CUDA_LEGACY");
-  return legacy;
+// BITCOMPILE_CUDA_LEGACY: "1" or "all", or a comma-separated list of the parts to put back on their old
+// kernels: pack, linear (binary_linear without sign_zero), conv (binary_conv2d and binary_linear with
+// sign_zero), weight_linear. Read once per process.
+bool legacy_kernels(const char* part) {
+  static const std::string value = [] {
+    const char* text = std::getenv("BITCOMPILE_CUDA_LEGACY");
+    return std::string(text != nullptr ? text : "");
+  }();
+  if (value.empty()) return false;
+  if (value == "1" || value == "all") return true;
+  const std::string wanted(part);
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t end = value.find(',', start);
+    if (end == std::string::npos) end = value.size();
+    if (value.compare(start, end - start, wanted) == 0) return true;
+    start = end + 1;
+  }
+  return false;
 }
 
 bool conv_two_planes() {
@@ -136,7 +154,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   const at::Tensor input = x.contiguous();
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
                                           /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
-                                          c10::cuda::getCurrentCUDAStream(), /*vector_loads=*/!legacy_kernels()),
+                                          c10::cuda::getCurrentCUDAStream(), /*vector_loads=*/!legacy_kernels("pack")),
                op);
   return out;
 }
@@ -175,11 +193,12 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
                                           row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream,
-                                          /*vector_loads=*/!legacy_kernels()),
+                                          /*vector_loads=*/!legacy_kernels("pack")),
                op);
 
   if (!sign_zero && !popcount_linear_forced()) {
-    const auto launch = legacy_kernels() ? kernels::launch_binary_linear_mma : kernels::launch_binary_linear_mma_pipelined;
+    const auto launch = legacy_kernels("linear") ? kernels::launch_binary_linear_mma
+                                                    : kernels::launch_binary_linear_mma_pipelined;
     check_launch(launch(words(plus), words(weight), m, n, k, inputs.epilogue, out.mutable_data_ptr(), float_type(out),
                         stream),
                  op);
@@ -190,7 +209,7 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
     shape.channels = k;
     shape.height = shape.width = shape.out_height = shape.out_width = 1;
     shape.out_channels = n;
-    const auto launch = (popcount_linear_forced() || legacy_kernels()) ? kernels::launch_binary_conv2d
+    const auto launch = (popcount_linear_forced() || legacy_kernels("conv")) ? kernels::launch_binary_conv2d
                                                                           : kernels::launch_binary_conv2d_mma;
     check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
                         out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true, stream),
@@ -219,7 +238,7 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  if (legacy_kernels()) {
+  if (legacy_kernels("weight_linear")) {
     check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
                                                       inputs.epilogue, out.mutable_data_ptr(), stream),
                  op);
@@ -286,7 +305,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, stream, /*vector_loads=*/!legacy_kernels()),
+                                          nullptr, stream, /*vector_loads=*/!legacy_kernels("pack")),
                op);
 
   kernels::ConvShape shape;
@@ -308,7 +327,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   shape.pad_value = static_cast<int>(pad_value);
   shape.two_planes = conv_two_planes();
   // b1 tensor cores (implicit GEMM, two activation bit planes); the legacy CUDA-core kernel on request.
-  const auto launch = legacy_kernels() ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
+  const auto launch = legacy_kernels("conv") ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
   check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
                       out.mutable_data_ptr(), float_type(out), out_channels_last, stream),
                op);
