@@ -61,6 +61,7 @@ struct ConvShape {
           dilation_w = 1;
   int pad_value = 0;  // what a padded position of s(x) is: 0, +1 or -1
   bool two_planes = false;  // launch_binary_conv2d_mma: the two-plane kernel also for s(x) in {-1, +1}
+  bool pipelined = true;    // launch_binary_conv2d_mma, one plane, channel words % 4 == 0: the cp.async kernel
 };
 
 // binary_conv2d with popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).

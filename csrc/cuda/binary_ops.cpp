@@ -7,7 +7,8 @@
 //
 // BITCOMPILE_CUDA_LEGACY=1 (or =all) selects the kernels of before the speed work (read once per process), so
 // that a new path that misbehaves on a GPU can be switched off without a rebuild; a comma-separated list
-// (e.g. BITCOMPILE_CUDA_LEGACY=conv,pack) switches only those parts: weight_linear, conv, linear, pack.
+// (e.g. BITCOMPILE_CUDA_LEGACY=conv,pack) switches only those parts: weight_linear, conv, conv_pipeline,
+// linear, pack.
 //   weight_linear (binary_weight_linear): the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
 //     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above);
 //   conv (binary_conv2d, binary_linear with sign_zero): the CUDA-core popcount kernel (instead of the implicit
@@ -16,6 +17,8 @@
 //     for M > 64 with K % 128 == 0);
 //   pack (pack_signs, also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
 //     where K % 32 == 0).
+//   conv_pipeline: binary_conv2d's one-plane form on the register-staged kernel (instead of the 4-stage
+//     cp.async kernel used where the channel words are a multiple of 4); "conv" covers it too.
 // BITCOMPILE_CUDA_CONV_TWO_PLANES=1 keeps binary_conv2d without sign_zero on the two-plane tensor-core kernel
 // (instead of the one-plane form with per-tap weight popcounts in the epilogue).
 // BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
@@ -326,6 +329,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   shape.dilation_w = g.dilation_w;
   shape.pad_value = static_cast<int>(pad_value);
   shape.two_planes = conv_two_planes();
+  shape.pipelined = !legacy_kernels("conv_pipeline");
   // b1 tensor cores (implicit GEMM, two activation bit planes); the legacy CUDA-core kernel on request.
   const auto launch = legacy_kernels("conv") ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
   check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
