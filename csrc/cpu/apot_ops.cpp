@@ -227,6 +227,33 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
 // ---------------------------------------------------------------------------------------------
 // apot_linear: y = x @ (alpha[n] * code_values[code]).T + bias, fp32 accumulation.
 // ---------------------------------------------------------------------------------------------
+// Timings (2026-11-30, 2-core AMD EPYC Zen 4 shared with other builds, load average 1.7-2.1;
+// medians of 100-200 calls, us; x = randn(M, K) fp32, random codes, per-row alpha, no bias;
+// fp32 = F.linear on the float weight; before = the decode-a-row-then-dot loop, grain 32768/k):
+//
+//   OMP_NUM_THREADS=1            fp32 |  before apot3/4/5   |  after apot3/4/5
+//   K=1024 N=2816 M=1             231 |  1033  1033  1813   |    95    95   107
+//   K=1024 N=2816 M=4             932 |  1468  1458  2246   |   313   302   350
+//   K=1024 N=2816 M=16           1656 |  3283  3279  4034   |  1663  1651  1894
+//   K=4096 N=4096 M=1            4197 |  6103  5995 10718   |   507   510   636
+//   K=4096 N=4096 M=4            8012 |  9246  9161 13815   |  2180  2215  3206
+//   K=4096 N=4096 M=16          13240 | 22019 21962 26590   |  8676  8671 10612
+//   OMP_NUM_THREADS=2
+//   K=1024 N=2816 M=1             222 |  7992  7989  7995*  |    67    67    69
+//   K=1024 N=2816 M=4             943 |  7998  7999  7998*  |   159   163   183
+//   K=1024 N=2816 M=16           1490 |  8000  7996  8000*  |   957   620   749
+//   K=4096 N=4096 M=1            4235 |  3141  3019  5825   |   255   255   292
+//   K=4096 N=4096 M=4            8378 |  4814  4684  7205   |   844   833  1010
+//   K=4096 N=4096 M=16           8566 | 24356 24016 13347   |  3522  3439  4295
+//   * ~8 ms: a descheduled OpenMP thread (chunks of a few us); now chunks are >= ~10 us.
+//
+// M = 1 with one thread: 2.1-2.4x faster than fp32 at K=1024 (1.44 MB of nibbles vs 11.5 MB of
+// fp32, both from L3; the nibble kernel is bound by its ~6 vector ops per 32 codes), 6.6-8.2x
+// at 4096 x 4096 (fp32 reads 64 MB from DRAM). The AVX2 kernel (built here with
+// BITCOMPILE_APOT_FORCE_AVX2, 1 thread, M = 1): K=1024 apot3/4/5 202/200/338 (fp32 ~210),
+// 4096 x 4096 1149/1200/2186 (fp32 ~3900): on AVX2 the two permutes + blend per 8 codes bound it.
+// M > 16 (GEMM path: vectorized decode + at::mm), K=1024 N=2816 M=17: ~1.9 ms, fp32 ~1.9 ms
+// (the scalar decode made it 2.6 ms).
 void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
                        int64_t bits, const at::Tensor& code_values, const at::Tensor& alpha,
                        const std::optional<at::Tensor>& bias) {
