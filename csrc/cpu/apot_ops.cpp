@@ -246,6 +246,8 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
 //   K=4096 N=4096 M=4            8378 |  4814  4684  7205   |   844   833  1010
 //   K=4096 N=4096 M=16           8566 | 24356 24016 13347   |  3522  3439  4295
 //   * ~8 ms: a descheduled OpenMP thread (chunks of a few us); now chunks are >= ~10 us.
+// Run to run (other engineers' builds) the after M=16 rows varied: 1.2-1.7 ms (K=1024) and
+// 6.8-8.7 ms (4096 x 4096) with one thread; M = 1 stayed within a few us.
 //
 // M = 1 with one thread: 2.1-2.4x faster than fp32 at K=1024 (1.44 MB of nibbles vs 11.5 MB of
 // fp32, both from L3; the nibble kernel is bound by its ~6 vector ops per 32 codes), 6.6-8.2x
