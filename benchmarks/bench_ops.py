@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import statistics
 import time
@@ -96,10 +97,9 @@ def linear_problem(op: str, m: int, n: int, k: int, device: str):
     elif op == "apot_linear":
         from bitcompile import apot
 
-        scheme = apot.scheme("apot4") if hasattr(apot, "scheme") else None
         codes = torch.randint(0, 16, (n, k), device=device)
         packed = ops.pack_codes(codes, 4)
-        table = (scheme.code_values if scheme is not None else torch.linspace(-1, 1, 16)).to(device)
+        table = apot.get_scheme("apot4").code_values.to(device)
         ours = lambda: torch.ops.bitcompile.apot_linear(x, packed, k, 4, table, alpha)  # noqa: E731
     else:
         raise ValueError(op)
@@ -184,8 +184,9 @@ def format_table(results) -> str:
 def environment() -> str:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
     cuda = f", CUDA {torch.version.cuda}" if torch.cuda.is_available() else ""
+    kernels = f", BITCOMPILE_CUDA_LEGACY={os.environ['BITCOMPILE_CUDA_LEGACY']}" if "BITCOMPILE_CUDA_LEGACY" in os.environ else ""
     return (f"{datetime.date.today().isoformat()}, {device}, torch {torch.__version__}{cuda}, "
-            f"{torch.get_num_threads()} CPU threads, bitcompile {bitcompile.__version__}")
+            f"{torch.get_num_threads()} CPU threads, bitcompile {bitcompile.__version__}{kernels}")
 
 
 def main() -> None:
