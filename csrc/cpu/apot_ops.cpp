@@ -292,7 +292,7 @@ struct NibbleDecoder {  // bits <= 4: a 64-byte load = 128 codes, 8 vectors
   static int64_t column(int64_t t) { return 8 * (t % kLanes) + t / kLanes; }
   __m512 table;
   explicit NibbleDecoder(const float* levels) : table(_mm512_loadu_ps(levels)) {}
-  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& /*seen*/) const {
     const __m512i codes = _mm512_loadu_si512(src);
     v[0] = _mm512_permutexvar_ps(codes, table);
     v[1] = _mm512_permutexvar_ps(_mm512_srli_epi32(codes, 4), table);
@@ -344,7 +344,7 @@ struct ByteGatherDecoder {  // bits 6..8: gather from the 256-entry padded table
     const __m512i codes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm512_i32gather_ps(codes, levels, 4);
   }
-  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& /*seen*/) const {
     v[0] = one(src);
     v[1] = one(src + 16);
   }
@@ -377,7 +377,7 @@ struct NibbleDecoder {
     return _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, index), _mm256_permutevar8x32_ps(high, index),
                             _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28 - 4 * S)));
   }
-  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& /*seen*/) const {
     const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
     v[0] = nibble<0>(codes);
     v[1] = nibble<1>(codes);
@@ -428,7 +428,7 @@ struct ByteGatherDecoder {  // bits 5..8: gather from the 256-entry padded table
     const __m256i codes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     return _mm256_i32gather_ps(levels, codes, 4);
   }
-  inline void operator()(const uint8_t* src, Vec* v, Seen& seen) const {
+  inline void operator()(const uint8_t* src, Vec* v, Seen& /*seen*/) const {
     v[0] = one(src);
     v[1] = one(src + 8);
   }
