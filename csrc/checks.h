@@ -211,6 +211,68 @@ inline void check_alpha(const char* op, const at::Tensor& x, const at::Tensor& a
   check_same_device(op, x, alpha, "alpha");
 }
 
+// pack_codes(codes, bits): integer codes, a non-empty last dimension.
+inline void check_pack_codes(const at::Tensor& codes, int64_t bits) {
+  BITCOMPILE_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);
+  const auto dtype = codes.scalar_type();
+  BITCOMPILE_CHECK(dtype == at::kByte || dtype == at::kInt || dtype == at::kLong || dtype == at::kShort ||
+                       dtype == at::kChar,
+                   "bitcompile::pack_codes: codes must be an integer tensor, got ", dtype);
+  BITCOMPILE_CHECK(codes.dim() >= 1 && codes.size(-1) >= 1,
+                   "bitcompile::pack_codes: codes must have a non-empty last dimension");
+}
+
+// apot_linear(x, w_packed, in_features, bits, code_values, alpha, bias).
+inline void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                              int64_t bits, const at::Tensor& code_values, const at::Tensor& alpha,
+                              const std::optional<at::Tensor>& bias) {
+  check_float_input(op, x);
+  check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
+  check_packed_linear(op, x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
+  check_alpha(op, x, alpha, w_packed.size(0));
+  check_scale_bias(op, x, w_packed.size(0), std::nullopt, bias);
+}
+
+// apot_linear_int(q_x, x_scale, x_zero_point, w_packed, in_features, bits, code_numerators, denominator, alpha, bias).
+inline void check_apot_linear_int(const at::Tensor& q_x, const at::Tensor& x_scale, const at::Tensor& x_zero_point,
+                                  const at::Tensor& w_packed, int64_t in_features, int64_t bits,
+                                  const at::Tensor& code_numerators, double denominator, const at::Tensor& alpha,
+                                  const std::optional<at::Tensor>& bias) {
+  const char* op = "apot_linear_int";
+  BITCOMPILE_CHECK(q_x.scalar_type() == at::kByte, "bitcompile::", op, ": q_x must be uint8, got ", q_x.scalar_type());
+  BITCOMPILE_CHECK(x_scale.numel() == 1 && x_zero_point.numel() == 1, "bitcompile::", op,
+                   ": x_scale and x_zero_point must be scalars (per-tensor)");
+  check_code_table(op, q_x, bits, code_numerators, "code_numerators", at::kInt);
+  BITCOMPILE_CHECK(denominator > 0, "bitcompile::", op, ": denominator must be positive, got ", denominator);
+  check_packed_linear(op, q_x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
+  check_alpha(op, q_x, alpha, w_packed.size(0));
+  check_same_device(op, q_x, x_scale, "x_scale");
+  check_same_device(op, q_x, x_zero_point, "x_zero_point");
+  check_scale_bias(op, q_x, w_packed.size(0), std::nullopt, bias);
+}
+
+// apot_conv2d: codes of W.permute(0, 2, 3, 1).reshape(OC, KH*KW*C) packed row-wise; returns the geometry.
+inline ConvGeometry check_apot_conv2d(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                                      at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                      at::IntArrayRef dilation, int64_t bits, const at::Tensor& code_values,
+                                      const at::Tensor& alpha, const std::optional<at::Tensor>& bias) {
+  const char* op = "apot_conv2d";
+  check_float_input(op, x);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const auto g = check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
+  check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
+  BITCOMPILE_CHECK(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "bitcompile::", op,
+                   ": w_packed must be 2-D uint8, got ", w_packed.dim(), "-D ", w_packed.scalar_type());
+  const int64_t reduction = in_channels * g.kernel_h * g.kernel_w;
+  BITCOMPILE_CHECK(w_packed.size(1) == packed_code_bytes(reduction, bits), "bitcompile::", op, ": w_packed is ",
+                   w_packed.size(1), " wide, ", reduction, " codes of ", bits, " bits need ",
+                   packed_code_bytes(reduction, bits));
+  check_same_device(op, x, w_packed, "w_packed");
+  check_alpha(op, x, alpha, out_channels);
+  check_scale_bias(op, x, out_channels, std::nullopt, bias);
+  return g;
+}
+
 // A scale-like operand (scalar or per output) as a contiguous float32 vector of 1 or N entries,
 // on x's device; the kernels read element 0 or element n. No host sync (SPEC 2.2).
 inline at::Tensor as_float_vector(const at::Tensor& t) { return t.reshape({-1}).to(at::kFloat).contiguous(); }

@@ -180,13 +180,7 @@ at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows,
 // pack_codes
 // ---------------------------------------------------------------------------------------------
 at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
-  BITCOMPILE_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);
-  const auto dtype = codes.scalar_type();
-  BITCOMPILE_CHECK(dtype == at::kByte || dtype == at::kInt || dtype == at::kLong || dtype == at::kShort ||
-                  dtype == at::kChar,
-              "bitcompile::pack_codes: codes must be an integer tensor, got ", dtype);
-  BITCOMPILE_CHECK(codes.dim() >= 1 && codes.size(-1) >= 1,
-              "bitcompile::pack_codes: codes must have a non-empty last dimension");
+  bitcompile::check_pack_codes(codes, bits);
   const int64_t k = codes.size(-1);
   const int64_t width = packed_code_bytes(k, bits);
   auto sizes = codes.sizes().vec();
@@ -197,7 +191,7 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
   if (rows == 0) return out;
   uint8_t* o = out.data_ptr<uint8_t>();
   const int64_t limit = int64_t(1) << bits;
-  AT_DISPATCH_INTEGRAL_TYPES(dtype, "bitcompile::pack_codes", [&] {
+  AT_DISPATCH_INTEGRAL_TYPES(codes.scalar_type(), "bitcompile::pack_codes", [&] {
     const scalar_t* c = flat.data_ptr<scalar_t>();
     // Range first (one pass), so a bad code raises before anything is written.
     int64_t low = 0, high = 0;
@@ -256,15 +250,6 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
 // 4096 x 4096 1149/1200/2186 (fp32 ~3900): on AVX2 the two permutes + blend per 8 codes bound it.
 // M > 16 (GEMM path: vectorized decode + at::mm), K=1024 N=2816 M=17: ~1.9 ms, fp32 ~1.9 ms
 // (the scalar decode made it 2.6 ms).
-void check_apot_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
-                       int64_t bits, const at::Tensor& code_values, const at::Tensor& alpha,
-                       const std::optional<at::Tensor>& bias) {
-  bitcompile::check_float_input(op, x);
-  bitcompile::check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
-  bitcompile::check_packed_linear(op, x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
-  bitcompile::check_alpha(op, x, alpha, w_packed.size(0));
-  bitcompile::check_scale_bias(op, x, w_packed.size(0), std::nullopt, bias);
-}
 
 // ---- small-batch kernel (M <= kSmallBatchRows) ------------------------------------------------
 // Each weight row is decoded in registers, a block of codes at a time, straight from the packed
@@ -664,7 +649,7 @@ void apot_linear_small_batch(const at::Tensor& x2, const at::Tensor& w, int64_t 
 at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features, int64_t bits,
                            const at::Tensor& code_values, const at::Tensor& alpha,
                            const std::optional<at::Tensor>& bias) {
-  check_apot_linear("apot_linear", x, w_packed, in_features, bits, code_values, alpha, bias);
+  bitcompile::check_apot_linear("apot_linear", x, w_packed, in_features, bits, code_values, alpha, bias);
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
   auto out_sizes = x.sizes().vec();
@@ -731,17 +716,8 @@ at::Tensor apot_linear_int_cpu(const at::Tensor& q_x, const at::Tensor& x_scale,
                                const at::Tensor& w_packed, int64_t in_features, int64_t bits,
                                const at::Tensor& code_numerators, double denominator, const at::Tensor& alpha,
                                const std::optional<at::Tensor>& bias) {
-  const char* op = "apot_linear_int";
-  BITCOMPILE_CHECK(q_x.scalar_type() == at::kByte, "bitcompile::", op, ": q_x must be uint8, got ", q_x.scalar_type());
-  BITCOMPILE_CHECK(x_scale.numel() == 1 && x_zero_point.numel() == 1, "bitcompile::", op,
-              ": x_scale and x_zero_point must be scalars (per-tensor)");
-  bitcompile::check_code_table(op, q_x, bits, code_numerators, "code_numerators", at::kInt);
-  BITCOMPILE_CHECK(denominator > 0, "bitcompile::", op, ": denominator must be positive, got ", denominator);
-  bitcompile::check_packed_linear(op, q_x, w_packed, in_features, packed_code_bytes(in_features, bits), at::kByte);
-  bitcompile::check_alpha(op, q_x, alpha, w_packed.size(0));
-  bitcompile::check_same_device(op, q_x, x_scale, "x_scale");
-  bitcompile::check_same_device(op, q_x, x_zero_point, "x_zero_point");
-  bitcompile::check_scale_bias(op, q_x, w_packed.size(0), std::nullopt, bias);
+  bitcompile::check_apot_linear_int(q_x, x_scale, x_zero_point, w_packed, in_features, bits, code_numerators,
+                                    denominator, alpha, bias);
 
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
@@ -800,21 +776,10 @@ at::Tensor apot_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
                            at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                            at::IntArrayRef dilation, int64_t bits, const at::Tensor& code_values,
                            const at::Tensor& alpha, const std::optional<at::Tensor>& bias) {
-  const char* op = "apot_conv2d";
-  bitcompile::check_float_input(op, x);
-  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
-  const auto g = bitcompile::check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding,
-                                                 dilation);
-  bitcompile::check_code_table(op, x, bits, code_values, "code_values", at::kFloat);
-  BITCOMPILE_CHECK(w_packed.scalar_type() == at::kByte && w_packed.dim() == 2, "bitcompile::", op,
-              ": w_packed must be 2-D uint8, got ", w_packed.dim(), "-D ", w_packed.scalar_type());
+  const auto g = bitcompile::check_apot_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation,
+                                               bits, code_values, alpha, bias);
+  const int64_t out_channels = w_packed.size(0);
   const int64_t reduction = in_channels * g.kernel_h * g.kernel_w;
-  BITCOMPILE_CHECK(w_packed.size(1) == packed_code_bytes(reduction, bits), "bitcompile::", op, ": w_packed is ",
-              w_packed.size(1), " wide, ", reduction, " codes of ", bits, " bits need ",
-              packed_code_bytes(reduction, bits));
-  bitcompile::check_same_device(op, x, w_packed, "w_packed");
-  bitcompile::check_alpha(op, x, alpha, out_channels);
-  bitcompile::check_scale_bias(op, x, out_channels, std::nullopt, bias);
 
   const auto memory_format = x.suggest_memory_format();
   auto alpha_f = bitcompile::as_float_vector(alpha);
