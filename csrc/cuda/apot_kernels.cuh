@@ -11,10 +11,12 @@
 
 #include <cstdint>
 
+#include "float_types.cuh"
+
 namespace bitcompile {
 namespace apot {
 
-enum class FloatType { kFloat32, kFloat16, kBFloat16 };
+using ::bitcompile::FloatType;
 
 // Batches of at most this many rows take the bandwidth-bound linear_small_batch kernel; larger
 // ones dequantize the weight (dequantize_weight) and run a cuBLAS GEMM. Measured on the H200 at

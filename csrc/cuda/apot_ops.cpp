@@ -10,26 +10,15 @@
 
 #include "checks.h"
 #include "cuda/apot_kernels.cuh"
+#include "binding.h"
 
 namespace {
 
 using bitcompile::packed_code_bytes;
 namespace apot = bitcompile::apot;
 
-apot::FloatType float_type(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kHalf:
-      return apot::FloatType::kFloat16;
-    case at::kBFloat16:
-      return apot::FloatType::kBFloat16;
-    default:
-      return apot::FloatType::kFloat32;
-  }
-}
-
-void check_launch(cudaError_t error, const char* op) {
-  BITCOMPILE_CHECK(error == cudaSuccess, "bitcompile::", op, ": CUDA kernel failed: ", cudaGetErrorString(error));
-}
+using bitcompile::check_launch;
+using bitcompile::float_type;
 
 // alpha * code_values[code] as a dense [rows, k] tensor of `dtype`, on the weight's device.
 at::Tensor dequantize(const char* op, const at::Tensor& w_packed, int64_t k, int64_t bits,

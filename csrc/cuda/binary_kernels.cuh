@@ -11,11 +11,12 @@
 
 #include <cuda_runtime.h>
 
+#include "float_types.cuh"
+
 namespace bitcompile {
 namespace cuda {
 
-// The floating point type of an input or output buffer.
-enum class FloatType : int { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+using ::bitcompile::FloatType;  // the type of an input or output buffer
 
 // What turns an exact integer dot product into an output value:
 //   y[row, col] = dot * row_factor[row] * scale[col or 0] + bias[col]

@@ -39,27 +39,14 @@
 
 #include "binary_kernels.cuh"
 #include "checks.h"
+#include "binding.h"
 
 namespace {
 
 namespace kernels = bitcompile::cuda;
 
-kernels::FloatType float_type(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat:
-      return kernels::FloatType::kFloat32;
-    case at::kHalf:
-      return kernels::FloatType::kFloat16;
-    case at::kBFloat16:
-      return kernels::FloatType::kBFloat16;
-    default:
-      BITCOMPILE_CHECK(false, "bitcompile: no CUDA kernel for dtype ", t.scalar_type());
-  }
-}
-
-void check_launch(cudaError_t error, const char* op) {
-  BITCOMPILE_CHECK(error == cudaSuccess, "bitcompile::", op, ": CUDA kernel launch failed: ", cudaGetErrorString(error));
-}
+using bitcompile::check_launch;
+using bitcompile::float_type;
 
 const uint32_t* words(const at::Tensor& t) { return reinterpret_cast<const uint32_t*>(t.const_data_ptr<int32_t>()); }
 uint32_t* mutable_words(at::Tensor& t) { return reinterpret_cast<uint32_t*>(t.mutable_data_ptr<int32_t>()); }
