@@ -129,6 +129,7 @@ ROWS = [
     ("binary_conv2d 3x3 pad 1 B=64 C=256 14x14", "cuda", lambda: conv_problem(64, 256, 14, "cuda"), 4),
     ("binary_linear W1A1 M=64 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_linear", 64, 4096, 4096, "cpu"), 6),
     ("binary_weight_linear M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_weight_linear", 1, 4096, 4096, "cpu"), 4),
+    ("apot_linear apot4 M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("apot_linear", 1, 4096, 4096, "cpu"), None),
     ("binary_conv2d 3x3 pad 1 B=8 C=128 14x14 (CPU)", "cpu", lambda: conv_problem(8, 128, 14, "cpu"), None),
 ]
 
@@ -181,8 +182,19 @@ def format_table(results) -> str:
     return "\n".join(lines)
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores, {torch.backends.cpu.get_cpu_capability()})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def environment() -> str:
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or platform.machine()
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
     cuda = f", CUDA {torch.version.cuda}" if torch.cuda.is_available() else ""
     kernels = f", BITCOMPILE_CUDA_LEGACY={os.environ['BITCOMPILE_CUDA_LEGACY']}" if "BITCOMPILE_CUDA_LEGACY" in os.environ else ""
     return (f"{datetime.date.today().isoformat()}, {device}, torch {torch.__version__}{cuda}, "
