@@ -211,6 +211,29 @@ inline void check_alpha(const char* op, const at::Tensor& x, const at::Tensor& a
   check_same_device(op, x, alpha, "alpha");
 }
 
+// binary_linear / binary_weight_linear: float x [..., K], w_packed int32 [N, ceil(K / 32)], scale, bias.
+inline void check_binary_linear(const char* op, const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
+                                const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
+  check_float_input(op, x);
+  check_packed_linear(op, x, w_packed, in_features, packed_words(in_features), at::kInt);
+  check_scale_bias(op, x, w_packed.size(0), scale, bias);
+}
+
+// binary_conv2d: float NCHW x, w_packed = pack_signs(W.permute(0, 2, 3, 1)); returns the geometry.
+inline ConvGeometry check_binary_conv2d(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                                        at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                        at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                        const std::optional<at::Tensor>& bias, double pad_value) {
+  const char* op = "binary_conv2d";
+  check_float_input(op, x);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const ConvGeometry g = check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
+  check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
+  check_pad_value(op, pad_value);
+  check_scale_bias(op, x, out_channels, scale, bias);
+  return g;
+}
+
 // pack_codes(codes, bits): integer codes, a non-empty last dimension.
 inline void check_pack_codes(const at::Tensor& codes, int64_t bits) {
   BITCOMPILE_CHECK(bits >= 1 && bits <= 8, "bitcompile::pack_codes: bits must be in 1..8, got ", bits);

@@ -704,9 +704,7 @@ at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
                              const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias,
                              bool sign_zero, bool row_scale) {
   const char* op = "binary_linear";
-  check_float_input(op, x);
-  check_packed_linear(op, x, w_packed, in_features, packed_words(in_features), at::kInt);
-  check_scale_bias(op, x, w_packed.size(0), scale, bias);
+  check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t k = in_features, n = w_packed.size(0);
   auto out_sizes = x.sizes().vec();
   out_sizes.back() = n;
@@ -732,9 +730,7 @@ at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
 at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
                                     const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
   const char* op = "binary_weight_linear";
-  check_float_input(op, x);
-  check_packed_linear(op, x, w_packed, in_features, packed_words(in_features), at::kInt);
-  check_scale_bias(op, x, w_packed.size(0), scale, bias);
+  check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t k = in_features, n = w_packed.size(0), words = packed_words(k);
   auto out_sizes = x.sizes().vec();
   out_sizes.back() = n;
@@ -825,13 +821,9 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
                              at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                              at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                              const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
-  const char* op = "binary_conv2d";
-  check_float_input(op, x);
-  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
-  const ConvGeometry g = check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
-  check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
-  check_pad_value(op, pad_value);
-  check_scale_bias(op, x, out_channels, scale, bias);
+  const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
+                                             bias, pad_value);
+  const int64_t out_channels = g.out_channels;
 
   // The GEMM writes straight into a fresh tensor of the input's memory format (strides as the
   // fake kernel's): rows (b, oh, ow), columns the output channels.

@@ -158,10 +158,8 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                               const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias,
                               bool sign_zero, bool row_scale) {
   const char* op = "binary_linear";
-  bitcompile::check_float_input(op, x);
-  bitcompile::check_packed_linear(op, x, w_packed, in_features, bitcompile::packed_words(in_features), at::kInt);
+  bitcompile::check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t n = w_packed.size(0);
-  bitcompile::check_scale_bias(op, x, n, scale, bias);
   c10::cuda::CUDAGuard guard(x.device());
   auto sizes = x.sizes().vec();
   sizes.back() = n;
@@ -216,10 +214,8 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
 at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
                                      const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
   const char* op = "binary_weight_linear";
-  bitcompile::check_float_input(op, x);
-  bitcompile::check_packed_linear(op, x, w_packed, in_features, bitcompile::packed_words(in_features), at::kInt);
+  bitcompile::check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t n = w_packed.size(0);
-  bitcompile::check_scale_bias(op, x, n, scale, bias);
   c10::cuda::CUDAGuard guard(x.device());
   auto sizes = x.sizes().vec();
   sizes.back() = n;
@@ -269,13 +265,8 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                               at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                               const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
   const char* op = "binary_conv2d";
-  bitcompile::check_float_input(op, x);
-  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
-  const bitcompile::ConvGeometry g =
-      bitcompile::check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
-  bitcompile::check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
-  bitcompile::check_pad_value(op, pad_value);
-  bitcompile::check_scale_bias(op, x, out_channels, scale, bias);
+  const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride,
+                                                                     padding, dilation, scale, bias, pad_value);
   c10::cuda::CUDAGuard guard(x.device());
 
   // Same strides as the fake kernel's x.new_empty(...).contiguous(memory_format=...), without its copy.
