@@ -71,7 +71,8 @@ _IntOrPair = Union[int, tuple[int, int]]
 
 
 class _ActivationScale(nn.Module):
-    """Shared state of the two layers: bias_a, scale_a and its first-forward initialization."""
+    """Shared state of the two layers: bias_a, scale_a and its first-forward initialization, and
+    the weight initialization."""
 
     def _setup_activation(self, channels: int, symmetric: bool, factory: dict) -> None:
         self.symmetric = symmetric
@@ -98,6 +99,13 @@ class _ActivationScale(nn.Module):
             # torch.where, not `if scale_a == 0`: no data-dependent Python branch for Dynamo.
             self.scale_a.copy_(torch.where(self.scale_a != 0, self.scale_a, fresh))
         self._scale_a_ready = True
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's and nn.Conv2d's weight initialization (bitorch-engine uses nn.Linear's for its
+        # linear layer and leaves the conv weight uninitialized).
+        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
     def _output_scale(self, weight: Tensor) -> Tensor:
         # scale_a * scale_w with scale_w = mean|W| per tensor; neither gets a gradient through this
@@ -130,12 +138,6 @@ class BinaryLinear(_ActivationScale):
         self.bias = nn.Parameter(torch.zeros(out_features, **factory)) if bias else None
         self._setup_activation(in_features, symmetric, factory)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        # nn.Linear's (and bitorch-engine's) weight initialization.
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         self._init_scale_a(x)
@@ -203,12 +205,6 @@ class BinaryConv2d(_ActivationScale):
         self.bias = nn.Parameter(torch.zeros(out_channels, **factory)) if bias else None
         self._setup_activation(in_channels, symmetric, factory)
         self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        # nn.Conv2d's weight initialization (bitorch-engine leaves the tensor uninitialized).
-        nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         self._init_scale_a(x)
