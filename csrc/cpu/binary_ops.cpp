@@ -98,16 +98,27 @@ struct PackedRows {
   at::Tensor has_zero;       // uint8 [R] or undefined
 };
 
+// Storage of PackedRows for `rows` rows of `stride32` words; zeroed when the packer ORs bits in
+// (or leaves padding words beyond the packed ones).
+PackedRows allocate_packed_rows(int64_t rows, int64_t stride32, bool with_nonzero, const at::TensorOptions& options,
+                                bool zeroed) {
+  const auto int_options = options.dtype(at::kInt);
+  const auto words = [&](std::initializer_list<int64_t> size) {
+    return zeroed ? at::zeros(size, int_options) : at::empty(size, int_options);
+  };
+  PackedRows packed;
+  packed.bits = words({rows, stride32});
+  if (with_nonzero) {
+    packed.nonzero = words({rows, stride32});
+    packed.nonzero_count = at::empty({rows}, int_options);
+    packed.has_zero = at::empty({rows}, options.dtype(at::kByte));
+  }
+  return packed;
+}
+
 PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero) {
   const int64_t r = rows.size(0), k = rows.size(1), words = packed_words(k);
-  auto int_options = rows.options().dtype(at::kInt);
-  PackedRows packed;
-  packed.bits = at::zeros({r, stride32}, int_options);
-  if (with_nonzero) {
-    packed.nonzero = at::zeros({r, stride32}, int_options);
-    packed.nonzero_count = at::empty({r}, int_options);
-    packed.has_zero = at::empty({r}, rows.options().dtype(at::kByte));
-  }
+  PackedRows packed = allocate_packed_rows(r, stride32, with_nonzero, rows.options(), /*zeroed=*/true);
   const float* x = rows.data_ptr<float>();
   auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
   auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
@@ -132,14 +143,7 @@ PackedRows pack_pixels_nchw(const at::Tensor& x, bool with_nonzero) {
   const int64_t words = packed_words(channels), rows = batch * pixels;
   constexpr int64_t kChunk = 64;
   const int64_t chunks = (pixels + kChunk - 1) / kChunk;
-  auto int_options = x.options().dtype(at::kInt);
-  PackedRows packed;
-  packed.bits = at::empty({rows, words}, int_options);
-  if (with_nonzero) {
-    packed.nonzero = at::empty({rows, words}, int_options);
-    packed.nonzero_count = at::empty({rows}, int_options);
-    packed.has_zero = at::empty({rows}, x.options().dtype(at::kByte));
-  }
+  PackedRows packed = allocate_packed_rows(rows, words, with_nonzero, x.options(), /*zeroed=*/false);
   const float* data = x.data_ptr<float>();
   auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
   auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
