@@ -43,13 +43,24 @@ def device(request):
     return request.param
 
 
-def assert_close_relative(actual, expected, dtype, what=""):
-    """‖actual - expected‖ / ‖expected‖ within the dtype's tolerance (METHOD.md's measure)."""
+def assert_close_relative(actual, expected, dtype, what="", magnitude=None):
+    """‖actual - expected‖ / ‖expected‖ within the dtype's tolerance (METHOD.md's measure).
+
+    `magnitude`, for outputs that are sums (per output: the root of the sum of the squared terms,
+    plus |bias|), floors the denominator. With a handful of outputs, cancellation can make
+    ‖expected‖ far smaller than the terms whose rounding the error comes from (one output of
+    2049 terms of size ~1 summing to 0.03 failed an fp32 check at 2e-4); for random-sign sums the
+    two norms agree, so the floor only steps in where cancellation happened.
+    """
     actual = actual.double().cpu()
     expected = expected.double().cpu()
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     assert torch.isfinite(actual).all(), f"{what}: non-finite values"
     if expected.numel() == 0:
         return
-    error = (actual - expected).norm() / expected.norm().clamp_min(1e-30)
+    denominator = expected.norm()
+    if magnitude is not None:
+        assert magnitude.shape == expected.shape, f"{what}: magnitude shape {tuple(magnitude.shape)}"
+        denominator = torch.maximum(denominator, magnitude.double().cpu().norm())
+    error = (actual - expected).norm() / denominator.clamp_min(1e-30)
     assert error <= TOLERANCE[dtype], f"{what}: relative error {error:.3g} > {TOLERANCE[dtype]}"

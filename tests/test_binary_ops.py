@@ -33,8 +33,9 @@ def packed_weight(n, k, device):
     return w, reference.pack_signs(w)
 
 
-def assert_matches(actual, expected, dtype, exact, what):
-    """Exact: equal to the float64 reference cast to the dtype; else relative tolerance."""
+def assert_matches(actual, expected, dtype, exact, what, magnitude=None):
+    """Exact: equal to the float64 reference cast to the dtype; else relative tolerance (with
+    `magnitude`, see conftest.assert_close_relative)."""
     assert actual.dtype == dtype, f"{what}: dtype {actual.dtype} != {dtype}"
     if exact:
         expected = expected.to(dtype)
@@ -43,7 +44,7 @@ def assert_matches(actual, expected, dtype, exact, what):
             f"{what}: max abs difference {(actual.double().cpu() - expected.double().cpu()).abs().max()}"
         )
     else:
-        assert_close_relative(actual, expected, dtype, what)
+        assert_close_relative(actual, expected, dtype, what, magnitude)
 
 
 def non_contiguous(x):
@@ -97,10 +98,25 @@ LINEAR_OPS = ["binary_linear", "binary_weight_linear"]
 
 
 def run_linear(op, x, w_packed, k, scale=None, bias=None, **flags):
+    """The kernel's output, the float64 reference and the reference's magnitude (the root of the
+    sum of the squared terms of each output, scaled, plus |bias|: assert_close_relative's floor)."""
     kernel = getattr(ops, op)(x, w_packed, k, scale, bias, **flags)
-    expected = getattr(reference, op)(x.cpu(), w_packed.cpu(), k, None if scale is None else scale.cpu(),
-                                      None if bias is None else bias.cpu(), **flags)
-    return kernel, expected
+    cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
+    x, scale, bias = x.cpu(), cpu(scale), cpu(bias)
+    expected = getattr(reference, op)(x, w_packed.cpu(), k, scale, bias, **flags)
+    x64 = x.double()
+    if op == "binary_weight_linear":
+        norm = x64.square().sum(-1, keepdim=True).sqrt()
+    else:  # terms are s(x) s(w) = +-1 (0 for a zero under sign_zero), times mean |x| with row_scale
+        norm = (x64 != 0).sum(-1, keepdim=True).sqrt() if flags.get("sign_zero") else torch.full_like(x64[..., :1], k**0.5)
+        if flags.get("row_scale"):
+            norm = norm * x64.abs().mean(-1, keepdim=True)
+    magnitude = norm.expand(expected.shape)
+    if scale is not None:
+        magnitude = magnitude * scale.double().abs().reshape(-1)
+    if bias is not None:
+        magnitude = magnitude + bias.double().abs()
+    return kernel, expected, magnitude
 
 
 @pytest.mark.parametrize("op", LINEAR_OPS)
@@ -109,10 +125,10 @@ def run_linear(op, x, w_packed, k, scale=None, bias=None, **flags):
 def test_linear_sizes(device, op, k, m, n):
     x = random_input((m, k), device=device)
     _, w_packed = packed_weight(n, k, device)
-    actual, expected = run_linear(op, x, w_packed, k)
+    actual, expected, magnitude = run_linear(op, x, w_packed, k)
     assert actual.shape == (m, n)
     # binary_linear is integer valued: exact. binary_weight_linear accumulates floats in fp32.
-    assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} m={m} n={n} k={k}")
+    assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} m={m} n={n} k={k}", magnitude)
 
 
 @pytest.mark.parametrize("op", LINEAR_OPS)
@@ -127,9 +143,9 @@ def test_linear_dtypes_layouts_batch_dims(device, op, dtype, layout):
         x = x.transpose(0, 1).contiguous().transpose(0, 1)
         assert not x.is_contiguous()
     _, w_packed = packed_weight(n, k, device)
-    actual, expected = run_linear(op, x, w_packed, k)
+    actual, expected, magnitude = run_linear(op, x, w_packed, k)
     assert actual.shape == (2, 3, n)
-    assert_matches(actual, expected, dtype, op == "binary_linear", f"{op} {dtype} {layout}")
+    assert_matches(actual, expected, dtype, op == "binary_linear", f"{op} {dtype} {layout}", magnitude)
 
 
 @pytest.mark.parametrize("op", LINEAR_OPS)
@@ -140,9 +156,9 @@ def test_linear_scale_bias(device, op, scale_kind, dtype):
     x = random_input((7, k), dtype, device)
     _, w_packed = packed_weight(n, k, device)
     scale, bias = scale_and_bias(scale_kind, n, device)
-    actual, expected = run_linear(op, x, w_packed, k, scale, bias)
+    actual, expected, magnitude = run_linear(op, x, w_packed, k, scale, bias)
     exact = op == "binary_linear" and scale_kind == "none"
-    assert_matches(actual, expected, dtype, exact, f"{op} scale={scale_kind}")
+    assert_matches(actual, expected, dtype, exact, f"{op} scale={scale_kind}", magnitude)
 
 
 def test_linear_scale_dtypes_and_shapes(device):
@@ -154,8 +170,8 @@ def test_linear_scale_dtypes_and_shapes(device):
                   torch.rand(n, device=device, dtype=torch.bfloat16)):
         bias = torch.randn(n, device=device, dtype=torch.float16)
         for op in LINEAR_OPS:
-            actual, expected = run_linear(op, x, w_packed, k, scale, bias)
-            assert_matches(actual, expected, torch.float32, False, f"{op} scale {scale.dtype} {tuple(scale.shape)}")
+            actual, expected, magnitude = run_linear(op, x, w_packed, k, scale, bias)
+            assert_matches(actual, expected, torch.float32, False, f"{op} scale {scale.dtype} {tuple(scale.shape)}", magnitude)
 
 
 @pytest.mark.parametrize("k", [1, 33, 127, 1000])
@@ -170,9 +186,9 @@ def test_binary_linear_sign_zero_row_scale(device, k, sign_zero, row_scale, m):
     x[1] = 0.0  # an all-zero row
     if sign_zero:
         x = torch.sign(x) * (1 + torch.rand_like(x))  # signs with magnitudes, zeros kept
-    actual, expected = run_linear("binary_linear", x, packed_weight(n, k, device)[1], k,
+    actual, expected, magnitude = run_linear("binary_linear", x, packed_weight(n, k, device)[1], k,
                                   sign_zero=sign_zero, row_scale=row_scale)
-    assert_matches(actual, expected, torch.float32, not row_scale, f"sign_zero={sign_zero} row_scale={row_scale}")
+    assert_matches(actual, expected, torch.float32, not row_scale, f"sign_zero={sign_zero} row_scale={row_scale}", magnitude)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -180,9 +196,9 @@ def test_binary_linear_all_flags(device, dtype):
     k, n = 300, 65
     x = random_input((2, 5, k), dtype, device, zeros=True)
     scale, bias = scale_and_bias("per_channel", n, device)
-    actual, expected = run_linear("binary_linear", non_contiguous(x), packed_weight(n, k, device)[1], k, scale, bias,
+    actual, expected, magnitude = run_linear("binary_linear", non_contiguous(x), packed_weight(n, k, device)[1], k, scale, bias,
                                   sign_zero=True, row_scale=True)
-    assert_matches(actual, expected, dtype, False, "all flags")
+    assert_matches(actual, expected, dtype, False, "all flags", magnitude)
 
 
 def test_binary_linear_large_dot_exact(device):
@@ -207,8 +223,8 @@ def test_linear_ignores_stray_tail_bits(device, op, m):
     w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)  # bit 31 of the last word
     x = random_input((m, k), device=device, zeros=True)
     for flags in ({}, {"sign_zero": True}) if op == "binary_linear" else ({},):
-        actual, expected = run_linear(op, x, w_packed, k, **flags)
-        assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} {flags}")
+        actual, expected, magnitude = run_linear(op, x, w_packed, k, **flags)
+        assert_matches(actual, expected, torch.float32, op == "binary_linear", f"{op} {flags}", magnitude)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -592,8 +608,8 @@ def test_weight_linear_tile_edges(device, m):
         for k in EDGE_K:
             x = random_input((m, k), device=device)
             _, w_packed = packed_weight(n, k, device)
-            actual, expected = run_linear("binary_weight_linear", x, w_packed, k)
-            assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear m={m} n={n} k={k}")
+            actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k)
+            assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear m={m} n={n} k={k}", magnitude)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -606,11 +622,11 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
         _, w_packed = packed_weight(n, k, device)
         w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)
         scale, bias = scale_and_bias("per_channel", n, device)
-        actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
         scalar = torch.rand((), device=device) + 0.5
-        actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scalar)
-        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scalar)
+        assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale", magnitude)
 
 
 @pytest.mark.parametrize("m", [1, 17, 2100])
@@ -620,8 +636,8 @@ def test_weight_linear_fp32_long_rows(device, m):
     x = random_input((m, k), device=device) * 100  # magnitudes that need all 24 bits of the split
     _, w_packed = packed_weight(n, k, device)
     scale, bias = scale_and_bias("per_channel", n, device)
-    actual, expected = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-    assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m}")
+    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+    assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m}", magnitude)
 
 
 @pytest.mark.parametrize("sign_zero", [False, True])
@@ -631,8 +647,8 @@ def test_binary_linear_tile_edges(device, m, sign_zero):
         for k in EDGE_K:
             x = random_input((m, k), device=device, zeros=sign_zero)
             _, w_packed = packed_weight(n, k, device)
-            actual, expected = run_linear("binary_linear", x, w_packed, k, sign_zero=sign_zero)
-            assert_matches(actual, expected, torch.float32, True, f"binary_linear m={m} n={n} k={k} sign_zero={sign_zero}")
+            actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, sign_zero=sign_zero)
+            assert_matches(actual, expected, torch.float32, True, f"binary_linear m={m} n={n} k={k} sign_zero={sign_zero}", magnitude)
 
 
 @pytest.mark.parametrize("c", [1, 31, 32, 33, 128, 256])
@@ -659,6 +675,6 @@ def test_pack_signs_whole_words(device, dtype, k):
     n = 33
     _, w_packed = packed_weight(n, k, device)
     for flags in ({"sign_zero": True}, {"row_scale": True}, {}):
-        actual, expected = run_linear("binary_linear", x, w_packed, k, **flags)
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
         exact = "row_scale" not in flags
-        assert_matches(actual, expected, dtype, exact, f"binary_linear k={k} {dtype} {flags}")
+        assert_matches(actual, expected, dtype, exact, f"binary_linear k={k} {dtype} {flags}", magnitude)
