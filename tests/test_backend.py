@@ -335,6 +335,20 @@ def test_fullgraph_dynamic_batch_1_3_17_compiles_once(kind):
 
 
 @torch.no_grad()
+def test_backed_size_oblivious_batch_1_3_17_compiles_once():
+    # The README's other recipe for models without convolutions: no size-1 specialization, and
+    # nothing in the passes or the ops' fake kernels guards on the batch.
+    model = XnorMLP()
+    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+        c = compiled(model, fullgraph=True, dynamic=True)
+        for batch in (1, 3, 17):
+            x = torch.randn(batch, 45)
+            assert_close(c(x), model(x), f"batch {batch}")
+    assert counters["bitcompile"]["graphs"] == 1
+    assert rewritten_ops()
+
+
+@torch.no_grad()
 def test_dynamic_true_batch_sizes_compile_once():
     model = XnorMLP()
     c = compiled(model, dynamic=True)
