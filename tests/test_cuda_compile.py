@@ -1,9 +1,11 @@
-"""The CUDA sources compile for the H200 (sm_90a) without a GPU (DESIGN.md "Tests").
+"""The CUDA sources compile for the H200 (sm_90a), and for older GPUs, without a GPU (DESIGN.md "Tests").
 
 CI has nvcc but no GPU: every csrc/cuda/*.cu is compiled here with the local nvcc, ptxas must
 report no register spills, and binary_linear must reach the b1 tensor cores with AND.POPC (XOR.POPC
-is emulated on Hopper). The .cu files are torch-free so this works with a CPU build of torch; the
-torch bindings (csrc/cuda/*.cpp) are built and run on the GPU machine.
+is emulated on Hopper). The same sources must also build for Ampere (no thread-block clusters) and
+Turing (no b1 AND.POPC MMA, no cp.async), where the bindings run the CUDA-core kernels: _build.py
+compiles for whatever GPU the user has. The .cu files are torch-free so this works with a CPU build
+of torch; the torch bindings (csrc/cuda/*.cpp) are built and run on the GPU machine.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ CUDA_SOURCES = sorted((ROOT / "csrc" / "cuda").glob("*.cu"))
 # The flags of bitcompile/_build.py on an H200 (Hopper needs the "a" target for wgmma).
 ARCH_FLAG = "-gencode=arch=compute_90a,code=sm_90a"
 B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
+# Older targets that _build.py may pick (sm_75 is the oldest nvcc 13 accepts).
+OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80", "sm_75": "-gencode=arch=compute_75,code=sm_75"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
 NO_SPILL_SOURCES = {"binary_kernels.cu"}
 
@@ -59,17 +63,15 @@ class Compiled:
         return "\n".join(lines)
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory) -> dict[str, Compiled]:
-    """Compiles every .cu once, in parallel (one nvcc call per file)."""
-    out_dir = tmp_path_factory.mktemp("cuda_objects")
+def _compile_all(out_dir: Path, arch_flag: str) -> dict[str, Compiled]:
+    """Compiles every .cu for one target, in parallel (one nvcc call per file)."""
 
     def build(source: Path) -> Compiled:
         keep_dir = out_dir / source.stem
         keep_dir.mkdir()
         obj = out_dir / f"{source.stem}.o"
         command = [
-            str(NVCC), "-std=c++17", "-O3", ARCH_FLAG, "-Xptxas", "-v", "-keep", "-keep-dir", str(keep_dir),
+            str(NVCC), "-std=c++17", "-O3", arch_flag, "-Xptxas", "-v", "-keep", "-keep-dir", str(keep_dir),
             "-I", str(ROOT / "csrc"), "-c", str(source), "-o", str(obj),
         ]
         process = subprocess.run(command, capture_output=True, text=True, timeout=900)
@@ -78,6 +80,11 @@ def compiled(tmp_path_factory) -> dict[str, Compiled]:
     workers = max(1, min(len(CUDA_SOURCES), os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return {c.source.name: c for c in pool.map(build, CUDA_SOURCES)}
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict[str, Compiled]:
+    return _compile_all(tmp_path_factory.mktemp("cuda_objects"), ARCH_FLAG)
 
 
 @pytest.mark.parametrize("name", [source.name for source in CUDA_SOURCES])
@@ -114,3 +121,13 @@ def test_binary_linear_uses_b1_and_popc_tensor_cores(compiled):
         sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
         if sass.returncode == 0:
             assert "BMMA.168256.AND.POPC" in sass.stdout
+
+
+@pytest.mark.parametrize("arch", sorted(OLDER_ARCH_FLAGS))
+def test_cuda_sources_compile_for_older_gpus(tmp_path, arch):
+    results = _compile_all(tmp_path, OLDER_ARCH_FLAGS[arch])
+    for name, result in results.items():
+        assert result.returncode == 0, f"nvcc failed on {name} for {arch}:\n{result.log}"
+    if arch == "sm_75":  # Turing: the sm_80 instructions are compiled out (traps; the bindings never launch them)
+        ptx = "\n".join(path.read_text() for path in (tmp_path / "binary_kernels").glob("*.ptx"))
+        assert "mma.sync" not in ptx and "cp.async" not in ptx

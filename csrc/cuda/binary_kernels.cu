@@ -67,6 +67,14 @@
 #include <climits>
 #include <type_traits>
 
+// The warp-level instructions of the tensor-core kernels (mma.sync b1 AND.POPC m16n8k256, bf16/fp16
+// m16n8k16, cp.async) need sm_80. Built for an older GPU, those kernels hold a trap instead and are never
+// launched: the bindings send every op to the CUDA-core kernels there (binary_ops.cpp,
+// tensor_cores_usable()). Thread-block clusters (sm_90) are guarded the same way.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define BITCOMPILE_PRE_AMPERE_DEVICE 1
+#endif
+
 namespace bitcompile {
 namespace cuda {
 namespace {
@@ -289,10 +297,14 @@ constexpr int kMmaRowStride = 24;   // words per shared row: 16 + 8 padding, see
 
 // D = popc(A & B) + C on a 16x8 tile, 256 bits of K (PTX ISA: mma, .b1 with .and.popc).
 __device__ __forceinline__ void mma_and_popc(int (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef BITCOMPILE_PRE_AMPERE_DEVICE
+  __trap();
+#else
   asm("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
       : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 // One global load of VW consecutive words (VW = 4: 16-byte loads, needs words % 4 == 0 and aligned bases).
@@ -570,14 +582,26 @@ cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& 
 constexpr int kPipeStages = 4;
 
 __device__ __forceinline__ void cp_async_16(uint32_t* shared_dst, const uint32_t* global_src, bool fill) {
+#ifdef BITCOMPILE_PRE_AMPERE_DEVICE
+  __trap();
+#else
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
   const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes));
+#endif
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+#ifndef BITCOMPILE_PRE_AMPERE_DEVICE
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
 template <int PENDING>
 __device__ __forceinline__ void cp_async_wait() {
+#ifdef BITCOMPILE_PRE_AMPERE_DEVICE
+  __trap();
+#else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+#endif
 }
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
@@ -1662,17 +1686,25 @@ template <typename MmaT>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
 template <>
 __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef BITCOMPILE_PRE_AMPERE_DEVICE
+  __trap();
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 template <>
 __device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#ifdef BITCOMPILE_PRE_AMPERE_DEVICE
+  __trap();
+#else
   asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
 }
 
 // -1.0 in both halves (the sign bit flipped by a set weight bit gives +1.0).
@@ -1882,8 +1914,11 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
     }
   }
 
-  namespace cg = cooperative_groups;
   if (slices > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters are Hopper's; the launcher passes slices = 1 on older GPUs
+#else
+    namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();  // every block's partial tile is written
     const int rank = static_cast<int>(cluster.block_rank());
@@ -1897,6 +1932,7 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
       }
     }
     cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
   } else {
     __syncthreads();
     for (int index = tid; index < MB * kTcFeatures; index += kTcThreads) {
@@ -1908,6 +1944,14 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
       }
     }
   }
+}
+
+// Thread-block clusters need sm_90; asked of the current device (a cheap attribute read).
+inline bool cluster_launch_supported() {
+  int device = 0, supported = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess) return false;
+  return supported != 0;
 }
 
 template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
@@ -1940,6 +1984,10 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
     static unsigned long long smem_devices = 0;
     const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
     if (error != cudaSuccess) return error;
+  }
+  if (slices > 1 && !cluster_launch_supported()) {
+    slices = 1;
+    slice_chunks = total_chunks;
   }
   if (slices > 1) {
     cudaLaunchConfig_t config = {};

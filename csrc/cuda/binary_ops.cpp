@@ -3,7 +3,8 @@
 // current stream. The kernels themselves are torch-free, in binary_kernels.cu.
 //
 // BITCOMPILE_CUDA_POPCOUNT_LINEAR=1 runs binary_linear on the CUDA-core popcount kernel instead of the
-// b1 tensor cores (a debugging aid: both must agree exactly).
+// b1 tensor cores (a debugging aid: both must agree exactly). GPUs older than sm_80 always run every op on
+// the CUDA-core kernels (tensor_cores_usable()).
 //
 // BITCOMPILE_CUDA_LEGACY selects, per part, the kernels of before the speed work (read once per process).
 // DEFAULT (unset, "1" or "all"): every part on those kernels, which passed the CUDA tests on the H200. The
@@ -78,6 +79,19 @@ bool popcount_linear_forced() {
   return forced;
 }
 
+// The tensor-core kernels need sm_80 (mma.sync b1 AND.POPC, bf16 m16n8k16, cp.async); on older GPUs
+// (Turing) they are built as traps (binary_kernels.cu) and every op runs on the CUDA-core kernels.
+bool tensor_cores_usable() {
+  int device = 0;
+  int major = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return major >= 8;
+}
+
 bool env_flag(const char* name) {
   const char* value = std::getenv(name);
   return value != nullptr && std::strcmp(value, "1") == 0;
@@ -87,6 +101,7 @@ bool env_flag(const char* name) {
 // kernels: pack, linear (binary_linear without sign_zero), conv (binary_conv2d and binary_linear with
 // sign_zero), weight_linear. Read once per process.
 bool legacy_kernels(const char* part) {
+  if (!tensor_cores_usable()) return true;
   static const std::string value = [] {
     const char* text = std::getenv("BITCOMPILE_CUDA_LEGACY");
     return std::string(text != nullptr ? text : "");
@@ -188,7 +203,7 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                                           /*vector_loads=*/!legacy_kernels("pack")),
                op);
 
-  if (!sign_zero && !popcount_linear_forced()) {
+  if (!sign_zero && !popcount_linear_forced() && tensor_cores_usable()) {
     const auto launch = legacy_kernels("linear") ? kernels::launch_binary_linear_mma
                                                     : kernels::launch_binary_linear_mma_pipelined;
     check_launch(launch(words(plus), words(weight), m, n, k, inputs.epilogue, out.mutable_data_ptr(), float_type(out),
