@@ -640,6 +640,21 @@ def test_weight_linear_fp32_long_rows(device, m):
     assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m}", magnitude)
 
 
+@requires_cuda
+@pytest.mark.parametrize("inputs", ["uniform", "relu"])
+def test_weight_linear_fp32_one_signed_inputs_cuda(inputs):
+    """fp32 x of one sign (ReLU outputs) over a long K, on a grid large enough that the tensor-core kernel
+    does not split K: its truncating fp32 accumulation must stay within 1e-5 (a numpy model of the kernel
+    with {0, 2} even-k weights and a final correction gave 2.4e-5 for uniform x)."""
+    m, n, k = 512, 8192, 8192
+    x = torch.rand(m, k, device="cuda") if inputs == "uniform" else torch.randn(m, k, device="cuda").relu()
+    w = torch.randn(n, k, device="cuda")
+    actual = ops.binary_weight_linear(x, ops.pack_signs(w), k)
+    expected = x.double() @ torch.where(w >= 0, 1.0, -1.0).double().T  # float64 on the GPU: 69 GFLOP
+    magnitude = x.double().square().sum(-1, keepdim=True).sqrt().expand_as(expected)
+    assert_close_relative(actual, expected, torch.float32, f"{inputs} x", magnitude)
+
+
 @pytest.mark.parametrize("sign_zero", [False, True])
 @pytest.mark.parametrize("m", [1, 15, 16, 17, 63, 64, 65, 129])
 def test_binary_linear_tile_edges(device, m, sign_zero):

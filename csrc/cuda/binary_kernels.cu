@@ -587,12 +587,13 @@ __device__ __forceinline__ void cp_async_16(uint32_t* shared_dst, const uint32_t
 #else
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(shared_dst));
   const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(src_bytes)
+               : "memory");
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
 #ifndef BITCOMPILE_PRE_AMPERE_DEVICE
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 #endif
 }
 template <int PENDING>
@@ -600,7 +601,7 @@ __device__ __forceinline__ void cp_async_wait() {
 #ifdef BITCOMPILE_PRE_AMPERE_DEVICE
   __trap();
 #else
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 #endif
 }
 
@@ -1673,7 +1674,11 @@ cudaError_t binary_weight_linear_typed(const T* x, const uint32_t* w_bits, int64
 // that word as one 8-byte group, so a B fragment is one 8-byte load; groups ordered (chunk, w, q, t)
 // so the four lanes t of a row read 32 consecutive bytes, rows padded by 32 bytes (no bank conflicts).
 // fp32 x is split exactly into three bf16 parts (hi + mid + lo), three MMAs each; products with +-1
-// and 2 are exact, the sums are fp32 as before.
+// and 2 are exact, the sums are fp32 as before. For fp32 x the even bits are exact +-1 too ((v << 1) &
+// 0x80008000 ^ (-1, -1): one more shift and LOP3 against three MMAs) and there is no correction: with
+// {0, 2.0} the accumulator grows like the sum of x over even k, and the tensor cores' truncating fp32
+// accumulation loses ~1e-5 of that when x has one sign (a numpy model of the kernel: 1.5e-5 for
+// relu(randn) at K = 8192; +-1: below 1e-6).
 // Split K: a cluster of `slices` blocks (K ranges) of one feature block reduces its partial tiles
 // through distributed shared memory, in rank order (deterministic), and applies the epilogue.
 constexpr int kTcWarps = 8;
@@ -1839,7 +1844,7 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
           float v[4];
 #pragma unroll
           for (int u = 0; u < 4; ++u) v[u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
-          even_sum[i] += v[2] + v[3];
+          if constexpr (PARTS != 3) even_sum[i] += v[2] + v[3];
           uint16_t bits[4][PARTS];
 #pragma unroll
           for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[u], bits[u]);
@@ -1875,8 +1880,18 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
       for (int mt = 0; mt < 2; ++mt) {
         const uint32_t top = word_of(current[2 * mt], w) << (14 - 2 * q);
         const uint32_t bottom = word_of(current[2 * mt + 1], w) << (14 - 2 * q);
-        const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), top & 0x40004000u,
-                               bottom & 0x40004000u};
+        // Even k: {0, 2.0} and the correction (one AND), or for fp32 x exact +-1 (bit 2q moved to the sign
+        // bit): with 0/2 weights the accumulator grows like the sum of x over even k, and the tensor cores'
+        // truncating fp32 accumulation then loses ~1e-5 of it for inputs of one sign (ReLU outputs).
+        uint32_t even_top, even_bottom;
+        if constexpr (PARTS == 3) {
+          even_top = sign_pair(top << 1, minus_one);
+          even_bottom = sign_pair(bottom << 1, minus_one);
+        } else {
+          even_top = top & 0x40004000u;
+          even_bottom = bottom & 0x40004000u;
+        }
+        const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), even_top, even_bottom};
 #pragma unroll
         for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc[mt][j], a, b[0][j]);
 #pragma unroll
@@ -1908,7 +1923,8 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
           const int x_row = 8 * j + 2 * t + e;
           const int feature = warp * 32 + mt * 16 + 8 * h + g;
           const float low = PARTS > 1 ? acc_low[mt][j][2 * h + e] : 0.f;
-          partial[x_row * kTcFeatures + feature] = (acc[mt][j][2 * h + e] - correction[x_row]) + low;
+          const float even_correction = PARTS == 3 ? 0.f : correction[x_row];
+          partial[x_row * kTcFeatures + feature] = (acc[mt][j][2 * h + e] - even_correction) + low;
         }
       }
     }
@@ -2201,6 +2217,19 @@ cudaError_t launch_binary_conv2d_mma(const uint32_t* plus_bits, const uint32_t* 
     return cudaErrorInvalidValue;
   }
   if (shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0) return cudaSuccess;
+  // The implicit-GEMM kernels keep pixel offsets and dot products in 32 bits. Geometry beyond that (a huge
+  // padding, stride or dilation whose offsets would wrap into the image; taps x channels >= 2^29, where
+  // 4 * popc(...) overflows) goes to the CUDA-core kernel, which does this math in int64.
+  constexpr int64_t kOffsetLimit = INT_MAX / 4;
+  const bool wide_geometry = shape.pad_h + (shape.kernel_h - 1) * shape.dilation_h > kOffsetLimit ||
+                             shape.pad_w + (shape.kernel_w - 1) * shape.dilation_w > kOffsetLimit ||
+                             (shape.out_height - 1) * shape.stride_h > kOffsetLimit ||
+                             (shape.out_width - 1) * shape.stride_w > kOffsetLimit ||
+                             shape.kernel_h * shape.kernel_w * ceil_div(shape.channels, 32) * 32 >= (int64_t{1} << 29);
+  if (wide_geometry) {
+    return launch_binary_conv2d(plus_bits, minus_bits, w_bits, shape, epilogue, out, out_type, out_channels_last,
+                                stream);
+  }
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_mma_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
