@@ -1962,12 +1962,44 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
   }
 }
 
-// Thread-block clusters need sm_90; asked of the current device (a cheap attribute read).
-inline bool cluster_launch_supported() {
+// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
+// co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
+// sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
+// a refused launch, which inside a CUDA-graph capture would invalidate the capture. Answers are cached in
+// `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
+// that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
+template <typename Kernel>
+int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64]) {
   int device = 0, supported = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess) return false;
-  return supported != 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess || supported == 0) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  for (; slices > 1; slices /= 2) {
+    const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
+    unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
+    if (((state >> (2 * i)) & 1u) == 0) {
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(static_cast<unsigned>(slices), 1, 1);
+      config.blockDim = dim3(kTcThreads, 1, 1);
+      config.dynamicSmemBytes = smem;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      int clusters = 0;
+      const bool fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+      if (!fits) (void)cudaGetLastError();
+      state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
+      if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
+    }
+    if ((state >> (2 * i + 1)) & 1u) return slices;
+  }
+  return 1;
 }
 
 template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
@@ -2001,9 +2033,10 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
     const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
     if (error != cudaSuccess) return error;
   }
-  if (slices > 1 && !cluster_launch_supported()) {
-    slices = 1;
-    slice_chunks = total_chunks;
+  if (slices > 1) {
+    static unsigned cluster_sizes[64] = {};
+    slices = fitting_cluster(kernel, slices, smem, cluster_sizes);
+    slice_chunks = ceil_div(total_chunks, slices);
   }
   if (slices > 1) {
     cudaLaunchConfig_t config = {};
@@ -2021,7 +2054,7 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
     const cudaError_t error = cudaLaunchKernelEx(&config, kernel, x, w_bits, m_rows, n_rows, k, words,
                                                  static_cast<int>(slices), slice_chunks, ep, out);
     if (error == cudaSuccess) return cudaGetLastError();
-    (void)cudaGetLastError();  // a refused cluster launch: fall back to one block per feature block
+    (void)cudaGetLastError();  // refused all the same: fall back to one block per feature block
     slices = 1;
     slice_chunks = total_chunks;
   }
