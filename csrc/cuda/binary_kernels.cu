@@ -1962,6 +1962,27 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
   }
 }
 
+// A launch configuration with clusters of `slices` blocks along x (not copyable: config points at attribute).
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+
+  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream) {
+    config.gridDim = grid;
+    config.blockDim = dim3(kTcThreads, 1, 1);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
 // The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
 // co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
 // sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
@@ -1980,19 +2001,10 @@ int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&k
     const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
     unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
     if (((state >> (2 * i)) & 1u) == 0) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(static_cast<unsigned>(slices), 1, 1);
-      config.blockDim = dim3(kTcThreads, 1, 1);
-      config.dynamicSmemBytes = smem;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
+      const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr);
       int clusters = 0;
-      const bool fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess && clusters > 0;
+      const bool fits =
+          cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
       if (!fits) (void)cudaGetLastError();
       state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
       if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
@@ -2039,19 +2051,9 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
     slice_chunks = ceil_div(total_chunks, slices);
   }
   if (slices > 1) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1);
-    config.blockDim = dim3(kTcThreads, 1, 1);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    const cudaError_t error = cudaLaunchKernelEx(&config, kernel, x, w_bits, m_rows, n_rows, k, words,
+    const ClusterLaunch launch(dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1),
+                               smem, slices, stream);
+    const cudaError_t error = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, m_rows, n_rows, k, words,
                                                  static_cast<int>(slices), slice_chunks, ep, out);
     if (error == cudaSuccess) return cudaGetLastError();
     (void)cudaGetLastError();  // refused all the same: fall back to one block per feature block

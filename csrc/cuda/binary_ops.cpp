@@ -79,18 +79,20 @@ bool popcount_linear_forced() {
   return forced;
 }
 
+// An attribute of the current device (a cheap host-side read); 0 if it cannot be read.
+int current_device_attribute(cudaDeviceAttr attribute) {
+  int device = 0;
+  int value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return value;
+}
+
 // The tensor-core kernels need sm_80 (mma.sync b1 AND.POPC, bf16 m16n8k16, cp.async); on older GPUs
 // (Turing) they are built as traps (binary_kernels.cu) and every op runs on the CUDA-core kernels.
-bool tensor_cores_usable() {
-  int device = 0;
-  int major = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return major >= 8;
-}
+bool tensor_cores_usable() { return current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 8; }
 
 bool env_flag(const char* name) {
   const char* value = std::getenv(name);
@@ -138,16 +140,7 @@ int64_t w1a16_gemm_rows() {
 }
 
 // Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
-int multiprocessor_count() {
-  int device = 0;
-  int count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return count;
-}
+int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
 
 // pack_signs(x): int32 words along the last dim, value 32*w + j at bit j of word w, bit 1 for x >= 0.
 at::Tensor pack_signs_cuda(const at::Tensor& x) {
