@@ -629,15 +629,19 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
         assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale", magnitude)
 
 
+@pytest.mark.parametrize("inputs", ["signed", "relu"])
 @pytest.mark.parametrize("m", [1, 17, 2100])
-def test_weight_linear_fp32_long_rows(device, m):
-    """fp32 x (three-way bf16 split on the tensor cores up to 2048 rows, fp32 cuBLAS above)."""
+def test_weight_linear_fp32_long_rows(device, m, inputs):
+    """fp32 x (three-way bf16 split on the tensor cores up to 2048 rows, fp32 cuBLAS above), of both
+    signs and of one sign (ReLU outputs: sums that grow with K)."""
     n, k = 65, 3000
     x = random_input((m, k), device=device) * 100  # magnitudes that need all 24 bits of the split
+    if inputs == "relu":
+        x = x.relu()
     _, w_packed = packed_weight(n, k, device)
     scale, bias = scale_and_bias("per_channel", n, device)
     actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-    assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m}", magnitude)
+    assert_matches(actual, expected, torch.float32, False, f"binary_weight_linear fp32 m={m} {inputs}", magnitude)
 
 
 @requires_cuda
