@@ -605,6 +605,42 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif
 }
 
+// One shared-memory stage (kMmaStageWords words of K, rows kMmaRowStride words apart) through the b1
+// tensor cores, for the pipelined kernels: this warp's MT x NT tiles, A from the MT * 16 rows at a_warp,
+// B from the NT * 8 rows at b_warp. Fragment words as in binary_linear_mma_kernel: (a0, a2) row g,
+// (a1, a3) row g + 8, (b0, b1) column g, words 2t and 2t + 1 of each 8-word step.
+template <int MT, int NT>
+__device__ __forceinline__ void mma_shared_stage(int (&acc)[MT][NT][4], const uint32_t* a_warp,
+                                                 const uint32_t* b_warp, int group, int thread_in_group) {
+#pragma unroll
+  for (int step = 0; step < kMmaStageWords / 8; ++step) {
+    const int word = step * 8 + 2 * thread_in_group;
+    uint32_t a_frag[MT][4];
+    uint32_t b_frag[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int row = mt * 16 + group;
+      const uint2 top = *reinterpret_cast<const uint2*>(&a_warp[row * kMmaRowStride + word]);
+      const uint2 bottom = *reinterpret_cast<const uint2*>(&a_warp[(row + 8) * kMmaRowStride + word]);
+      a_frag[mt][0] = top.x;
+      a_frag[mt][1] = bottom.x;
+      a_frag[mt][2] = top.y;
+      a_frag[mt][3] = bottom.y;
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const uint2 pair = *reinterpret_cast<const uint2*>(&b_warp[(nt * 8 + group) * kMmaRowStride + word]);
+      b_frag[nt][0] = pair.x;
+      b_frag[nt][1] = pair.y;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
+    }
+  }
+}
+
 template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_linear_mma_pipelined_kernel(
     const uint32_t* __restrict__ x_bits, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows,
@@ -701,34 +737,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_linear_mma_pi
       if (stage * kMmaStageWords + (e % kVecsPerRow) * 4 + 3 == words - 1) v.w &= last_bits;  // stray tail bits
       pop_b[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
     }
-#pragma unroll
-    for (int step = 0; step < kMmaStageWords / 8; ++step) {
-      const int word = step * 8 + 2 * thread_in_group;  // fragment words as in binary_linear_mma_kernel
-      uint32_t a_frag[MT][4];
-      uint32_t b_frag[NT][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int row = warp_m * kWarpRows + mt * 16 + group;
-        const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
-        const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
-        a_frag[mt][0] = top.x;
-        a_frag[mt][1] = bottom.x;
-        a_frag[mt][2] = top.y;
-        a_frag[mt][3] = bottom.y;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int col = warp_n * kWarpCols + nt * 8 + group;
-        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
-        b_frag[nt][0] = pair.x;
-        b_frag[nt][1] = pair.y;
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
-      }
-    }
+    mma_shared_stage<MT, NT>(acc, a_tile + warp_m * kWarpRows * kMmaRowStride, b_tile + warp_n * kWarpCols * kMmaRowStride,
+                             group, thread_in_group);
   }
   cp_async_wait<0>();
 
@@ -1247,34 +1257,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       const uint4 v = *reinterpret_cast<const uint4*>(&a_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4]);
       pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
     }
-#pragma unroll
-    for (int step = 0; step < kMmaStageWords / 8; ++step) {
-      const int word = step * 8 + 2 * thread_in_group;
-      uint32_t a_frag[MT][4];
-      uint32_t b_frag[NT][2];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        const int row = warp_m * kWarpRows + mt * 16 + group;
-        const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
-        const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
-        a_frag[mt][0] = top.x;
-        a_frag[mt][1] = bottom.x;
-        a_frag[mt][2] = top.y;
-        a_frag[mt][3] = bottom.y;
-      }
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const int col = warp_n * kWarpCols + nt * 8 + group;
-        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
-        b_frag[nt][0] = pair.x;
-        b_frag[nt][1] = pair.y;
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
-      }
-    }
+    mma_shared_stage<MT, NT>(acc, a_tile + warp_m * kWarpRows * kMmaRowStride, b_tile + warp_n * kWarpCols * kMmaRowStride,
+                             group, thread_in_group);
   }
   cp_async_wait<0>();
 #pragma unroll
