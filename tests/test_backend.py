@@ -320,29 +320,20 @@ def test_training_binary_conv_layers_of_bitcompile_nn():
 # Graph capture modes
 # ----------------------------------------------------------------------------------------------
 @torch.no_grad()
-@pytest.mark.parametrize("kind", ["cnn", "xnor_mlp"])
-def test_fullgraph_dynamic_batch_1_3_17_compiles_once(kind):
-    # Dynamo specializes size 1 (and CPU conv picks its backend by batch size) unless the batch
-    # dimension is unbacked; the passes add no guard of their own on it.
+@pytest.mark.parametrize("kind,recipe", [("cnn", "mark_unbacked"), ("xnor_mlp", "mark_unbacked"),
+                                         ("xnor_mlp", "backed_size_oblivious")])
+def test_fullgraph_dynamic_batch_1_3_17_compiles_once(kind, recipe):
+    # Dynamo specializes size 1 (and CPU conv picks its backend by batch size, a guard on batch <= 15)
+    # unless the batch dimension is unbacked; for models without convs, backed_size_oblivious avoids the
+    # size-1 specialization too (the README's two recipes). The passes add no guard of their own on it.
     model, shape = (SteCNN(), (3, 9, 9)) if kind == "cnn" else (XnorMLP(), (45,))
-    c = compiled(model, fullgraph=True, dynamic=True)
-    for batch in (1, 3, 17):
-        x = torch.randn(batch, *shape)
-        torch._dynamo.decorators.mark_unbacked(x, 0)
-        assert_close(c(x), model(x), f"batch {batch}")
-    assert counters["bitcompile"]["graphs"] == 1
-    assert rewritten_ops()
-
-
-@torch.no_grad()
-def test_backed_size_oblivious_batch_1_3_17_compiles_once():
-    # The README's other recipe for models without convolutions: no size-1 specialization, and
-    # nothing in the passes or the ops' fake kernels guards on the batch.
-    model = XnorMLP()
-    with torch.fx.experimental._config.patch(backed_size_oblivious=True):
+    oblivious = recipe == "backed_size_oblivious"
+    with torch.fx.experimental._config.patch(backed_size_oblivious=oblivious):
         c = compiled(model, fullgraph=True, dynamic=True)
         for batch in (1, 3, 17):
-            x = torch.randn(batch, 45)
+            x = torch.randn(batch, *shape)
+            if not oblivious:
+                torch._dynamo.decorators.mark_unbacked(x, 0)
             assert_close(c(x), model(x), f"batch {batch}")
     assert counters["bitcompile"]["graphs"] == 1
     assert rewritten_ops()
