@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace bitcompile {
 
@@ -73,6 +74,14 @@ inline int64_t packed_words(int64_t in_features) { return (in_features + 31) / 3
 
 inline int64_t packed_code_bytes(int64_t in_features, int64_t bits) {
   return bits <= 4 ? (in_features + 1) / 2 : in_features;
+}
+
+// `sizes` with the last dimension replaced: the output shape of the linear ops (N features) and of the
+// packing ops (packed width), which keep every leading dimension of their input.
+inline std::vector<int64_t> with_last_dim(at::IntArrayRef sizes, int64_t last) {
+  std::vector<int64_t> out = sizes.vec();
+  out.back() = last;
+  return out;
 }
 
 inline void check_float_input(const char* op, const at::Tensor& x, const char* name = "x") {

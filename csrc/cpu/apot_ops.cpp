@@ -35,6 +35,7 @@
 namespace {
 
 using bitcompile::packed_code_bytes;
+using bitcompile::with_last_dim;
 
 // Batches up to this many rows take the GEMV-style loop; larger ones decode blocks of W and use
 // the BLAS GEMM (at::mm), which is then faster than any decode-as-you-go loop.
@@ -183,8 +184,7 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
   bitcompile::check_pack_codes(codes, bits);
   const int64_t k = codes.size(-1);
   const int64_t width = packed_code_bytes(k, bits);
-  auto sizes = codes.sizes().vec();
-  sizes.back() = width;
+  const auto sizes = with_last_dim(codes.sizes(), width);
   auto out = at::empty(sizes, codes.options().dtype(at::kByte));
   auto flat = codes.reshape({-1, k}).contiguous();
   const int64_t rows = flat.size(0);
@@ -652,8 +652,7 @@ at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
   bitcompile::check_apot_linear("apot_linear", x, w_packed, in_features, bits, code_values, alpha, bias);
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = with_last_dim(x.sizes(), n);
   auto x2 = x.reshape({-1, k}).to(at::kFloat).contiguous();
   const int64_t m = x2.size(0);
   if (m == 0 || n == 0) return at::zeros(out_sizes, x.options());
@@ -721,8 +720,7 @@ at::Tensor apot_linear_int_cpu(const at::Tensor& q_x, const at::Tensor& x_scale,
 
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
-  auto out_sizes = q_x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = with_last_dim(q_x.sizes(), n);
   auto q2 = q_x.reshape({-1, k}).contiguous();
   const int64_t m = q2.size(0);
   auto y = at::empty({m, n}, q_x.options().dtype(at::kFloat));

@@ -697,8 +697,7 @@ at::Tensor pack_signs_cpu(const at::Tensor& x) {
   check_float_input("pack_signs", x);
   TORCH_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::pack_signs: x must have a non-empty last dimension");
   const int64_t k = x.size(-1), words = packed_words(k);
-  auto sizes = x.sizes().vec();
-  sizes.back() = words;
+  const auto sizes = with_last_dim(x.sizes(), words);
   PackedRows packed = pack_rows(float_rows(x, k), words, /*with_nonzero=*/false);
   return packed.bits.view(sizes);
 }
@@ -710,8 +709,7 @@ at::Tensor binary_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   const char* op = "binary_linear";
   check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t k = in_features, n = w_packed.size(0);
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = with_last_dim(x.sizes(), n);
   const at::Tensor rows = float_rows(x, k);
   const int64_t m = rows.size(0);
   at::Tensor out = at::empty({m, n}, rows.options());
@@ -736,8 +734,7 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
   const char* op = "binary_weight_linear";
   check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t k = in_features, n = w_packed.size(0), words = packed_words(k);
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = with_last_dim(x.sizes(), n);
   const at::Tensor rows = float_rows(x, k);
   const int64_t m = rows.size(0);
   at::Tensor out = at::empty({m, n}, rows.options());

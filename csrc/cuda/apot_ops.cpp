@@ -39,8 +39,7 @@ at::Tensor pack_codes_cuda(const at::Tensor& codes, int64_t bits) {
   c10::cuda::CUDAGuard guard(codes.device());
   const int64_t k = codes.size(-1);
   const int64_t width = packed_code_bytes(k, bits);
-  auto sizes = codes.sizes().vec();
-  sizes.back() = width;
+  const auto sizes = bitcompile::with_last_dim(codes.sizes(), width);
   if (codes.numel() == 0) return at::empty(sizes, codes.options().dtype(at::kByte));
   // Packing is not a hot path: the range check syncs with the host to raise a clear error.
   const int64_t limit = int64_t(1) << bits;
@@ -67,8 +66,7 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
 
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
-  auto out_sizes = x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = bitcompile::with_last_dim(x.sizes(), n);
   auto x2 = x.reshape({-1, k}).contiguous();
   const int64_t m = x2.size(0);
   if (m == 0 || n == 0) return at::zeros(out_sizes, x.options());
@@ -110,8 +108,7 @@ at::Tensor apot_linear_int_cuda(const at::Tensor& q_x, const at::Tensor& x_scale
 
   const int64_t k = in_features;
   const int64_t n = w_packed.size(0);
-  auto out_sizes = q_x.sizes().vec();
-  out_sizes.back() = n;
+  const auto out_sizes = bitcompile::with_last_dim(q_x.sizes(), n);
   auto q2 = q_x.reshape({-1, k}).contiguous();
   const int64_t m = q2.size(0);
   auto y = at::empty({m, n}, q_x.options().dtype(at::kFloat));

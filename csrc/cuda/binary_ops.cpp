@@ -149,8 +149,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   BITCOMPILE_CHECK(x.dim() >= 1 && x.size(-1) >= 1, "bitcompile::", op, ": x must have a non-empty last dimension");
   c10::cuda::CUDAGuard guard(x.device());
   const int64_t k = x.size(-1);
-  auto sizes = x.sizes().vec();
-  sizes.back() = bitcompile::packed_words(k);
+  const auto sizes = bitcompile::with_last_dim(x.sizes(), bitcompile::packed_words(k));
   at::Tensor out = at::empty(sizes, x.options().dtype(at::kInt));
   if (out.numel() == 0) return out;
   const at::Tensor input = x.contiguous();
@@ -169,8 +168,7 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   bitcompile::check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t n = w_packed.size(0);
   c10::cuda::CUDAGuard guard(x.device());
-  auto sizes = x.sizes().vec();
-  sizes.back() = n;
+  const auto sizes = bitcompile::with_last_dim(x.sizes(), n);
   at::Tensor out = at::empty(sizes, x.options());
   if (out.numel() == 0) return out;
 
@@ -225,8 +223,7 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   bitcompile::check_binary_linear(op, x, w_packed, in_features, scale, bias);
   const int64_t n = w_packed.size(0);
   c10::cuda::CUDAGuard guard(x.device());
-  auto sizes = x.sizes().vec();
-  sizes.back() = n;
+  const auto sizes = bitcompile::with_last_dim(x.sizes(), n);
   at::Tensor out = at::empty(sizes, x.options());
   if (out.numel() == 0) return out;
 
