@@ -1975,20 +1975,21 @@ struct ClusterLaunch {
 // that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
 template <typename Kernel>
 int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64]) {
-  int device = 0, supported = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess || supported == 0) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
   for (; slices > 1; slices /= 2) {
     const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
     unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
-    if (((state >> (2 * i)) & 1u) == 0) {
-      const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr);
-      int clusters = 0;
-      const bool fits =
-          cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
+    if (((state >> (2 * i)) & 1u) == 0) {  // first time on this device: ask (launches then only read `known`)
+      int supported = 0, clusters = 0;
+      bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
+      if (fits) {
+        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr);
+        fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
+      }
       if (!fits) (void)cudaGetLastError();
       state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
       if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
