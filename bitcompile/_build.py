@@ -97,7 +97,14 @@ LIBRARIES = {
         "apot": ["cpu/apot_ops.cpp"],
     },
     "cuda": {
-        "binary": ["cuda/binary_ops.cpp", "cuda/binary_kernels.cu"],
+        # One translation unit per op family of kernels: ninja compiles them in parallel.
+        "binary": [
+            "cuda/binary_ops.cpp",
+            "cuda/pack_signs.cu",
+            "cuda/binary_linear.cu",
+            "cuda/binary_weight_linear.cu",
+            "cuda/binary_conv2d.cu",
+        ],
         "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu"],
     },
 }
@@ -130,12 +137,29 @@ def build_cpu() -> list[str]:
     return built
 
 
-def build_cuda() -> list[str]:
+# The CUDA kernels run on tensor cores through sm_80 instructions (mma.sync b1 AND.POPC, bf16 mma, cp.async).
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+
+def check_cuda_devices() -> None:
+    """A clear error, before any compiler runs, for a GPU the kernels cannot run on."""
     if not torch.cuda.is_available():
         raise KernelBuildError("bitcompile: CUDA kernels asked for, but torch sees no CUDA GPU")
+    for index in range(torch.cuda.device_count()):
+        capability = torch.cuda.get_device_capability(index)
+        if capability < MIN_COMPUTE_CAPABILITY:
+            raise KernelBuildError(
+                f"bitcompile: the CUDA kernels need compute capability {MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]} "
+                f"or newer; GPU {index} ({torch.cuda.get_device_name(index)}) is {capability[0]}.{capability[1]}. "
+                "Run the model on the CPU, or leave its layers unconverted on this GPU."
+            )
+
+
+def build_cuda() -> list[str]:
+    check_cuda_devices()
     root = source_dir()
-    built = []
-    for family in _families("cuda"):
+
+    def build(family: str) -> str:
         name = library_name("cuda", family)
         sources = [str(root / path) for path in LIBRARIES["cuda"][family]]
         _load(
@@ -145,8 +169,14 @@ def build_cuda() -> list[str]:
             extra_cuda_cflags=["-O3", "-lineinfo"] + _cuda_arch_flags(),
             extra_include_paths=[str(root)],
         )
-        built.append(name)
-    return built
+        return name
+
+    # The families build side by side (each is its own ninja build of parallel translation units).
+    from concurrent.futures import ThreadPoolExecutor
+
+    families = _families("cuda")
+    with ThreadPoolExecutor(max_workers=max(1, len(families))) as pool:
+        return list(pool.map(build, families))
 
 
 def main() -> None:

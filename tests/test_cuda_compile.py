@@ -1,11 +1,11 @@
 """The CUDA sources compile for the H200 (sm_90a), and for older GPUs, without a GPU (DESIGN.md "Tests").
 
 CI has nvcc but no GPU: every csrc/cuda/*.cu is compiled here with the local nvcc, ptxas must
-report no register spills, and binary_linear must reach the b1 tensor cores with AND.POPC (XOR.POPC
-is emulated on Hopper). The same sources must also build for Ampere (no thread-block clusters) and
-Turing (no b1 AND.POPC MMA, no cp.async), where the bindings run the CUDA-core kernels: _build.py
-compiles for whatever GPU the user has. The .cu files are torch-free so this works with a CPU build
-of torch; the torch bindings (csrc/cuda/*.cpp) are built and run on the GPU machine.
+report no register spills, and binary_linear and binary_conv2d must reach the b1 tensor cores with
+AND.POPC (XOR.POPC is emulated on Hopper). The same sources must also build for Ampere (sm_80: no
+thread-block clusters), the oldest GPUs the kernels support (_build.py refuses older ones with a
+clear error). The .cu files are torch-free so this works with a CPU build of torch; the torch
+bindings (csrc/cuda/*.cpp) are built and run on the GPU machine.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ CUDA_SOURCES = sorted((ROOT / "csrc" / "cuda").glob("*.cu"))
 # The flags of bitcompile/_build.py on an H200 (Hopper needs the "a" target for wgmma).
 ARCH_FLAG = "-gencode=arch=compute_90a,code=sm_90a"
 B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
-# Older targets that _build.py may pick (sm_75 is the oldest nvcc 13 accepts).
-OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80", "sm_75": "-gencode=arch=compute_75,code=sm_75"}
+# The oldest target that _build.py builds for.
+OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
-NO_SPILL_SOURCES = {"binary_kernels.cu"}
+NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_weight_linear.cu", "binary_conv2d.cu"}
 
 
 def _find_tool(name: str) -> Path | None:
@@ -108,13 +108,12 @@ def test_cuda_kernels_do_not_spill(compiled, name):
         warnings.warn(message)
 
 
-def test_binary_linear_uses_b1_and_popc_tensor_cores(compiled):
-    result = compiled.get("binary_kernels.cu")
-    if result is None:
-        pytest.skip("csrc/cuda/binary_kernels.cu does not exist")
+@pytest.mark.parametrize("name", ["binary_linear.cu", "binary_conv2d.cu"])
+def test_binary_ops_use_b1_and_popc_tensor_cores(compiled, name):
+    result = compiled[name]
     assert result.returncode == 0, result.log
     ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
-    assert B1_AND_MMA in ptx, "binary_linear does not use mma.sync m16n8k256 b1 AND.POPC"
+    assert B1_AND_MMA in ptx, f"{name} does not use mma.sync m16n8k256 b1 AND.POPC"
     assert "xor.popc" not in ptx, "XOR.POPC is emulated on Hopper (7x slower): use AND.POPC"
     cuobjdump = _find_tool("cuobjdump")
     if cuobjdump is not None:  # the SASS too, where the disassembler is installed
@@ -128,6 +127,3 @@ def test_cuda_sources_compile_for_older_gpus(tmp_path, arch):
     results = _compile_all(tmp_path, OLDER_ARCH_FLAGS[arch])
     for name, result in results.items():
         assert result.returncode == 0, f"nvcc failed on {name} for {arch}:\n{result.log}"
-    if arch == "sm_75":  # Turing: the sm_80 instructions are compiled out (traps; the bindings never launch them)
-        ptx = "\n".join(path.read_text() for path in (tmp_path / "binary_kernels").glob("*.ptx"))
-        assert "mma.sync" not in ptx and "cp.async" not in ptx

@@ -1,6 +1,7 @@
 // Launchers of the CUDA kernels of the binary ops (pack_signs, binary_linear, binary_weight_linear,
 // binary_conv2d). Torch-free on purpose (DESIGN.md "Tests"): raw device pointers, sizes, flags and
-// a stream in, a cudaError_t out, so that binary_kernels.cu compiles with plain nvcc in CI. The
+// a stream in, a cudaError_t out, so that the kernel files (pack_signs.cu, binary_linear.cu, binary_weight_linear.cu, binary_conv2d.cu)
+// compile with plain nvcc in CI and in the harness (benchmarks/kernels). The
 // torch binding (checks, allocation, current stream) is binary_ops.cpp.
 //
 // Packed sign format (SPEC 2.1): uint32 words along the reduction dimension, value 32*w + j at bit j
@@ -33,24 +34,18 @@ struct Epilogue {
 //   sign_zero = true:  plus_bits = bit(x > 0), minus_bits = bit(x < 0) (torch.sign: zeros are 0)
 // plus_bits / minus_bits are [rows, ceil(k / 32)] words; minus_bits is only written with sign_zero.
 // row_mean_abs (may be null) gets mean(|x|) over each row, in fp32.
-// vector_loads = false keeps the one-value-a-lane kernel (BITCOMPILE_CUDA_LEGACY); with true, rows of k % 32 == 0
-// at a 16-byte aligned x take 16-byte loads.
+// Rows of k % 32 == 0 at a 16-byte aligned x take 16-byte loads.
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
-                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream,
-                              bool vector_loads = true);
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
 
-// binary_linear on tensor cores (mma.sync m16n8k256 b1 AND.POPC), for s(x) in {-1, +1}:
+// binary_linear on b1 tensor cores (mma.sync m16n8k256 AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.
 // x_bits: [m_rows, ceil(k / 32)], w_bits: [n_rows, ceil(k / 32)] (both from launch_pack_signs' plus_bits).
-cudaError_t launch_binary_linear_mma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                     int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                     cudaStream_t stream);
-
-// The same op on a 4-stage cp.async pipeline with 128 x 128 tiles when M > 64 and the packed rows allow
-// 16-byte copies (words % 4 == 0, aligned bases); otherwise launch_binary_linear_mma. Same results.
-cudaError_t launch_binary_linear_mma_pipelined(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
-                                               int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
-                                               FloatType out_type, cudaStream_t stream);
+// M > 64 with 16-byte aligned rows of words % 4 == 0 runs on a 4-stage cp.async pipeline (128 x 128 tiles).
+// Needs sm_80.
+cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                 int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
+                                 cudaStream_t stream);
 
 // Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
 // [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,
@@ -61,38 +56,41 @@ struct ConvShape {
   int64_t kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1,
           dilation_w = 1;
   int pad_value = 0;  // what a padded position of s(x) is: 0, +1 or -1
-  bool two_planes = false;  // launch_binary_conv2d_mma: the two-plane kernel also for s(x) in {-1, +1}
-  bool pipelined = true;    // launch_binary_conv2d_mma, one plane, channel words % 4 == 0: the cp.async kernel
 };
 
-// binary_conv2d with popcounts on the CUDA cores (also binary_linear with sign_zero, as a 1x1 conv).
-// minus_bits null: s(x) = +-1 from plus_bits; minus_bits given: s(x) = bit(plus) - bit(minus) (0 allowed).
-// The epilogue's rows are the output pixels (batch, oh, ow), its columns the output channels.
-// out_channels_last: out is laid out [batch, oh, ow, oc], else [batch, oc, oh, ow].
+// The conv kernels keep pixel offsets and dot products in 32 bits: false for geometry beyond that (a padding,
+// stride or dilation whose offsets pass 2^29, or taps x channels >= 2^29, where 4 * popc(...) overflows),
+// which launch_binary_conv2d refuses with cudaErrorNotSupported.
+inline bool conv_geometry_fits(const ConvShape& s) {
+  constexpr int64_t kOffsetLimit = 0x7fffffff / 4;
+  return s.pad_h + (s.kernel_h - 1) * s.dilation_h <= kOffsetLimit &&
+         s.pad_w + (s.kernel_w - 1) * s.dilation_w <= kOffsetLimit && (s.out_height - 1) * s.stride_h <= kOffsetLimit &&
+         (s.out_width - 1) * s.stride_w <= kOffsetLimit && s.height <= kOffsetLimit && s.width <= kOffsetLimit &&
+         s.kernel_h * s.kernel_w * ((s.channels + 31) / 32) * 32 < (int64_t{1} << 29);
+}
+
+// binary_conv2d as an implicit GEMM on b1 tensor cores (mma.sync m16n8k256 AND.POPC): rows = output pixels,
+// K = taps x channel words. minus_bits null: s(x) = +-1 from plus_bits; minus_bits given: s(x) = bit(plus) -
+// bit(minus) (torch.sign, 0 allowed). The epilogue's rows are the output pixels (batch, oh, ow), its columns
+// the output channels. out_channels_last: out is laid out [batch, oh, ow, oc], else [batch, oc, oh, ow].
+// A linear layer is the 1x1 case. Exact integer dots. Needs sm_80 and conv_geometry_fits(shape).
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
                                  bool out_channels_last, cudaStream_t stream);
 
-// The same op as launch_binary_conv2d as an implicit GEMM on b1 tensor cores (mma.sync m16n8k256 AND.POPC):
-// rows = output pixels, K = taps x channel words, two bit planes (s(x) = +1, s(x) = -1) a row, so sign_zero
-// and pad_value +-1 cost nothing extra. Same arguments and results (exact integer dots).
-cudaError_t launch_binary_conv2d_mma(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
-                                     const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                     bool out_channels_last, cudaStream_t stream);
-
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
-// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type.
+// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. On bf16/fp16 tensor cores,
+// every packed weight word read once per pass of up to 32 rows of x (16 for fp32 x, which runs as an exact
+// three-way bf16 split), K split over a thread block cluster. sm_count: multiprocessors of the device (sizes
+// the K split). Needs sm_80; the binding sends large M to dequantize_signs + cuBLAS instead.
+// tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) sweep the launch.
+struct WeightLinearTuning {
+  int rows_per_pass = 0;  // rows of x a block: 8, 16 or 32 (fp32 x: 8 or 16); 0: from M
+  int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: enough for about two blocks an SM
+};
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
-                                        cudaStream_t stream);
-
-// binary_weight_linear on bf16/fp16 tensor cores, every packed weight word read once per pass of up to 32
-// rows of x (16 for fp32 x, which runs as an exact three-way bf16 split), K split over a thread block
-// cluster; same result definition as launch_binary_weight_linear (fp32 accumulation, fp32 epilogue).
-// sm_count: multiprocessors of the device (sizes the K split).
-cudaError_t launch_binary_weight_linear_tc(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                           int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
-                                           cudaStream_t stream);
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                        cudaStream_t stream, const WeightLinearTuning* tuning = nullptr);
 
 // out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,
 // each value rounded once from fp32. For binary_weight_linear at large M through cuBLAS. out must be 16-byte aligned.

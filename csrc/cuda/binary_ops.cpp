@@ -1,42 +1,19 @@
 // Torch binding of the CUDA binary ops: argument checks (csrc/checks.h, the same as the fake kernels in
 // bitcompile/ops.py), contiguity, allocation of outputs and temporaries, the device guard and the
-// current stream. The kernels themselves are torch-free, in binary_kernels.cu.
+// current stream. The kernels themselves are torch-free
+// (binary_kernels.cuh: pack_signs.cu, binary_linear.cu, binary_weight_linear.cu, binary_conv2d.cu).
 //
-// BITCOMPILE_CUDA_POPCOUNT_LINEAR=1 runs binary_linear on the CUDA-core popcount kernel instead of the
-// b1 tensor cores (a debugging aid: both must agree exactly). GPUs older than sm_80 always run every op on
-// the CUDA-core kernels (tensor_cores_usable()).
-//
-// BITCOMPILE_CUDA_LEGACY selects, per part, the kernels of before the speed work (read once per process).
-// DEFAULT (unset, "1" or "all"): every part on those kernels, which passed the CUDA tests on the H200. The
-// speed-work kernels compile cleanly and were checked in emulation, but have not run on a GPU yet
-// (2026-11-30): "0" or "none" switches all of them on, and a comma-separated list (e.g.
-// BITCOMPILE_CUDA_LEGACY=conv,pack) keeps only the parts named on their old kernels: weight_linear, conv,
-// conv_pipeline, linear, pack. Make the new kernels the default once the CUDA tests pass with "0".
-//   weight_linear (binary_weight_linear): the CUDA-core GEMV kernel for every M (instead of the bf16/fp16 tensor-core
-//     kernel up to BITCOMPILE_CUDA_W1A16_GEMM_ROWS rows and dequantize + cuBLAS above);
-//   conv (binary_conv2d, binary_linear with sign_zero): the CUDA-core popcount kernel (instead of the implicit
-//     GEMM on b1 tensor cores with two activation bit planes);
-//   linear (binary_linear): the register-staged b1 MMA kernel for every M (instead of the 4-stage cp.async kernel
-//     for M > 64 with K % 128 == 0);
-//   pack (pack_signs, also inside binary_linear and binary_conv2d): one value a lane (instead of 16-byte loads
-//     where K % 32 == 0).
-//   conv_pipeline: binary_conv2d's one-plane form on the register-staged kernel (instead of the 4-stage
-//     cp.async kernel used where the channel words are a multiple of 4); "conv" covers it too.
-// BITCOMPILE_CUDA_CONV_TWO_PLANES=1 keeps binary_conv2d without sign_zero on the two-plane tensor-core kernel
-// (instead of the one-plane form with per-tap weight popcounts in the epilogue).
-// BITCOMPILE_CUDA_W1A16_GEMM_ROWS=<rows> (default 256; fp32 inputs: 8 times as many) is the largest M that
-// binary_weight_linear runs on its tensor-core kernel; larger M dequantizes W to x's dtype with the scale
-// folded in (one pass) and calls cuBLAS (at::addmm / at::mm, fp32 accumulation).
+// Kernel choice is by shape only (no switches between kernel generations): binary_weight_linear runs its
+// tensor-core kernel up to kWeightLinearTensorCoreRows rows of x and dequantize + cuBLAS above; the other
+// ops choose their tiles inside the launchers (binary_kernels.cuh). Every CUDA kernel needs sm_80, which
+// bitcompile/_build.py checks before it builds.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <optional>
-#include <string>
 
 #include "binary_kernels.cuh"
 #include "checks.h"
@@ -71,14 +48,6 @@ struct EpilogueInputs {
   }
 };
 
-bool popcount_linear_forced() {
-  static const bool forced = [] {
-    const char* value = std::getenv("BITCOMPILE_CUDA_POPCOUNT_LINEAR");
-    return value != nullptr && std::strcmp(value, "1") == 0;
-  }();
-  return forced;
-}
-
 // An attribute of the current device (a cheap host-side read); 0 if it cannot be read.
 int current_device_attribute(cudaDeviceAttr attribute) {
   int device = 0;
@@ -90,54 +59,9 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   return value;
 }
 
-// The tensor-core kernels need sm_80 (mma.sync b1 AND.POPC, bf16 m16n8k16, cp.async); on older GPUs
-// (Turing) they are built as traps (binary_kernels.cu) and every op runs on the CUDA-core kernels.
-bool tensor_cores_usable() { return current_device_attribute(cudaDevAttrComputeCapabilityMajor) >= 8; }
-
-bool env_flag(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr && std::strcmp(value, "1") == 0;
-}
-
-// BITCOMPILE_CUDA_LEGACY: "1" or "all", or a comma-separated list of the parts to put back on their old
-// kernels: pack, linear (binary_linear without sign_zero), conv (binary_conv2d and binary_linear with
-// sign_zero), weight_linear. Read once per process.
-bool legacy_kernels(const char* part) {
-  if (!tensor_cores_usable()) return true;
-  static const std::string value = [] {
-    const char* text = std::getenv("BITCOMPILE_CUDA_LEGACY");
-    return std::string(text != nullptr ? text : "");
-  }();
-  // Unset: every part on the kernels that passed the CUDA tests on the H200; the speed-work kernels
-  // have not run on a GPU yet (2026-11-30) and are switched on with BITCOMPILE_CUDA_LEGACY=0.
-  if (value.empty() || value == "1" || value == "all") return true;
-  if (value == "0" || value == "none") return false;
-  const std::string wanted(part);
-  size_t start = 0;
-  while (start <= value.size()) {
-    size_t end = value.find(',', start);
-    if (end == std::string::npos) end = value.size();
-    if (value.compare(start, end - start, wanted) == 0) return true;
-    start = end + 1;
-  }
-  return false;
-}
-
-bool conv_two_planes() {
-  static const bool two = env_flag("BITCOMPILE_CUDA_CONV_TWO_PLANES");
-  return two;
-}
-
-int64_t w1a16_gemm_rows() {
-  static const int64_t rows = [] {
-    const char* value = std::getenv("BITCOMPILE_CUDA_W1A16_GEMM_ROWS");
-    if (value == nullptr || *value == '\0') return static_cast<int64_t>(256);
-    char* end = nullptr;
-    const long long parsed = std::strtoll(value, &end, 10);
-    return (end != nullptr && *end == '\0' && parsed >= 0) ? static_cast<int64_t>(parsed) : static_cast<int64_t>(256);
-  }();
-  return rows;
-}
+// binary_weight_linear's largest M on its tensor-core kernel (fp32 x: 8 times as many); above, W is dequantized to
+// x's dtype and cuBLAS runs the GEMM. Measured crossover: benchmarks/RESULTS.md (M sweep).
+constexpr int64_t kWeightLinearTensorCoreRows = 256;
 
 // Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
 int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
@@ -155,7 +79,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   const at::Tensor input = x.contiguous();
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
                                           /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
-                                          c10::cuda::getCurrentCUDAStream(), /*vector_loads=*/!legacy_kernels("pack")),
+                                          c10::cuda::getCurrentCUDAStream()),
                op);
   return out;
 }
@@ -190,27 +114,23 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   }
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream,
-                                          /*vector_loads=*/!legacy_kernels("pack")),
+                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream),
                op);
 
-  if (!sign_zero && !popcount_linear_forced() && tensor_cores_usable()) {
-    const auto launch = legacy_kernels("linear") ? kernels::launch_binary_linear_mma
-                                                    : kernels::launch_binary_linear_mma_pipelined;
-    check_launch(launch(words(plus), words(weight), m, n, k, inputs.epilogue, out.mutable_data_ptr(), float_type(out),
-                        stream),
+  if (!sign_zero) {
+    check_launch(kernels::launch_binary_linear(words(plus), words(weight), m, n, k, inputs.epilogue,
+                                               out.mutable_data_ptr(), float_type(out), stream),
                  op);
   } else {
-    // A linear layer is a 1x1 convolution of m pixels with k channels.
+    // torch.sign inputs (two bit planes): a linear layer is a 1x1 convolution of m pixels with k channels.
     kernels::ConvShape shape;
     shape.batch = m;
     shape.channels = k;
     shape.height = shape.width = shape.out_height = shape.out_width = 1;
     shape.out_channels = n;
-    const auto launch = (popcount_linear_forced() || legacy_kernels("conv")) ? kernels::launch_binary_conv2d
-                                                                          : kernels::launch_binary_conv2d_mma;
-    check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
-                        out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true, stream),
+    check_launch(kernels::launch_binary_conv2d(words(plus), words(minus), words(weight), shape, inputs.epilogue,
+                                               out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
+                                               stream),
                  op);
   }
   return out;
@@ -233,18 +153,13 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  if (legacy_kernels("weight_linear")) {
-    check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
-                                                      inputs.epilogue, out.mutable_data_ptr(), stream),
-                 op);
-    return out;
-  }
-  const int64_t gemm_rows = x.scalar_type() == at::kFloat ? 8 * w1a16_gemm_rows() : w1a16_gemm_rows();
-  if (m <= gemm_rows) {
+  const int64_t tensor_core_rows =
+      x.scalar_type() == at::kFloat ? 8 * kWeightLinearTensorCoreRows : kWeightLinearTensorCoreRows;
+  if (m <= tensor_core_rows) {
     // Tensor cores, W read once per pass of up to 32 rows of x; exact +-1 weights, fp32 sums and epilogue.
-    check_launch(kernels::launch_binary_weight_linear_tc(input.const_data_ptr(), float_type(input), words(weight), m, n,
-                                                         k, inputs.epilogue, out.mutable_data_ptr(),
-                                                         multiprocessor_count(), stream),
+    check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
+                                                      inputs.epilogue, out.mutable_data_ptr(), multiprocessor_count(),
+                                                      stream),
                  op);
     return out;
   }
@@ -295,7 +210,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, stream, /*vector_loads=*/!legacy_kernels("pack")),
+                                          nullptr, stream),
                op);
 
   kernels::ConvShape shape;
@@ -315,11 +230,10 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   shape.dilation_h = g.dilation_h;
   shape.dilation_w = g.dilation_w;
   shape.pad_value = static_cast<int>(pad_value);
-  shape.two_planes = conv_two_planes();
-  shape.pipelined = !legacy_kernels("conv_pipeline");
-  // b1 tensor cores (implicit GEMM, two activation bit planes); the legacy CUDA-core kernel on request.
-  const auto launch = legacy_kernels("conv") ? kernels::launch_binary_conv2d : kernels::launch_binary_conv2d_mma;
-  check_launch(launch(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
+  BITCOMPILE_CHECK(kernels::conv_geometry_fits(shape), "bitcompile::", op,
+                   ": padding, stride, dilation or input size too large for the CUDA kernels' 32-bit offsets (or taps x ",
+                   "channels >= 2^29)");
+  check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
                       out.mutable_data_ptr(), float_type(out), out_channels_last, stream),
                op);
   return out;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the torch-free kernel harness for the H200 (sm_90a) with nvcc, linking the kernel sources of
+# csrc/cuda directly (no torch, no pip). The binary lands in benchmarks/kernels/build/ (git-ignored): carry
+# that folder to the GPU machine (benchmarks/kernels/README.md). ARCH overrides the target.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+arch="${ARCH:--gencode=arch=compute_90a,code=sm_90a}"
+mkdir -p "$here/build"
+sources=(pack_signs binary_linear binary_weight_linear binary_conv2d apot_kernels)
+objects=()
+pids=()
+for source in "${sources[@]}"; do  # one nvcc a translation unit, in parallel
+  nvcc -std=c++17 -O3 -lineinfo $arch -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$here/build/$source.o" &
+  pids+=($!)
+  objects+=("$here/build/$source.o")
+done
+nvcc -std=c++17 -O3 -lineinfo $arch -I "$root/csrc" -c "$here/harness.cu" -o "$here/build/harness.o" &
+pids+=($!)
+for pid in "${pids[@]}"; do wait "$pid"; done  # set -e: a failed compile stops here
+nvcc $arch -o "$here/build/harness" "$here/build/harness.o" "${objects[@]}"
+echo "built $here/build/harness"

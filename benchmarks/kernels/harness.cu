@@ -1,0 +1,620 @@
+// Torch-free kernel harness: checks and times the CUDA kernels of csrc/cuda through their launchers, one
+// row per (family, shape, launch configuration). Built by build.sh with nvcc for sm_90a; carried to the
+// GPU machine as a binary, so a sweep needs no pip install and no torch build (benchmarks/kernels/README.md).
+//
+//   harness FAMILY key=value ...        one row       (harness w1a16 m=1 n=8192 k=8192 slices=4)
+//   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
+//
+// Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
+//   w1a16  m n k dtype=bf16|fp16|fp32 rows=0 slices=0   binary_weight_linear (rows/slices: WeightLinearTuning)
+//   apot   m n k dtype bits=4                            apot linear_small_batch (codes through a level table)
+//   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
+//   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
+//   pack   m k dtype                                     pack_signs
+// Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
+// float ones), microseconds per launch (cudaEvent, L2 flushed by writing a 128 MiB buffer before each timed
+// launch, median of reps), microseconds per launch inside a CUDA graph of 100 launches that cycle over copies
+// of the streamed operand totalling >= 192 MiB (so L2 cannot serve them), the achieved rate and the fraction
+// of the floor (bytes at 4.4 TB/s, binary ops at 15.5 POPS: ../shared/DESIGN.md, "Hardware facts").
+// plant=1 flips one weight bit in the reference's copy: the check must then report a mismatch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/apot_kernels.cuh"
+#include "cuda/binary_kernels.cuh"
+
+namespace {
+
+using bitcompile::FloatType;
+namespace bk = bitcompile::cuda;
+
+constexpr double kBytesPerUs = 4.4e6;  // HBM read, 4.4 TB/s
+constexpr double kOpsPerUs = 15.5e9;   // wgmma b1 AND.POPC, 15.5 POPS
+constexpr int kGraphLaunches = 100;
+constexpr size_t kRotateBytes = size_t{192} << 20;
+constexpr size_t kFlushBytes = size_t{128} << 20;
+
+#define CHECK_CUDA(call)                                                                         \
+  do {                                                                                           \
+    const cudaError_t error_ = (call);                                                           \
+    if (error_ != cudaSuccess) {                                                                 \
+      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(error_)); \
+      std::exit(2);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+struct Args {
+  std::map<std::string, std::string> values;
+  int64_t num(const char* key, int64_t fallback) const {
+    auto it = values.find(key);
+    return it == values.end() ? fallback : std::strtoll(it->second.c_str(), nullptr, 10);
+  }
+  std::string str(const char* key, const char* fallback) const {
+    auto it = values.find(key);
+    return it == values.end() ? fallback : it->second;
+  }
+};
+
+// Deterministic random numbers (xorshift64*), so a row is reproducible from its seed.
+struct Random {
+  uint64_t state;
+  explicit Random(uint64_t seed) : state(seed * 0x9E3779B97F4A7C15ull + 1) {}
+  uint64_t next() {
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545F4914F6CDD1Dull;
+  }
+  uint32_t word() { return static_cast<uint32_t>(next() >> 32); }
+  float uniform() { return static_cast<float>((next() >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f; }  // [-1, 1)
+};
+
+FloatType parse_type(const std::string& name) {
+  if (name == "fp32") return FloatType::kFloat32;
+  if (name == "fp16") return FloatType::kFloat16;
+  if (name == "bf16") return FloatType::kBFloat16;
+  std::fprintf(stderr, "unknown dtype %s (fp32, fp16, bf16)\n", name.c_str());
+  std::exit(2);
+}
+size_t type_size(FloatType t) { return t == FloatType::kFloat32 ? 4 : 2; }
+
+// Host values in a device float type: rounded once from float, stored as raw bytes.
+std::vector<uint8_t> encode(const std::vector<float>& values, FloatType t, std::vector<float>* rounded) {
+  std::vector<uint8_t> bytes(values.size() * type_size(t));
+  if (rounded) rounded->resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    float r = values[i];
+    if (t == FloatType::kFloat16) {
+      const __half h = __float2half_rn(values[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+      r = __half2float(h);
+    } else if (t == FloatType::kBFloat16) {
+      const __nv_bfloat16 h = __float2bfloat16_rn(values[i]);
+      std::memcpy(&bytes[2 * i], &h, 2);
+      r = __bfloat162float(h);
+    } else {
+      std::memcpy(&bytes[4 * i], &r, 4);
+    }
+    if (rounded) (*rounded)[i] = r;
+  }
+  return bytes;
+}
+std::vector<double> decode(const std::vector<uint8_t>& bytes, FloatType t) {
+  const size_t n = bytes.size() / type_size(t);
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (t == FloatType::kFloat16) {
+      __half h;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      out[i] = __half2float(h);
+    } else if (t == FloatType::kBFloat16) {
+      __nv_bfloat16 h;
+      std::memcpy(&h, &bytes[2 * i], 2);
+      out[i] = __bfloat162float(h);
+    } else {
+      float f;
+      std::memcpy(&f, &bytes[4 * i], 4);
+      out[i] = f;
+    }
+  }
+  return out;
+}
+// Relative rounding of one output value of type t (half an ulp).
+double rounding(FloatType t) { return t == FloatType::kFloat32 ? 6e-8 : (t == FloatType::kFloat16 ? 4.9e-4 : 3.9e-3); }
+
+// Device buffer that frees itself.
+struct Buffer {
+  void* ptr = nullptr;
+  size_t bytes = 0;
+  explicit Buffer(size_t n) : bytes(n) { CHECK_CUDA(cudaMalloc(&ptr, n > 0 ? n : 16)); }
+  ~Buffer() { cudaFree(ptr); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+// `copies` device copies of host bytes (copy 0 is what the check reads).
+struct Copies {
+  std::vector<std::unique_ptr<Buffer>> buffers;
+  Copies(const void* host, size_t bytes, int copies) {
+    for (int i = 0; i < copies; ++i) {
+      buffers.emplace_back(new Buffer(bytes));
+      CHECK_CUDA(cudaMemcpy(buffers.back()->ptr, host, bytes, cudaMemcpyHostToDevice));
+    }
+  }
+  void* operator[](int i) const { return buffers[i % buffers.size()]->ptr; }
+};
+int rotating_copies(size_t bytes) {
+  return static_cast<int>(std::min<size_t>(2048, std::max<size_t>(1, (kRotateBytes + bytes - 1) / std::max<size_t>(bytes, 1))));
+}
+
+struct Timing {
+  double us = 0, graph_us = 0;
+};
+
+// launch(copy) enqueues one launch on `stream` reading copy `copy` of the streamed operand.
+Timing time_launches(const std::function<cudaError_t(int, cudaStream_t)>& launch, int copies, const Args& args) {
+  static Buffer flush(kFlushBytes);
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaEvent_t start, stop;
+  CHECK_CUDA(cudaEventCreate(&start));
+  CHECK_CUDA(cudaEventCreate(&stop));
+  Timing timing;
+  const int reps = static_cast<int>(std::max<int64_t>(1, args.num("reps", 20)));
+  CHECK_CUDA(launch(0, stream));  // warm-up (also sets shared memory limits, cluster queries)
+  std::vector<float> samples;
+  for (int r = 0; r < reps; ++r) {
+    CHECK_CUDA(cudaMemsetAsync(flush.ptr, r & 0xff, kFlushBytes, stream));
+    CHECK_CUDA(cudaEventRecord(start, stream));
+    CHECK_CUDA(launch(r % copies, stream));
+    CHECK_CUDA(cudaEventRecord(stop, stream));
+    CHECK_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms * 1000.f);
+  }
+  std::sort(samples.begin(), samples.end());
+  timing.us = samples[samples.size() / 2];
+  if (args.num("graph", 1) != 0) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < kGraphLaunches; ++i) CHECK_CUDA(launch(i % copies, stream));
+    CHECK_CUDA(cudaStreamEndCapture(stream, &graph));
+    CHECK_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    CHECK_CUDA(cudaGraphLaunch(exec, stream));  // warm-up
+    std::vector<float> replays;
+    for (int r = 0; r < 5; ++r) {
+      CHECK_CUDA(cudaEventRecord(start, stream));
+      CHECK_CUDA(cudaGraphLaunch(exec, stream));
+      CHECK_CUDA(cudaEventRecord(stop, stream));
+      CHECK_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      replays.push_back(ms * 1000.f / kGraphLaunches);
+    }
+    std::sort(replays.begin(), replays.end());
+    timing.graph_us = replays[replays.size() / 2];
+    CHECK_CUDA(cudaGraphExecDestroy(exec));
+    CHECK_CUDA(cudaGraphDestroy(graph));
+  }
+  CHECK_CUDA(cudaEventDestroy(start));
+  CHECK_CUDA(cudaEventDestroy(stop));
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return timing;
+}
+
+struct Row {
+  std::string family, shape, config, check;
+  bool ok = false;
+  Timing timing;
+  double rate = 0;  // TB/s or POPS at the do_bench-style time
+  const char* rate_unit = "TB/s";
+  double floor_us = 0;
+};
+
+void print_header() {
+  std::printf("%-6s %-34s %-18s %-4s %10s %10s %9s %7s  %s\n", "family", "shape", "config", "ok", "us", "graph_us",
+              "rate", "floor%", "check");
+}
+void print_row(const Row& r) {
+  const double best = r.timing.graph_us > 0 ? r.timing.graph_us : r.timing.us;
+  std::printf("%-6s %-34s %-18s %-4s %10.2f %10.2f %6.2f %-4s %6.1f%%  %s\n", r.family.c_str(), r.shape.c_str(),
+              r.config.c_str(), r.ok ? "yes" : "NO", r.timing.us, r.timing.graph_us, r.rate, r.rate_unit,
+              100.0 * r.floor_us / best, r.check.c_str());
+  std::fflush(stdout);
+}
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+  char buffer[512];
+  va_list list;
+  va_start(list, fmt);
+  std::vsnprintf(buffer, sizeof buffer, fmt, list);
+  va_end(list);
+  return buffer;
+}
+
+// The indices the reference computes: all of them up to 512, else the first and last 128 (tile edges) and
+// every 61st (the host reference of a large GEMM would take minutes).
+std::vector<int64_t> sample(int64_t count) {
+  std::vector<int64_t> picked;
+  for (int64_t i = 0; i < count; ++i)
+    if (count <= 512 || i < 128 || i >= count - 128 || i % 61 == 0) picked.push_back(i);
+  return picked;
+}
+
+// Per-element check of float results at the computed indices: |y - ref| <= 2 rounding(out) |ref| + 1e-5 magnitude,
+// NaN (the poison of an unwritten output) never passes.
+bool check_values(const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& magnitude,
+                  const std::vector<int64_t>& checked, FloatType out, std::string& message) {
+  double worst = 0;
+  size_t worst_index = 0, bad = 0;
+  for (const int64_t i : checked) {
+    const double allowed = 2 * rounding(out) * std::fabs(want[i]) + 1e-5 * magnitude[i] + 1e-30;
+    const double error = std::isfinite(got[i]) ? std::fabs(got[i] - want[i]) / allowed : INFINITY;
+    if (error > 1) ++bad;
+    if (!(error <= worst)) {
+      worst = error;
+      worst_index = i;
+    }
+  }
+  message = format("%zu of %zu checked bad; worst %.3g of allowed at %zu (got %.6g want %.6g)", bad, checked.size(),
+                   worst, worst_index, got[worst_index], want[worst_index]);
+  return bad == 0;
+}
+
+uint32_t tail_mask(int64_t k, int64_t word) {
+  const int64_t left = k - word * 32;
+  return left >= 32 ? 0xffffffffu : (1u << left) - 1u;
+}
+std::vector<uint32_t> random_bits(Random& random, int64_t rows, int64_t k) {
+  const int64_t words = (k + 31) / 32;
+  std::vector<uint32_t> bits(rows * words);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t w = 0; w < words; ++w) bits[r * words + w] = random.word() & tail_mask(k, w);
+  return bits;
+}
+inline int sign_of(const std::vector<uint32_t>& bits, int64_t words, int64_t row, int64_t k) {
+  return (bits[row * words + k / 32] >> (k % 32)) & 1u ? 1 : -1;
+}
+
+// ---- w1a16 and apot: y[m, n] = sum_k x[m, k] * weight(n, k) -----------------------------------------------
+Row run_w1a16(const Args& args, bool apot) {
+  const int64_t m = args.num("m", 1), n = args.num("n", 8192), k = args.num("k", 8192);
+  const FloatType type = parse_type(args.str("dtype", "bf16"));
+  const int bits = static_cast<int>(args.num("bits", 4));
+  Random random(static_cast<uint64_t>(args.num("seed", 1)));
+  Row row;
+  row.family = apot ? "apot" : "w1a16";
+  row.shape = format("m=%lld n=%lld k=%lld %s", (long long)m, (long long)n, (long long)k, args.str("dtype", "bf16").c_str());
+
+  std::vector<float> x_values(m * k), x_rounded;
+  for (auto& v : x_values) v = random.uniform();
+  const std::vector<uint8_t> x_bytes = encode(x_values, type, &x_rounded);
+  // The weight: bits (w1a16) or nibble codes (apot) and the value of each entry for the reference.
+  const int64_t words = (k + 31) / 32;
+  std::vector<uint32_t> w_bits;
+  std::vector<uint8_t> codes;
+  std::vector<float> table(16);
+  const int64_t row_bytes = (k + 1) / 2;
+  if (apot) {
+    for (auto& v : table) v = random.uniform();
+    codes.assign(n * row_bytes, 0);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) codes[r * row_bytes + j / 2] |= static_cast<uint8_t>((random.word() & 15u) << (4 * (j % 2)));
+  } else {
+    w_bits = random_bits(random, n, k);
+  }
+  auto weight = [&](const auto& bitsv, const auto& codesv, int64_t r, int64_t j) -> double {
+    if (apot) return table[(codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u];
+    return sign_of(bitsv, words, r, j);
+  };
+  // plant=1: the reference sees one flipped weight, at the largest |x| of row 0 (a change far above rounding).
+  std::vector<uint32_t> ref_bits = w_bits;
+  std::vector<uint8_t> ref_codes = codes;
+  if (args.num("plant", 0) != 0) {
+    int64_t j = 0;
+    for (int64_t i = 1; i < k; ++i)
+      if (std::fabs(x_rounded[i]) > std::fabs(x_rounded[j])) j = i;
+    if (apot) ref_codes[j / 2] ^= static_cast<uint8_t>(8u << (4 * (j % 2)));
+    else ref_bits[j / 32] ^= 1u << (j % 32);
+  }
+  std::vector<double> want(m * n), magnitude(m * n);
+  std::vector<int64_t> checked;
+  for (const int64_t i : sample(m)) {
+    for (const int64_t r : sample(n)) {
+      checked.push_back(i * n + r);
+      double sum = 0, squares = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double term = x_rounded[i * k + j] * weight(ref_bits, ref_codes, r, j);
+        sum += term;
+        squares += term * term;
+      }
+      want[i * n + r] = sum;
+      magnitude[i * n + r] = std::sqrt(squares);
+    }
+  }
+
+  const size_t weight_bytes = apot ? codes.size() : w_bits.size() * 4;
+  const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
+  Copies weights(apot ? static_cast<const void*>(codes.data()) : static_cast<const void*>(w_bits.data()), weight_bytes, copies);
+  Buffer x(x_bytes.size()), y(m * n * type_size(type)), table_device(16 * sizeof(float));
+  Buffer workspace(std::max<int64_t>(1, bitcompile::apot::linear_small_batch_workspace(m, k, n)) * sizeof(float));
+  CHECK_CUDA(cudaMemcpy(x.ptr, x_bytes.data(), x_bytes.size(), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(table_device.ptr, table.data(), 16 * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));  // NaN poison: an unwritten output fails the check
+
+  int sm_count = 0;
+  CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  bk::WeightLinearTuning tuning;
+  tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
+  tuning.slices = static_cast<int>(args.num("slices", 0));
+  row.config = apot ? format("bits=%d", bits) : format("rows=%d slices=%d", tuning.rows_per_pass, tuning.slices);
+  auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
+    if (apot) {
+      return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]), n, 4,
+                                                  table_device.as<float>(), nullptr, 0, nullptr, y.ptr,
+                                                  workspace.as<float>(), stream);
+    }
+    return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
+                                           bk::Epilogue{}, y.ptr, sm_count, stream, &tuning);
+  };
+  CHECK_CUDA(launch(0, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> y_bytes(y.bytes);
+  CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check);
+
+  row.timing = time_launches(launch, copies, args);
+  const double bytes = weight_bytes + x_bytes.size() + y.bytes;
+  row.floor_us = bytes / kBytesPerUs;
+  row.rate = bytes / row.timing.us / 1e6;
+  return row;
+}
+
+// ---- w1a1: dot[m, n] = s(x[m]) . s(w[n]) on packed operands ----------------------------------------------
+Row run_w1a1(const Args& args) {
+  const int64_t m = args.num("m", 4096), n = args.num("n", 8192), k = args.num("k", 8192);
+  const FloatType out = parse_type(args.str("out", "fp32"));
+  Random random(static_cast<uint64_t>(args.num("seed", 1)));
+  const int64_t words = (k + 31) / 32;
+  Row row;
+  row.family = "w1a1";
+  row.shape = format("m=%lld n=%lld k=%lld out=%s", (long long)m, (long long)n, (long long)k, args.str("out", "fp32").c_str());
+  row.config = "auto";
+  row.rate_unit = "POPS";
+  const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
+  std::vector<uint32_t> ref_w = w_bits;
+  if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
+  std::vector<double> want(m * n), magnitude(m * n, 0.0);
+  std::vector<int64_t> checked;
+  for (const int64_t i : sample(m)) {
+    for (const int64_t r : sample(n)) {
+      checked.push_back(i * n + r);
+      int64_t differ = 0;
+      for (int64_t w = 0; w < words; ++w) differ += __builtin_popcount((x_bits[i * words + w] ^ ref_w[r * words + w]) & tail_mask(k, w));
+      want[i * n + r] = static_cast<double>(k - 2 * differ);
+    }
+  }
+  const size_t weight_bytes = w_bits.size() * 4;
+  const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
+  Copies weights(w_bits.data(), weight_bytes, copies);
+  Buffer x(x_bits.size() * 4), y(m * n * type_size(out));
+  CHECK_CUDA(cudaMemcpy(x.ptr, x_bits.data(), x.bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
+  auto launch = [&](int copy, cudaStream_t stream) {
+    return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, bk::Epilogue{},
+                                    y.ptr, out, stream);
+  };
+  CHECK_CUDA(launch(0, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> y_bytes(y.bytes);
+  CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  row.ok = check_values(decode(y_bytes, out), want, magnitude, checked, out, row.check);  // fp32: exact (< 2^24)
+  row.timing = time_launches(launch, copies, args);
+  const double ops = 2.0 * m * n * k;
+  const double bytes = weight_bytes + x.bytes + y.bytes;
+  row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
+  row.rate = ops / row.timing.us / 1e9;
+  return row;
+}
+
+// ---- conv: binary_conv2d, zero padding, packed NHWC input, channels_last output ----------------------------
+Row run_conv(const Args& args) {
+  bk::ConvShape s;
+  s.batch = args.num("b", 64);
+  s.channels = args.num("c", 256);
+  s.height = args.num("h", 14);
+  s.width = args.num("w", s.height);
+  s.out_channels = args.num("oc", s.channels);
+  s.kernel_h = args.num("kh", 3);
+  s.kernel_w = args.num("kw", s.kernel_h);
+  s.stride_h = s.stride_w = args.num("stride", 1);
+  s.pad_h = s.pad_w = args.num("pad", 1);
+  s.out_height = (s.height + 2 * s.pad_h - s.kernel_h) / s.stride_h + 1;
+  s.out_width = (s.width + 2 * s.pad_w - s.kernel_w) / s.stride_w + 1;
+  const FloatType out = parse_type(args.str("out", "fp16"));
+  Random random(static_cast<uint64_t>(args.num("seed", 1)));
+  const int64_t cw = (s.channels + 31) / 32, taps = s.kernel_h * s.kernel_w;
+  Row row;
+  row.family = "conv";
+  row.shape = format("b=%lld c=%lld %lldx%lld oc=%lld k%lld s%lld p%lld %s", (long long)s.batch, (long long)s.channels,
+                     (long long)s.height, (long long)s.width, (long long)s.out_channels, (long long)s.kernel_h,
+                     (long long)s.stride_h, (long long)s.pad_h, args.str("out", "fp16").c_str());
+  row.config = "auto";
+  row.rate_unit = "POPS";
+  const std::vector<uint32_t> x_bits = random_bits(random, s.batch * s.height * s.width, s.channels);
+  const std::vector<uint32_t> w_bits = random_bits(random, s.out_channels * taps, s.channels);
+  std::vector<uint32_t> ref_w = w_bits;
+  if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
+  const int64_t pixels = s.batch * s.out_height * s.out_width;
+  std::vector<double> want(pixels * s.out_channels), magnitude(want.size(), 0.0);
+  std::vector<int64_t> checked;
+  for (int64_t p = 0; p < pixels; ++p) {
+    const int64_t b = p / (s.out_height * s.out_width), oh = p / s.out_width % s.out_height, ow = p % s.out_width;
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      int64_t dot = 0;
+      for (int64_t t = 0; t < taps; ++t) {
+        const int64_t ih = oh * s.stride_h - s.pad_h + t / s.kernel_w, iw = ow * s.stride_w - s.pad_w + t % s.kernel_w;
+        if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;  // zero padding contributes 0
+        const uint32_t* a = &x_bits[((b * s.height + ih) * s.width + iw) * cw];
+        const uint32_t* wt = &ref_w[(o * taps + t) * cw];
+        int64_t differ = 0;
+        for (int64_t w = 0; w < cw; ++w) differ += __builtin_popcount((a[w] ^ wt[w]) & tail_mask(s.channels, w));
+        dot += s.channels - 2 * differ;
+      }
+      want[p * s.out_channels + o] = static_cast<double>(dot);
+      checked.push_back(p * s.out_channels + o);
+    }
+  }
+  const size_t input_bytes = x_bits.size() * 4;
+  const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
+  Copies inputs(x_bits.data(), input_bytes, copies);
+  Buffer weights(w_bits.size() * 4), y(want.size() * type_size(out));
+  CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
+  auto launch = [&](int copy, cudaStream_t stream) {
+    return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s,
+                                    bk::Epilogue{}, y.ptr, out, /*out_channels_last=*/true, stream);
+  };
+  CHECK_CUDA(launch(0, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint8_t> y_bytes(y.bytes);
+  CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  row.ok = check_values(decode(y_bytes, out), want, magnitude, checked, out, row.check);
+  row.timing = time_launches(launch, copies, args);
+  const double ops = 2.0 * pixels * s.out_channels * taps * s.channels;
+  const double bytes = input_bytes + weights.bytes + y.bytes;
+  row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
+  row.rate = ops / row.timing.us / 1e9;
+  return row;
+}
+
+// ---- pack: pack_signs of a [m, k] float matrix -----------------------------------------------------------
+Row run_pack(const Args& args) {
+  const int64_t m = args.num("m", 4096), k = args.num("k", 8192);
+  const FloatType type = parse_type(args.str("dtype", "bf16"));
+  Random random(static_cast<uint64_t>(args.num("seed", 1)));
+  const int64_t words = (k + 31) / 32;
+  Row row;
+  row.family = "pack";
+  row.shape = format("m=%lld k=%lld %s", (long long)m, (long long)k, args.str("dtype", "bf16").c_str());
+  row.config = "auto";
+  std::vector<float> values(m * k), rounded;
+  for (auto& v : values) v = random.uniform();
+  const std::vector<uint8_t> x_bytes = encode(values, type, &rounded);
+  std::vector<uint32_t> want(m * words, 0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < k; ++j)
+      if (rounded[i * k + j] >= 0.f) want[i * words + j / 32] |= 1u << (j % 32);
+  if (args.num("plant", 0) != 0) want[0] ^= 1u;
+  const int copies = args.num("graph", 1) != 0 ? rotating_copies(x_bytes.size()) : 1;
+  Copies inputs(x_bytes.data(), x_bytes.size(), copies);
+  Buffer bits(want.size() * 4);
+  auto launch = [&](int copy, cudaStream_t stream) {
+    return bk::launch_pack_signs(inputs[copy], type, m, k, false, bits.as<uint32_t>(), nullptr, nullptr, stream);
+  };
+  CHECK_CUDA(launch(0, nullptr));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint32_t> got(want.size());
+  CHECK_CUDA(cudaMemcpy(got.data(), bits.ptr, bits.bytes, cudaMemcpyDeviceToHost));
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
+  row.ok = bad == 0;
+  row.check = format("%zu of %zu words differ", bad, got.size());
+  row.timing = time_launches(launch, copies, args);
+  const double bytes = x_bytes.size() + bits.bytes;
+  row.floor_us = bytes / kBytesPerUs;
+  row.rate = bytes / row.timing.us / 1e6;
+  return row;
+}
+
+Row run(const std::string& family, const Args& args) {
+  if (family == "w1a16") return run_w1a16(args, false);
+  if (family == "apot") return run_w1a16(args, true);
+  if (family == "w1a1") return run_w1a1(args);
+  if (family == "conv") return run_conv(args);
+  if (family == "pack") return run_pack(args);
+  std::fprintf(stderr, "unknown family %s (w1a16, apot, w1a1, conv, pack)\n", family.c_str());
+  std::exit(2);
+}
+
+Args parse(const std::vector<std::string>& words) {
+  Args args;
+  for (const auto& word : words) {
+    const size_t eq = word.find('=');
+    if (eq == std::string::npos) {
+      std::fprintf(stderr, "expected key=value, got %s\n", word.c_str());
+      std::exit(2);
+    }
+    args.values[word.substr(0, eq)] = word.substr(eq + 1);
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: harness FAMILY key=value ... | harness --sweep FILE [key=value ...]\n");
+    return 2;
+  }
+  cudaDeviceProp prop;
+  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
+  std::printf("# %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  const auto begin = std::chrono::steady_clock::now();
+  int failures = 0;
+  print_header();
+  if (std::string(argv[1]) == "--sweep") {
+    if (argc < 3) return 2;
+    std::ifstream file(argv[2]);
+    if (!file) {
+      std::fprintf(stderr, "cannot read %s\n", argv[2]);
+      return 2;
+    }
+    const std::vector<std::string> extra(argv + 3, argv + argc);  // applied to every line (e.g. reps=5)
+    std::string line;
+    while (std::getline(file, line)) {
+      const size_t hash = line.find('#');
+      if (hash != std::string::npos) line.resize(hash);
+      std::istringstream words(line);
+      std::string family, word;
+      if (!(words >> family)) continue;
+      std::vector<std::string> rest;
+      while (words >> word) rest.push_back(word);
+      rest.insert(rest.end(), extra.begin(), extra.end());
+      const Row row = run(family, parse(rest));
+      failures += !row.ok;
+      print_row(row);
+    }
+  } else {
+    const Row row = run(argv[1], parse(std::vector<std::string>(argv + 2, argv + argc)));
+    failures += !row.ok;
+    print_row(row);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  std::printf("# %d row(s) failed the check; %.1f s\n", failures, seconds);
+  return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,589 @@
+// binary_conv2d (and binary_linear with sign_zero, as a 1x1 conv) as an implicit GEMM on the b1 tensor
+// cores. Torch-free (launcher in binary_kernels.cuh).
+//
+// Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
+// form, on the cp.async pipeline where the channel words allow 16-byte copies; torch.sign inputs
+// (sign_zero) and larger kernels take the two-plane form.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "mma_b1.cuh"
+
+namespace bitcompile {
+namespace cuda {
+namespace {
+
+// Rows = output pixels (batch, oh, ow), columns = output channels, K = taps x channel words (the
+// w_packed layout). Two activation bit planes per row, gathered from the per-pixel packed words:
+//   P = bit(s(x) = +1), N = bit(s(x) = -1) at in-bounds taps (N = ~P & real channels without sign_zero);
+//   a padded tap is P = real channels (pad_value +1), N = real channels (-1), or neither (0).
+// Then s(x).s(w) = sum_P s(w) - sum_N s(w) = (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N)),
+// exact for any B tail bits since P and N are 0 outside real channels. Two mma.sync m16n8k256 AND.POPC
+// accumulators a tile (P.B and N.B), row popcounts of P and N from the very fragments, as the binary_linear
+// kernel (same fragment layout, same 24-word padded shared rows, next stage prefetched in registers).
+// ONE_PLANE (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps): only P, 0 at padded taps, one accumulator.
+// At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
+// D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
+// gives pad_value * (-D_t). The block tabulates D_t of its columns; a row sums D_t over its in-bounds taps
+// (all of them for interior pixels). Half the MMAs and accumulators of the two-plane form.
+constexpr int kOnePlaneMaxTaps = 32;
+
+template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_kernel(
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ minus_bits,
+    const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles, int64_t total_pixels, int channel_words,
+    int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpRows = BM / WARPS_M;
+  constexpr int kWarpCols = BN / WARPS_N;
+  constexpr int MT = kWarpRows / 16;
+  constexpr int NT = kWarpCols / 8;
+  static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
+  constexpr int kVecsPerRow = kMmaStageWords / VW;
+  constexpr int kVecsA = BM * kVecsPerRow;
+  constexpr int kVecsB = BN * kVecsPerRow;
+  constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
+  constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
+
+  __shared__ __align__(16) uint32_t plus_tile[BM * kMmaRowStride];
+  static_assert(!(ONE_PLANE && SIGN_ZERO), "one plane needs s(x) in {-1, +1}");
+  __shared__ __align__(16) uint32_t minus_tile[ONE_PLANE ? 4 : BM * kMmaRowStride];
+  __shared__ __align__(16) uint32_t b_tile[BN * kMmaRowStride];
+  __shared__ int tap_d[ONE_PLANE ? BN * kOnePlaneMaxTaps : 1];  // D_t of column c at [c * 32 + t]
+  __shared__ int all_taps_d[ONE_PLANE ? BN : 1];                // sum over t of D_t
+  __shared__ int64_t pixel_image[BM];  // first input pixel of the image, or -1 past the last output pixel
+  __shared__ int pixel_top[BM];        // oh * stride_h - pad_h
+  __shared__ int pixel_left[BM];       // ow * stride_w - pad_w
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / WARPS_N;
+  const int warp_n = warp % WARPS_N;
+  const int group = lane >> 2;
+  const int thread_in_group = lane & 3;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  const int64_t out_plane = shape.out_height * shape.out_width;
+  const int64_t n_rows = shape.out_channels;
+  const int kernel_w = static_cast<int>(shape.kernel_w);
+  const int height = static_cast<int>(shape.height);
+  const int width = static_cast<int>(shape.width);
+
+  for (int r = tid; r < BM; r += kThreads) {
+    const int64_t p = m0 + r;
+    if (p < total_pixels) {
+      const int64_t image = p / out_plane;
+      const int64_t rest = p % out_plane;
+      pixel_image[r] = image * shape.height * shape.width;
+      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
+      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
+    } else {
+      pixel_image[r] = -1;
+      pixel_top[r] = pixel_left[r] = 0;
+    }
+  }
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  if (ONE_PLANE) {
+    for (int e = tid; e < BN * taps; e += kThreads) {
+      const int c = e / taps;
+      const int t = e - c * taps;
+      const int64_t n = n0 + c;
+      int count = 0;
+      if (n < n_rows) {
+        const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
+        for (int cw = 0; cw < channel_words; ++cw) count += __popc(__ldg(row + cw) & valid_bits(shape.channels, cw));
+      }
+      tap_d[c * kOnePlaneMaxTaps + t] = n < n_rows ? static_cast<int>(shape.channels) - 2 * count : 0;
+    }
+    __syncthreads();
+    for (int c = tid; c < BN; c += kThreads) {
+      int total = 0;
+      for (int t = 0; t < taps; ++t) total += tap_d[c * kOnePlaneMaxTaps + t];
+      all_taps_d[c] = total;
+    }
+  }
+  __syncthreads();
+
+  Words<VW> next_p[kLoadsA];
+  Words<VW> next_n[kLoadsA];
+  Words<VW> next_b[kLoadsB];
+  auto load_stage = [&](int64_t stage) {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      const int r = e / kVecsPerRow;
+      const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * VW;
+      next_p[i].zero();
+      next_n[i].zero();
+      if (e < kVecsA && word < reduction_words && pixel_image[r] >= 0) {
+        // VW = 4 only when channel_words % 4 == 0: the four words share one tap.
+        const int tap = word / channel_words;
+        const int channel_word = word - tap * channel_words;
+        const int iy = pixel_top[r] + (tap / kernel_w) * static_cast<int>(shape.dilation_h);
+        const int ix = pixel_left[r] + (tap % kernel_w) * static_cast<int>(shape.dilation_w);
+        uint32_t valid[VW];
+#pragma unroll
+        for (int j = 0; j < VW; ++j) valid[j] = valid_bits(shape.channels, channel_word + j);
+        if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
+          const int64_t index = (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
+          next_p[i].load(plus_bits + index);
+          if (ONE_PLANE) {
+            // N is implied (epilogue)
+          } else if (SIGN_ZERO) {
+            next_n[i].load(minus_bits + index);
+          } else {
+            next_n[i] = next_p[i];
+            next_n[i].invert_within(valid);
+          }
+        } else if (ONE_PLANE) {
+          // padded tap: P = 0, the pad value enters through D_t in the epilogue
+        } else if (shape.pad_value > 0) {
+          next_p[i].set(valid);
+        } else if (shape.pad_value < 0) {
+          next_n[i].set(valid);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      const int64_t row = n0 + e / kVecsPerRow;
+      const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * VW;
+      if (e < kVecsB && row < n_rows && word < reduction_words) {
+        next_b[i].load(w_bits + row * reduction_words + word);
+      } else {
+        next_b[i].zero();
+      }
+    }
+  };
+  auto store_stage = [&]() {
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsA) {
+        const int offset = (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW;
+        next_p[i].store(&plus_tile[offset]);
+        if (!ONE_PLANE) next_n[i].store(&minus_tile[offset]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kLoadsB; ++i) {
+      const int e = tid + i * kThreads;
+      if (e < kVecsB) next_b[i].store(&b_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW]);
+    }
+  };
+
+  int acc_p[MT][NT][4], acc_n[MT][NT][4];
+  int pop_p[MT][2], pop_n[MT][2];  // popcounts of rows g, g+8 of each m tile, this lane's words only
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    pop_p[mt][0] = pop_p[mt][1] = pop_n[mt][0] = pop_n[mt][1] = 0;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc_p[mt][nt][c] = acc_n[mt][nt][c] = 0;
+    }
+  }
+
+  const int64_t stages = ceil_div(reduction_words, kMmaStageWords);
+  load_stage(0);
+  store_stage();
+  __syncthreads();
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    if (stage + 1 < stages) load_stage(stage + 1);
+#pragma unroll
+    for (int step = 0; step < kMmaStageWords / 8; ++step) {
+      const int word = step * 8 + 2 * thread_in_group;
+      uint32_t b_frag[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int col = warp_n * kWarpCols + nt * 8 + group;
+        const uint2 pair = *reinterpret_cast<const uint2*>(&b_tile[col * kMmaRowStride + word]);
+        b_frag[nt][0] = pair.x;
+        b_frag[nt][1] = pair.y;
+      }
+#pragma unroll
+      for (int plane = 0; plane < (ONE_PLANE ? 1 : 2); ++plane) {
+        const uint32_t* a_tile = plane == 0 ? plus_tile : minus_tile;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          const int row = warp_m * kWarpRows + mt * 16 + group;
+          const uint2 top = *reinterpret_cast<const uint2*>(&a_tile[row * kMmaRowStride + word]);
+          const uint2 bottom = *reinterpret_cast<const uint2*>(&a_tile[(row + 8) * kMmaRowStride + word]);
+          const uint32_t a_frag[4] = {top.x, bottom.x, top.y, bottom.y};
+          const int top_count = __popc(top.x) + __popc(top.y);
+          const int bottom_count = __popc(bottom.x) + __popc(bottom.y);
+          if (plane == 0) {
+            pop_p[mt][0] += top_count;
+            pop_p[mt][1] += bottom_count;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc_p[mt][nt], a_frag, b_frag[nt]);
+          } else {
+            pop_n[mt][0] += top_count;
+            pop_n[mt][1] += bottom_count;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc_n[mt][nt], a_frag, b_frag[nt]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+    if (stage + 1 < stages) {
+      store_stage();
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pop_p[mt][h] += __shfl_xor_sync(kFullMask, pop_p[mt][h], 1);
+      pop_p[mt][h] += __shfl_xor_sync(kFullMask, pop_p[mt][h], 2);
+      pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 1);
+      pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 2);
+    }
+  }
+  float col_scales[NT][2], col_biases[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+      col_scales[nt][e] = n < n_rows ? column_scale(ep, n) : 0.f;
+      col_biases[nt][e] = n < n_rows ? column_bias(ep, n) : 0.f;
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      const int64_t p = m0 + local_row;
+      if (p >= total_pixels) continue;
+      const float factor = row_factor(ep, p);
+      const int64_t image = p / out_plane;
+      const int64_t position = p % out_plane;
+      // ONE_PLANE: the taps of this pixel inside the image (bit t)
+      uint32_t inside = 0;
+      const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+      if (ONE_PLANE) {
+        for (int t = 0; t < taps; ++t) {
+          const int iy = pixel_top[local_row] + (t / kernel_w) * static_cast<int>(shape.dilation_h);
+          const int ix = pixel_left[local_row] + (t % kernel_w) * static_cast<int>(shape.dilation_w);
+          inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+          if (n >= n_rows) continue;
+          int dot;
+          if (ONE_PLANE) {
+            const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+            int inside_d = all_taps_d[local_col];
+            if (inside != all_taps) {
+              inside_d = 0;
+              for (int t = 0; t < taps; ++t) inside_d += (inside >> t) & 1u ? tap_d[local_col * kOnePlaneMaxTaps + t] : 0;
+            }
+            // 4 popc(P & B) - 2 popc(P) + sum_in D_t - pad_value * sum_padded D_t
+            dot = 4 * acc_p[mt][nt][2 * h + e] - 2 * pop_p[mt][h] + inside_d -
+                  shape.pad_value * (all_taps_d[local_col] - inside_d);
+          } else {
+            // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
+            dot = 2 * acc_p[mt][nt][2 * h + e] - pop_p[mt][h] - 2 * acc_n[mt][nt][2 * h + e] + pop_n[mt][h];
+          }
+          const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
+          out[index] = from_float<OutT>(epilogue_value(static_cast<float>(dot), factor, col_scales[nt][e], col_biases[nt][e]));
+        }
+      }
+    }
+  }
+}
+
+template <int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
+cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                     const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                     cudaStream_t stream) {
+  constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
+  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
+  const int64_t m_tiles = ceil_div(total_pixels, BM);
+  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
+  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
+    return cudaErrorInvalidValue;
+  }
+  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, ONE_PLANE, OutT>
+      <<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, 0, stream>>>(
+          plus_bits, minus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
+          static_cast<int>(reduction_words), ep, out, out_channels_last);
+  return cudaGetLastError();
+}
+
+
+// binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, channel_words % 4 == 0) on
+// the cp.async pipeline of binary_linear_mma_pipelined_kernel. The gather is a plain 16-byte copy: an
+// in-bounds tap copies 4 channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
+// anything past the end are zero-filled. Row popcounts of P once per copied vector; the epilogue is
+// binary_conv2d_mma_kernel's one-plane epilogue.
+template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
+    int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
+    bool out_channels_last) {
+  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kWarpRows = BM / WARPS_M;
+  constexpr int kWarpCols = BN / WARPS_N;
+  constexpr int MT = kWarpRows / 16;
+  constexpr int NT = kWarpCols / 8;
+  static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
+  constexpr int kVecsPerRow = kMmaStageWords / 4;
+  constexpr int kVecsA = BM * kVecsPerRow;
+  constexpr int kVecsB = BN * kVecsPerRow;
+  static_assert(kVecsA % kThreads == 0 && kVecsB % kThreads == 0, "whole vectors per thread");
+  constexpr int kLoadsA = kVecsA / kThreads;
+  constexpr int kLoadsB = kVecsB / kThreads;
+  constexpr int kStageWordsA = BM * kMmaRowStride;
+  constexpr int kStageWordsAll = (BM + BN) * kMmaRowStride;
+
+  extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [kPipeStages][A rows, B rows][kMmaRowStride]
+  __shared__ int64_t pixel_image[BM];
+  __shared__ int pixel_top[BM];
+  __shared__ int pixel_left[BM];
+  __shared__ int row_pop[BM];
+  __shared__ int tap_d[BN * kOnePlaneMaxTaps];
+  __shared__ int all_taps_d[BN];
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int warp_m = warp / WARPS_N;
+  const int warp_n = warp % WARPS_N;
+  const int group = lane >> 2;
+  const int thread_in_group = lane & 3;
+  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  const int64_t out_plane = shape.out_height * shape.out_width;
+  const int64_t n_rows = shape.out_channels;
+  const int kernel_w = static_cast<int>(shape.kernel_w);
+  const int height = static_cast<int>(shape.height);
+  const int width = static_cast<int>(shape.width);
+  const int dilation_h = static_cast<int>(shape.dilation_h);
+  const int dilation_w = static_cast<int>(shape.dilation_w);
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  const int64_t stages = ceil_div(reduction_words, kMmaStageWords);
+
+  for (int r = tid; r < BM; r += kThreads) {
+    const int64_t p = m0 + r;
+    row_pop[r] = 0;
+    if (p < total_pixels) {
+      const int64_t image = p / out_plane;
+      const int64_t rest = p % out_plane;
+      pixel_image[r] = image * shape.height * shape.width;
+      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
+      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
+    } else {
+      pixel_image[r] = -1;
+      pixel_top[r] = pixel_left[r] = 0;
+    }
+  }
+  for (int e = tid; e < BN * taps; e += kThreads) {  // D_t = C - 2 popc(B_t) over real channels
+    const int c = e / taps;
+    const int t = e - c * taps;
+    const int64_t n = n0 + c;
+    int count = 0;
+    if (n < n_rows) {
+      const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
+      for (int cw = 0; cw < channel_words; ++cw) count += __popc(__ldg(row + cw) & valid_bits(shape.channels, cw));
+    }
+    tap_d[c * kOnePlaneMaxTaps + t] = n < n_rows ? static_cast<int>(shape.channels) - 2 * count : 0;
+  }
+  __syncthreads();
+  for (int c = tid; c < BN; c += kThreads) {
+    int total = 0;
+    for (int t = 0; t < taps; ++t) total += tap_d[c * kOnePlaneMaxTaps + t];
+    all_taps_d[c] = total;
+  }
+  // (all_taps_d is read only in the epilogue, after the main loop's barriers)
+
+  auto issue_stage = [&](int64_t stage) {
+    if (stage < stages) {
+      uint32_t* base = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+#pragma unroll
+      for (int i = 0; i < kLoadsA; ++i) {
+        const int e = tid + i * kThreads;
+        const int r = e / kVecsPerRow;
+        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
+        const uint32_t* source = plus_bits;
+        bool fill = false;
+        if (word < reduction_words && pixel_image[r] >= 0) {
+          const int tap = word / channel_words;  // channel_words % 4 == 0: the 4 words share one tap
+          const int channel_word = word - tap * channel_words;
+          const int iy = pixel_top[r] + (tap / kernel_w) * dilation_h;
+          const int ix = pixel_left[r] + (tap % kernel_w) * dilation_w;
+          if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
+            fill = true;
+            source = plus_bits + (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
+          }
+        }
+        cp_async_16(base + r * kMmaRowStride + (e % kVecsPerRow) * 4, source, fill);
+      }
+#pragma unroll
+      for (int i = 0; i < kLoadsB; ++i) {
+        const int e = tid + i * kThreads;
+        const int64_t row = n0 + e / kVecsPerRow;
+        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
+        const bool fill = row < n_rows && word < reduction_words;
+        cp_async_16(base + kStageWordsA + (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4,
+                    fill ? w_bits + row * reduction_words + word : w_bits, fill);
+      }
+    }
+    cp_async_commit();
+  };
+
+  int acc[MT][NT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0;
+  }
+  int pop[kLoadsA];
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) pop[i] = 0;
+
+#pragma unroll
+  for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
+  for (int64_t stage = 0; stage < stages; ++stage) {
+    cp_async_wait<kPipeStages - 2>();
+    __syncthreads();
+    issue_stage(stage + kPipeStages - 1);
+    const uint32_t* a_tile = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+    const uint32_t* b_tile = a_tile + kStageWordsA;
+#pragma unroll
+    for (int i = 0; i < kLoadsA; ++i) {
+      const int e = tid + i * kThreads;
+      const uint4 v = *reinterpret_cast<const uint4*>(&a_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4]);
+      pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+    }
+    mma_shared_stage<MT, NT>(acc, a_tile + warp_m * kWarpRows * kMmaRowStride, b_tile + warp_n * kWarpCols * kMmaRowStride,
+                             group, thread_in_group);
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) atomicAdd(&row_pop[(tid + i * kThreads) / kVecsPerRow], pop[i]);
+  __syncthreads();
+
+  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
+      const int64_t p = m0 + local_row;
+      if (p >= total_pixels) continue;
+      const float factor = row_factor(ep, p);
+      const int64_t image = p / out_plane;
+      const int64_t position = p % out_plane;
+      uint32_t inside = 0;  // the taps of this pixel inside the image (bit t)
+      for (int t = 0; t < taps; ++t) {
+        const int iy = pixel_top[local_row] + (t / kernel_w) * dilation_h;
+        const int ix = pixel_left[local_row] + (t % kernel_w) * dilation_w;
+        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
+      }
+      const int pop_p = row_pop[local_row];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
+          const int64_t n = n0 + local_col;
+          if (n >= n_rows) continue;
+          int inside_d = all_taps_d[local_col];
+          if (inside != all_taps) {
+            inside_d = 0;
+            for (int t = 0; t < taps; ++t) inside_d += (inside >> t) & 1u ? tap_d[local_col * kOnePlaneMaxTaps + t] : 0;
+          }
+          // 4 popc(P & B) - 2 popc(P) + sum_in D_t - pad_value * sum_padded D_t
+          const int dot = 4 * acc[mt][nt][2 * h + e] - 2 * pop_p + inside_d -
+                          shape.pad_value * (all_taps_d[local_col] - inside_d);
+          const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
+          out[index] = from_float<OutT>(
+              epilogue_value(static_cast<float>(dot), factor, column_scale(ep, n), column_bias(ep, n)));
+        }
+      }
+    }
+  }
+}
+
+template <typename OutT>
+cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                           const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
+  constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
+  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
+  const int64_t m_tiles = ceil_div(total_pixels, BM);
+  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
+  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
+    return cudaErrorInvalidValue;
+  }
+  constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kMmaRowStride * sizeof(uint32_t);
+  auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, OutT>;
+  static unsigned long long smem_devices = 0;
+  const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
+  if (error != cudaSuccess) return error;
+  kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(
+      plus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
+      static_cast<int>(reduction_words), ep, out, out_channels_last);
+  return cudaGetLastError();
+}
+
+template <typename OutT>
+cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                    const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                    cudaStream_t stream) {
+  const bool vec = ceil_div(shape.channels, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(plus_bits) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(minus_bits) % 16 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  const bool sign_zero = minus_bits != nullptr;
+  const bool one_plane = !sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps;
+  if (vec) {
+    if (sign_zero) return binary_conv2d_mma_launch<4, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    if (one_plane) return binary_conv2d_pipelined_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    return binary_conv2d_mma_launch<4, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  }
+  if (sign_zero) return binary_conv2d_mma_launch<1, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  if (one_plane) return binary_conv2d_mma_launch<1, false, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_mma_launch<1, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+}
+
+}  // namespace
+
+cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                 const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                 bool out_channels_last, cudaStream_t stream) {
+  if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
+      shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
+    return cudaErrorInvalidValue;
+  }
+  if (shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0) return cudaSuccess;
+  if (!conv_geometry_fits(shape)) return cudaErrorNotSupported;
+  switch (out_type) {
+    case FloatType::kFloat32:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
+                                     out_channels_last, stream);
+    case FloatType::kFloat16:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
+                                     out_channels_last, stream);
+    case FloatType::kBFloat16:
+      return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
+                                     out_channels_last, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace cuda
+}  // namespace bitcompile

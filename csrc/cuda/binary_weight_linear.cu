@@ -1,0 +1,559 @@
+// binary_weight_linear (W1A16 / W1A32: float x, +-1 weights) for the rows of x that the tensor-core kernel
+// takes, and dequantize_signs for the larger M that the binding sends to cuBLAS. Torch-free (launchers in
+// binary_kernels.cuh).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cooperative_groups.h>
+
+#include <type_traits>
+
+#include "device_common.cuh"
+
+namespace bitcompile {
+namespace cuda {
+namespace {
+
+// mma.sync.m16n8k16 with A = 16 output features (rows of W, expanded from bits in registers) and
+// B = 8 rows of x (from shared memory); C is [features][x rows], fp32 accumulation. Fragment layout
+// (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), g = lane >> 2, t = lane & 3:
+//   A: reg0 = (row g, k 2t, 2t+1)  reg1 = (row g+8, k 2t, 2t+1)  reg2 = (row g, k 2t+8, 2t+9)  reg3 = (row g+8, ...)
+//   B: reg0 = (k 2t, 2t+1; col g)  reg1 = (k 2t+8, 2t+9; col g)
+//   C: c0, c1 = (row g, cols 2t, 2t+1)  c2, c3 = (row g+8, cols 2t, 2t+1)
+// The k slots of lane t (2t, 2t+1, 2t+8, 2t+9) are the same in A and B, so any assignment of real k to
+// (step, t, slot) works if A and B use the same one. Lane t holds words 4t..4t+3 of a 512-bit chunk of
+// its rows (one 16-byte load a row); step s = 8w + q of the chunk uses word w, shifted v = u << (14 - 2q):
+//   slot 2t  <- bit 2q+1  (v bit 15)      slot 2t+8 <- bit 2q    (v bit 14)
+//   slot 2t+1 <- bit 2q+17 (v bit 31)     slot 2t+9 <- bit 2q+16 (v bit 30)
+// Odd bits become +-1 through the sign bit: (v & 0x80008000) ^ (-1, -1) (bit 1 -> +1.0, bit 0 -> -1.0,
+// the same for bf16 0xBF80 and fp16 0xBC00). Even bits become {0, 2.0} with one AND: v & 0x40004000
+// (2.0 is 0x4000 in both types), and 2 * bit(w) - 1 = s(w) needs minus the sum of x over even k, which
+// the staging of x computes per row ("correction"). One shift serves two registers: 0.75 integer ops a
+// weight, the cost that bounds this kernel (the tensor cores and W's bytes are cheaper).
+// x in shared memory: for each word W and q the four values (x[2q+1], x[2q+17], x[2q], x[2q+16]) of
+// that word as one 8-byte group, so a B fragment is one 8-byte load; groups ordered (chunk, w, q, t)
+// so the four lanes t of a row read 32 consecutive bytes, rows padded by 32 bytes (no bank conflicts).
+// fp32 x is split exactly into three bf16 parts (hi + mid + lo), three MMAs each; products with +-1
+// and 2 are exact, the sums are fp32 as before. For fp32 x the even bits are exact +-1 too ((v << 1) &
+// 0x80008000 ^ (-1, -1): one more shift and LOP3 against three MMAs) and there is no correction: with
+// {0, 2.0} the accumulator grows like the sum of x over even k, and the tensor cores' truncating fp32
+// accumulation loses ~1e-5 of that when x has one sign (a numpy model of the kernel, K = 8192 in one
+// slice: 2.4e-5 for uniform x, 5.3e-6 for relu(randn); with +-1: 1.6e-7 and 6.5e-8).
+// Split K: a cluster of `slices` blocks (K ranges) of one feature block reduces its partial tiles
+// through distributed shared memory, in rank order (deterministic), and applies the epilogue.
+constexpr int kTcWarps = 8;
+constexpr int kTcThreads = kTcWarps * 32;
+constexpr int kTcFeatures = kTcWarps * 32;  // output features per block: two m16 tiles per warp
+constexpr int kTcChunkWords = 16;           // 512 k per chunk: lane t holds words 4t..4t+3
+constexpr int kTcMaxSlices = 8;             // portable cluster size
+
+template <typename MmaT>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// -1.0 in both halves (the sign bit flipped by a set weight bit gives +1.0).
+template <typename MmaT>
+struct MinusOnePair;
+template <>
+struct MinusOnePair<__nv_bfloat16> {
+  static constexpr uint32_t value = 0xBF80BF80u;
+};
+template <>
+struct MinusOnePair<__half> {
+  static constexpr uint32_t value = 0xBC00BC00u;
+};
+
+// (v & 0x80008000) ^ minus_one as one LOP3 (0x6A = (a & b) ^ c). Written as C++, the two constants are two
+// immediates and a SASS LOP3 takes one: ptxas splits it in two instructions, 33% more integer work here.
+__device__ __forceinline__ uint32_t sign_pair(uint32_t v, uint32_t minus_one) {
+  uint32_t result;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(result) : "r"(v), "n"(0x80008000), "r"(minus_one));
+  return result;
+}
+
+__device__ __forceinline__ uint16_t mma_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint16_t mma_bits(__half v) { return __half_as_ushort(v); }
+
+// Part `part` of x as the MMA type: the value itself (PARTS = 1), or the exact three-way bf16 split of fp32.
+template <typename MmaT, int PARTS>
+__device__ __forceinline__ void split_value(float v, uint16_t (&bits)[PARTS]) {
+  if constexpr (PARTS == 1) {
+    bits[0] = mma_bits(from_float<MmaT>(v));  // exact: x already has this type
+  } else {
+    float rest = v;
+#pragma unroll
+    for (int p = 0; p < PARTS; ++p) {
+      const __nv_bfloat16 piece = __float2bfloat16_rn(rest);
+      bits[p] = __bfloat16_as_ushort(piece);
+      rest -= __bfloat162float(piece);  // exact (Sterbenz-like: piece is rest rounded)
+    }
+  }
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
+  return w == 0 ? v.x : (w == 1 ? v.y : (w == 2 ? v.z : v.w));
+}
+
+// InT: x's type; MmaT: the tensor-core type (bf16 for fp32 x, in PARTS = 3 pieces); NB: n8 tiles (8 rows of
+// x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; VEC: 16-byte W loads.
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
+__global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
+    const InT* __restrict__ x, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+    int64_t words, int slices, int64_t slice_chunks, Epilogue ep, InT* __restrict__ out) {
+  constexpr int MB = NB * 8;                               // rows of x a block
+  constexpr int kStageWords = STAGE_CHUNKS * kTcChunkWords;
+  constexpr int kGroupsPerRow = kStageWords * 8;           // 8-byte groups of a staged row
+  constexpr int kRowStride = kGroupsPerRow + 4;            // + 32 bytes: rows g, g+1 on other banks
+  extern __shared__ __align__(16) unsigned char tc_smem[];
+  uint2* x_stage = reinterpret_cast<uint2*>(tc_smem);      // [PARTS][MB][kRowStride]
+  float* correction = reinterpret_cast<float*>(x_stage + PARTS * MB * kRowStride);  // [MB]
+  float* partial = reinterpret_cast<float*>(tc_smem);      // [MB][kTcFeatures], after the main loop
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
+  const int64_t n_block = (blockIdx.x / static_cast<unsigned>(slices)) * static_cast<int64_t>(kTcFeatures);
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * MB;
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  const int64_t chunk_begin = slice * slice_chunks;
+  const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
+
+  // This lane's four W rows: tile 0 rows g, g+8; tile 1 rows 16+g, 24+g.
+  int64_t w_row[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) w_row[r] = n_block + warp * 32 + (r >> 1) * 16 + (r & 1) * 8 + g;
+
+  // Words 4t..4t+3 of chunk c of the four rows; rows and words past the end read as 0 (x is 0 there too).
+  auto load_chunk = [&](uint4 (&dst)[4], int64_t c) {
+    const int64_t word = c * kTcChunkWords + 4 * t;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      if (VEC) {
+        dst[r] = (w_row[r] < n_rows && word < words) ? __ldg(reinterpret_cast<const uint4*>(w_bits + w_row[r] * words + word))
+                                                    : make_uint4(0, 0, 0, 0);
+      } else {
+        uint32_t v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[i] = (w_row[r] < n_rows && word + i < words) ? __ldg(w_bits + w_row[r] * words + word + i) : 0u;
+        dst[r] = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+  };
+
+  // The low parts of split fp32 x sum apart: their rounding stays relative to their own (small) size.
+  float acc[2][NB][4], acc_low[2][NB][4];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mt][j][c] = acc_low[mt][j][c] = 0.f;
+    }
+  }
+  // Sum of x over even k, rows warp + 8 i (fixed order: per lane, then a warp sum).
+  float even_sum[NB];
+#pragma unroll
+  for (int i = 0; i < NB; ++i) even_sum[i] = 0.f;
+
+  const uint32_t minus_one = MinusOnePair<MmaT>::value;
+
+  uint4 current[4], next[4];
+  if (chunk_begin < chunk_end) load_chunk(current, chunk_begin);
+  for (int64_t c = chunk_begin; c < chunk_end; ++c) {
+    const int local = static_cast<int>((c - chunk_begin) % STAGE_CHUNKS);
+    // The next chunk's W is in flight during this chunk's staging of x (one row of x: registers allow it) and
+    // during its math.
+    if (NB == 1 && c + 1 < chunk_end) load_chunk(next, c + 1);
+    if (local == 0) {
+      __syncthreads();  // the previous stage is consumed
+      // Warp w stages rows w + 8 i; lane e handles groups (word, q) = e, e + 32, ... of the stage, their loads
+      // issued in batches before the first is used (a few memory latencies a stage, not one a group).
+      const int64_t k_stage = c * kTcChunkWords * 32;
+      // Values of a later slice stay 0 here: this block's correction must cover its own k only.
+      const int64_t k_limit = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
+      constexpr int kGroupsPerLane = kGroupsPerRow / 32;
+#pragma unroll
+      for (int i = 0; i < NB; ++i) {
+        const int r = warp + kTcWarps * i;
+        const int64_t row = m0 + r;
+        const InT* x_row = x + row * k;
+        // Batches of kBatch groups (4 values each) in flight: more would spill the W registers.
+        constexpr int kWanted = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
+        constexpr int kBatch = kGroupsPerLane < kWanted ? kGroupsPerLane : kWanted;
+        constexpr int kUnroll = NB == 1 ? kGroupsPerLane / kBatch : 1;  // wider x staging spills W's registers
+#pragma unroll kUnroll
+        for (int j0 = 0; j0 < kGroupsPerLane; j0 += kBatch) {
+          float v[kBatch][4];
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            const int e = lane + 32 * (j0 + j);
+            const int64_t kb = k_stage + (e >> 3) * 32 + 2 * (e & 7);
+            const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[j][u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
+          }
+#pragma unroll
+          for (int j = 0; j < kBatch; ++j) {
+            const int e = lane + 32 * (j0 + j);
+            const int word = e >> 3;  // within the stage
+            const int q = e & 7;
+            if constexpr (PARTS != 3) even_sum[i] += v[j][2] + v[j][3];
+            uint16_t bits[4][PARTS];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[j][u], bits[u]);
+            // Group position: chunk, w = word % 4, q, t = (word % 16) / 4.
+            const int position = ((((word >> 4) * 4 + (word & 3)) * 8 + q) * 4) + ((word & 15) >> 2);
+#pragma unroll
+            for (int p = 0; p < PARTS; ++p) {
+              x_stage[(p * MB + r) * kRowStride + position] =
+                  make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
+                             static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+            }
+          }
+        }
+      }
+      __syncthreads();
+    }
+    if (NB > 1 && c + 1 < chunk_end) load_chunk(next, c + 1);
+
+#pragma unroll
+    for (int s = 0; s < 32; ++s) {
+      const int w = s >> 3;
+      const int q = s & 7;
+      uint32_t b[PARTS][NB][2];
+#pragma unroll
+      for (int p = 0; p < PARTS; ++p) {
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+          const uint2 pair = x_stage[(p * MB + 8 * j + g) * kRowStride + ((local * 4 + w) * 8 + q) * 4 + t];
+          b[p][j][0] = pair.x;
+          b[p][j][1] = pair.y;
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t top = word_of(current[2 * mt], w) << (14 - 2 * q);
+        const uint32_t bottom = word_of(current[2 * mt + 1], w) << (14 - 2 * q);
+        // Even k: {0, 2.0} and the correction (one AND); fp32 x: exact +-1, bit 2q moved to the sign bit
+        // (why: the section comment above).
+        uint32_t even_top, even_bottom;
+        if constexpr (PARTS == 3) {
+          even_top = sign_pair(top << 1, minus_one);
+          even_bottom = sign_pair(bottom << 1, minus_one);
+        } else {
+          even_top = top & 0x40004000u;
+          even_bottom = bottom & 0x40004000u;
+        }
+        const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), even_top, even_bottom};
+#pragma unroll
+        for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc[mt][j], a, b[0][j]);
+#pragma unroll
+        for (int p = 1; p < PARTS; ++p) {
+#pragma unroll
+          for (int j = 0; j < NB; ++j) mma_16816<MmaT>(acc_low[mt][j], a, b[p][j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) current[r] = next[r];
+  }
+
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    const float total = warp_sum(even_sum[i]);
+    if (lane == 0) correction[warp + kTcWarps * i] = total;
+  }
+  __syncthreads();  // x_stage is consumed, correction written
+  // Partial tile [x row][feature] = acc - sum of x over even k.
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int x_row = 8 * j + 2 * t + e;
+          const int feature = warp * 32 + mt * 16 + 8 * h + g;
+          const float low = PARTS > 1 ? acc_low[mt][j][2 * h + e] : 0.f;
+          const float even_correction = PARTS == 3 ? 0.f : correction[x_row];
+          partial[x_row * kTcFeatures + feature] = (acc[mt][j][2 * h + e] - even_correction) + low;
+        }
+      }
+    }
+  }
+
+  if (slices > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters are Hopper's; the launcher passes slices = 1 on older GPUs
+#else
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial tile is written
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int index = rank * kTcThreads + tid; index < MB * kTcFeatures; index += slices * kTcThreads) {
+      const int64_t m = m0 + index / kTcFeatures;
+      const int64_t n = n_block + index % kTcFeatures;
+      if (m < m_rows && n < n_rows) {
+        float sum = 0.f;
+        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
+        out[m * n_rows + n] = from_float<InT>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+  } else {
+    __syncthreads();
+    for (int index = tid; index < MB * kTcFeatures; index += kTcThreads) {
+      const int64_t m = m0 + index / kTcFeatures;
+      const int64_t n = n_block + index % kTcFeatures;
+      if (m < m_rows && n < n_rows) {
+        out[m * n_rows + n] =
+            from_float<InT>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+  }
+}
+
+// A launch configuration with clusters of `slices` blocks along x (not copyable: config points at attribute).
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+
+  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream) {
+    config.gridDim = grid;
+    config.blockDim = dim3(kTcThreads, 1, 1);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
+// co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
+// sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
+// a refused launch, which inside a CUDA-graph capture would invalidate the capture. Answers are cached in
+// `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
+// that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
+template <typename Kernel>
+int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64]) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  for (; slices > 1; slices /= 2) {
+    const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
+    unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
+    if (((state >> (2 * i)) & 1u) == 0) {  // first time on this device: ask (launches then only read `known`)
+      int supported = 0, clusters = 0;
+      bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
+      if (fits) {
+        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr);
+        fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
+      }
+      if (!fits) (void)cudaGetLastError();
+      state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
+      if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
+    }
+    if ((state >> (2 * i + 1)) & 1u) return slices;
+  }
+  return 1;
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
+constexpr size_t tc_smem_bytes() {
+  return static_cast<size_t>(PARTS) * NB * 8 * (STAGE_CHUNKS * kTcChunkWords * 8 + 4) * sizeof(uint2) +
+         NB * 8 * sizeof(float);
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
+cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                           int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
+    cudaStream_t stream) {
+  constexpr int MB = NB * 8;
+  constexpr size_t smem = tc_smem_bytes<InT, MmaT, PARTS, NB, STAGE_CHUNKS>();
+  static_assert(smem >= static_cast<size_t>(MB) * kTcFeatures * sizeof(float), "partial tile aliases x_stage");
+  const int64_t words = ceil_div(k, 32);
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  const int64_t feature_blocks = ceil_div(n_rows, kTcFeatures);
+  const int64_t row_blocks = ceil_div(m_rows, MB);
+  if (row_blocks > 65535) return cudaErrorInvalidValue;
+  // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8, rounding
+  // down so that every block is resident at once (one wave: a second, partial wave would cost up to 50%).
+  const int64_t wanted = 2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132) / (feature_blocks * row_blocks);
+  int64_t slices = 1;  // a power of two (cluster shapes 1, 2, 4, 8); trailing slices may get no chunk
+  const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
+  while ((tuning.slices > 0 || slices * 2 <= wanted) && slices * 2 <= most && slices * 2 <= kTcMaxSlices &&
+         slices * 2 <= total_chunks) {
+    slices *= 2;
+  }
+  int64_t slice_chunks = ceil_div(total_chunks, slices);
+  if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
+
+  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
+  if (smem > 48 * 1024) {
+    static unsigned long long smem_devices = 0;
+    const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
+    if (error != cudaSuccess) return error;
+  }
+  if (slices > 1) {
+    static unsigned cluster_sizes[64] = {};
+    slices = fitting_cluster(kernel, slices, smem, cluster_sizes);
+    slice_chunks = ceil_div(total_chunks, slices);
+  }
+  if (slices > 1) {
+    const ClusterLaunch launch(dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1),
+                               smem, slices, stream);
+    const cudaError_t error = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, m_rows, n_rows, k, words,
+                                                 static_cast<int>(slices), slice_chunks, ep, out);
+    if (error == cudaSuccess) return cudaGetLastError();
+    (void)cudaGetLastError();  // refused all the same: fall back to one block per feature block
+    slices = 1;
+    slice_chunks = total_chunks;
+  }
+  kernel<<<dim3(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(row_blocks), 1), kTcThreads, smem, stream>>>(
+      x, w_bits, m_rows, n_rows, k, words, 1, slice_chunks, ep, out);
+  return cudaGetLastError();
+}
+
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
+cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                            int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
+    cudaStream_t stream) {
+  const bool vec = ceil_div(k, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  if (vec) {
+    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, true>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                     out, sm_count, tuning, stream);
+  }
+  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, false>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                    out, sm_count, tuning, stream);
+}
+
+// Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
+template <typename InT>
+cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                          int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
+    cudaStream_t stream) {
+  if constexpr (std::is_same<InT, float>::value) {
+    const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
+    if (rows <= 8) return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 1, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+    return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 2, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+  } else {
+    const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
+    if (rows <= 8) return binary_weight_linear_tc_aligned<InT, InT, 1, 1, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+    if (rows <= 16) return binary_weight_linear_tc_aligned<InT, InT, 1, 2, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+    return binary_weight_linear_tc_aligned<InT, InT, 1, 4, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+  }
+}
+
+// dequantize_signs: W as s(w) * scale in x's type, for cuBLAS at large M.
+constexpr int kDequantThreads = 256;
+
+// One thread a packed word: 32 values; 16-byte stores when the row length allows them.
+template <typename T>
+__global__ __launch_bounds__(kDequantThreads) void dequantize_signs_kernel(const uint32_t* __restrict__ w_bits,
+                                                                           int64_t n_rows, int64_t k, int64_t words,
+                                                                           const float* __restrict__ scale,
+                                                                           int64_t scale_count, T* __restrict__ out) {
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x;
+  if (index >= n_rows * words) return;
+  const int64_t row = index / words;
+  const int64_t word = index % words;
+  const float magnitude = scale != nullptr ? scale[scale_count == 1 ? 0 : row] : 1.f;
+  const T plus = from_float<T>(magnitude);
+  const T minus = from_float<T>(-magnitude);
+  const uint32_t bits = __ldg(w_bits + index);
+  T* dst = out + row * k + word * 32;
+  constexpr int kPerVector = 16 / sizeof(T);
+  const bool whole = word * 32 + 32 <= k && k % kPerVector == 0;
+  if (whole) {
+#pragma unroll
+    for (int v = 0; v < 32 / kPerVector; ++v) {
+      union {
+        uint4 vector;
+        T values[kPerVector];
+      } pack;
+#pragma unroll
+      for (int j = 0; j < kPerVector; ++j) pack.values[j] = (bits >> (v * kPerVector + j)) & 1u ? plus : minus;
+      reinterpret_cast<uint4*>(dst)[v] = pack.vector;
+    }
+  } else {
+    for (int j = 0; j < 32 && word * 32 + j < k; ++j) dst[j] = (bits >> j) & 1u ? plus : minus;
+  }
+}
+
+template <typename T>
+cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,
+                                   int64_t scale_count, T* out, cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  const int64_t blocks = ceil_div(n_rows * words, kDequantThreads);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0) return cudaErrorInvalidValue;
+  dequantize_signs_kernel<T><<<static_cast<unsigned>(blocks), kDequantThreads, 0, stream>>>(w_bits, n_rows, k, words,
+                                                                                            scale, scale_count, out);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                        cudaStream_t stream, const WeightLinearTuning* tuning) {
+  const WeightLinearTuning chosen = tuning != nullptr ? *tuning : WeightLinearTuning{};
+  if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return binary_weight_linear_tc_typed(static_cast<const float*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<float*>(out), sm_count, chosen, stream);
+    case FloatType::kFloat16:
+      return binary_weight_linear_tc_typed(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<__half*>(out), sm_count, chosen, stream);
+    case FloatType::kBFloat16:
+      return binary_weight_linear_tc_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<__nv_bfloat16*>(out), sm_count, chosen, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_dequantize_signs(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,
+                                    int64_t scale_count, void* out, FloatType type, cudaStream_t stream) {
+  if (!valid_sizes(n_rows, k)) return cudaErrorInvalidValue;
+  if (n_rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<float*>(out), stream);
+    case FloatType::kFloat16:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<__half*>(out), stream);
+    case FloatType::kBFloat16:
+      return dequantize_signs_typed(w_bits, n_rows, k, scale, scale_count, static_cast<__nv_bfloat16*>(out), stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace cuda
+}  // namespace bitcompile

@@ -1,0 +1,210 @@
+// pack_signs: binarize and pack rows of x into sign bits (SPEC 2.1), also the activation packing inside
+// binary_linear and binary_conv2d. Torch-free (launcher in binary_kernels.cuh).
+//
+// pack_signs_vector_kernel (k % 32 == 0, 16-byte aligned x): 16-byte loads, kPackUnroll a lane in flight;
+//   the lanes of one word OR their bits together with shuffles.
+// pack_signs_kernel (any k): one warp packs one word per __ballot_sync (lane j reads value 32*w + j, so the
+//   ballot is the word in the storage format, LSB first).
+// Both: 1-8 warps share a row (more for long rows); the same pass writes the second bit plane of
+// torch.sign inputs (x < 0) and mean|x| of each row (binary_linear's row_scale), reduced in a fixed order
+// (deterministic).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "device_common.cuh"
+
+namespace bitcompile {
+namespace cuda {
+namespace {
+
+constexpr int kPackThreads = 256;
+constexpr int kPackWarps = kPackThreads / 32;
+constexpr int kPackUnroll = 4;  // words a warp has in flight
+
+template <typename T, bool SIGN_ZERO>
+__global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __restrict__ x, int64_t rows, int64_t k,
+                                                                  int64_t words, int warps_per_row,
+                                                                  uint32_t* __restrict__ plus_bits,
+                                                                  uint32_t* __restrict__ minus_bits,
+                                                                  float* __restrict__ row_mean_abs) {
+  __shared__ float partial_sums[kPackWarps];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int rows_per_block = kPackWarps / warps_per_row;
+  const int row_in_block = warp / warps_per_row;
+  const int part = warp % warps_per_row;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + row_in_block;
+
+  float abs_sum = 0.f;
+  if (row < rows) {  // uniform over the warp
+    const T* x_row = x + row * k;
+    for (int64_t first = static_cast<int64_t>(part) * kPackUnroll; first < words;
+         first += static_cast<int64_t>(warps_per_row) * kPackUnroll) {
+      float value[kPackUnroll];
+      bool real[kPackUnroll];
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        const int64_t index = (first + u) * 32 + lane;
+        real[u] = index < k;
+        value[u] = real[u] ? to_float(x_row[index]) : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        abs_sum += fabsf(value[u]);
+        if (first + u < words) {  // uniform over the warp
+          // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
+          const uint32_t plus = __ballot_sync(kFullMask, real[u] && (SIGN_ZERO ? value[u] > 0.f : value[u] >= 0.f));
+          uint32_t minus = 0;
+          if (SIGN_ZERO) minus = __ballot_sync(kFullMask, real[u] && value[u] < 0.f);
+          if (lane == u) {
+            plus_bits[row * words + first + u] = plus;
+            if (SIGN_ZERO) minus_bits[row * words + first + u] = minus;
+          }
+        }
+      }
+    }
+  }
+  if (row_mean_abs != nullptr) {  // uniform over the block
+    abs_sum = warp_sum(abs_sum);
+    if (lane == 0) partial_sums[warp] = abs_sum;
+    __syncthreads();
+    if (row < rows && part == 0 && lane == 0) {
+      float total = 0.f;
+      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+      row_mean_abs[row] = total / static_cast<float>(k);
+    }
+  }
+}
+
+// The same with 16-byte loads (8 bf16/fp16 or 4 fp32 values a lane, kPackUnroll loads in flight: 2 KB a
+// warp instead of 256 bytes), for k % 32 == 0 and a 16-byte aligned x: the lanes of one word OR their
+// bits together with shuffles. binary_linear at large M spends a pass over x here.
+template <typename T, bool SIGN_ZERO>
+__global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T* __restrict__ x, int64_t rows,
+                                                                         int64_t k, int warps_per_row,
+                                                                         uint32_t* __restrict__ plus_bits,
+                                                                         uint32_t* __restrict__ minus_bits,
+                                                                         float* __restrict__ row_mean_abs) {
+  constexpr int V = 16 / sizeof(T);         // values a lane loads at once
+  constexpr int kLanesPerWord = 32 / V;
+  __shared__ float partial_sums[kPackWarps];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int rows_per_block = kPackWarps / warps_per_row;
+  const int row_in_block = warp / warps_per_row;
+  const int part = warp % warps_per_row;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + row_in_block;
+  const int64_t words = k / 32;
+
+  float abs_sum = 0.f;
+  if (row < rows) {  // uniform over the warp
+    const uint4* x_row = reinterpret_cast<const uint4*>(x + row * k);
+    const int64_t vectors = k / V;
+    for (int64_t first = static_cast<int64_t>(part) * 32 * kPackUnroll; first < vectors;
+         first += static_cast<int64_t>(warps_per_row) * 32 * kPackUnroll) {
+      uint4 raw[kPackUnroll];
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        const int64_t index = first + u * 32 + lane;
+        raw[u] = index < vectors ? __ldg(x_row + index) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < kPackUnroll; ++u) {
+        if (first + u * 32 >= vectors) break;  // uniform over the warp
+        const int64_t index = first + u * 32 + lane;
+        union {
+          uint4 vector;
+          T values[V];
+        } unpacked;
+        unpacked.vector = raw[u];
+        uint32_t plus = 0, minus = 0;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+          const float value = to_float(unpacked.values[j]);
+          abs_sum += fabsf(value);  // 0 for the zero-filled vectors past the end
+          // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
+          plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
+          if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
+        }
+        const bool real = index < vectors;
+        plus = real ? plus << ((lane % kLanesPerWord) * V) : 0u;
+        minus = real ? minus << ((lane % kLanesPerWord) * V) : 0u;
+#pragma unroll
+        for (int offset = 1; offset < kLanesPerWord; offset <<= 1) {
+          plus |= __shfl_xor_sync(kFullMask, plus, offset);
+          if (SIGN_ZERO) minus |= __shfl_xor_sync(kFullMask, minus, offset);
+        }
+        if (real && lane % kLanesPerWord == 0) {
+          const int64_t word = index / kLanesPerWord;
+          plus_bits[row * words + word] = plus;
+          if (SIGN_ZERO) minus_bits[row * words + word] = minus;
+        }
+      }
+    }
+  }
+  if (row_mean_abs != nullptr) {  // uniform over the block
+    abs_sum = warp_sum(abs_sum);
+    if (lane == 0) partial_sums[warp] = abs_sum;
+    __syncthreads();
+    if (row < rows && part == 0 && lane == 0) {
+      float total = 0.f;
+      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+      row_mean_abs[row] = total / static_cast<float>(k);
+    }
+  }
+}
+
+template <typename T>
+cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero, uint32_t* plus_bits,
+                             uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  if (k % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+    const int64_t rounds = ceil_div(k / (16 / static_cast<int64_t>(sizeof(T))), 32 * kPackUnroll);
+    int warps_per_row = 1;  // more warps on a row only when each still gets two rounds
+    while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * 2 < rounds) warps_per_row *= 2;
+    const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
+    if (blocks > INT_MAX) return cudaErrorInvalidValue;
+    if (sign_zero) {
+      pack_signs_vector_kernel<T, true><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+          x, rows, k, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+    } else {
+      pack_signs_vector_kernel<T, false><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+          x, rows, k, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+    }
+    return cudaGetLastError();
+  }
+  int warps_per_row = 1;  // more warps on a row only when each still gets two rounds of kPackUnroll words
+  while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * kPackUnroll * 2 < words) warps_per_row *= 2;
+  const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
+  if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (sign_zero) {
+    pack_signs_kernel<T, true><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+  } else {
+    pack_signs_kernel<T, false><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
+        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+  if (!valid_sizes(rows, k) || (sign_zero && minus_bits == nullptr)) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  switch (type) {
+    case FloatType::kFloat32:
+      return pack_signs_typed(static_cast<const float*>(x), rows, k, sign_zero, plus_bits, minus_bits, row_mean_abs, stream);
+    case FloatType::kFloat16:
+      return pack_signs_typed(static_cast<const __half*>(x), rows, k, sign_zero, plus_bits, minus_bits,
+                              row_mean_abs, stream);
+    case FloatType::kBFloat16:
+      return pack_signs_typed(static_cast<const __nv_bfloat16*>(x), rows, k, sign_zero, plus_bits, minus_bits,
+                              row_mean_abs, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace cuda
+}  // namespace bitcompile
