@@ -1,10 +1,11 @@
 """Tests of bitcompile.apot (level sets, qparams, quantize/dequantize), bitcompile.compat.LinearAPoT
 and bitcompile.nn.APoTLinear / APoTConv2d (SPEC.md 2.5).
 
-The conformance vectors are ../shared/testdata/apot_vectors.json beside the checkout
-(BITCOMPILE_TESTDATA overrides: the file, or the directory holding it). Tests that run the APoT
-kernels (LinearAPoT.forward, the layers through apot_linear / apot_conv2d) are marked `kernels`
-below and skip only where csrc/cpu/apot_ops.cpp is not in the checkout.
+The conformance vectors are tests/data/apot_vectors.json in the checkout (BITCOMPILE_TESTDATA
+overrides: the file, or the directory holding it); tests read nothing outside the checkout
+(tests/test_fresh_clone.py). Tests that run the APoT kernels (LinearAPoT.forward, the layers
+through apot_linear / apot_conv2d) are marked `kernels` below and skip only where
+csrc/cpu/apot_ops.cpp is not in the checkout.
 """
 
 import json
@@ -37,7 +38,7 @@ def _testdata_path() -> Path:
     if override:
         path = Path(override)
         return path / "apot_vectors.json" if path.is_dir() else path
-    return Path(__file__).resolve().parents[2] / "shared" / "testdata" / "apot_vectors.json"
+    return Path(__file__).resolve().parent / "data" / "apot_vectors.json"
 
 
 @pytest.fixture(scope="module")
