@@ -61,14 +61,16 @@ def test_fresh_clone_runs_the_tests_with_nothing_outside_it(tmp_path):
     opened_file = tmp_path / "opened.txt"
     env = {k: v for k, v in os.environ.items() if k not in ("BITCOMPILE_TESTDATA", "PYTHONPATH")}
     env["PYTHONPATH"] = str(clone)
+    # A cache of its own: the clone's sources have other paths, and a rebuild into the shared cache
+    # would replace libraries that this process (and later runs) load from there.
+    env["TORCH_EXTENSIONS_DIR"] = str(tmp_path / "extensions")
     result = subprocess.run([sys.executable, "-c", _RUNNER, str(opened_file)], cwd=clone, env=env,
                             capture_output=True, text=True, timeout=900)
     summary = (result.stdout.strip().splitlines() or [""])[-2:]
     assert result.returncode == 0, f"pytest in a fresh clone failed:\n{result.stdout[-4000:]}\n{result.stderr[-2000:]}"
     assert f"imported from {clone}" in result.stdout, summary
 
-    allowed = [clone, sys.prefix, sys.base_prefix, tempfile.gettempdir(),
-               os.environ.get("TORCH_EXTENSIONS_DIR", Path.home() / ".cache")]
+    allowed = [clone, tmp_path, sys.prefix, sys.base_prefix, tempfile.gettempdir()]
     around = REPO.parent  # the original checkout and whatever sits beside it (../shared)
     outside = [p for p in opened_file.read_text().splitlines()
                if _inside(p, around) and not any(_inside(p, a) for a in allowed)]
