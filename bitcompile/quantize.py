@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import bitcompile.ops  # noqa: F401  (registers the bitcompile ops)
+import bitcompile.ops  # noqa: F401  (registers the bitcompile ops; ops.py imports nothing from here)
+from bitcompile import apot
 
 __all__ = [
     "SCHEMES",
@@ -68,8 +69,6 @@ def _convert_rows(rows: Tensor, scheme: str) -> dict:
             "scale": rows.abs().to(torch.float32).mean(dim=1),
             "bits": 1,
         }
-    from bitcompile import apot
-
     resolved = apot.get_scheme(scheme)
     codes, alpha = apot.quantize_weight(rows, resolved, per_channel=True)
     return {

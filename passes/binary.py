@@ -6,8 +6,8 @@ Emits, by graph kind:
                   latent weight (weights binarized by ste_sign only: torch.sign has no gradient)
   inference graph linear_of_weight / conv2d_of_weight on the live float weight, which run
                   binary_linear / binary_weight_linear / binary_conv2d / apot_linear /
-                  apot_conv2d on a weight converted once per weight version (ops.py, "backend
-                  weight ops"), or the dense math while the weight has no packed form
+                  apot_conv2d on a weight converted once per weight version (weight_ops.py),
+                  or the dense math while the weight has no packed form
   lowering        the kernel ops themselves on packed constants (bitcompile.lower)
 Weights without a binarizer are rewritten in inference graphs only when their real values sit on
 a binary (+-alpha per row) or APoT grid (grid.py), or with options={"quantize": scheme}.
@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 from torch._dynamo.utils import counters
 
-from bitcompile import ops
+from bitcompile import weight_ops
 from bitcompile.passes import computed_weight, grid, ir
 from bitcompile.passes.context import PassContext
 from bitcompile.passes.layers import Layer
@@ -38,7 +38,7 @@ class Plan:
     op: str                        # the kernel op the layer runs on (for the report)
     x_in: fx.Node                  # what goes in as x
     x_form: str                    # "float" | "ste_sign" | "sign" (how x_in is binarized)
-    weight_form: Optional[str]     # ops.py weight form (inference / lowering)
+    weight_form: Optional[str]     # weight_ops.py weight form (inference / lowering)
     clip: float = 1.0              # STE window (training)
     row_scale: bool = False
     n_post: int = 0                # how many post multiplications are folded
@@ -275,11 +275,11 @@ def _prefetch_cuda(layer, plan, ctx) -> None:
         if plan.computed is not None:
             inputs = [ctx.real_value(n) for n in plan.computed.inputs]
             if all(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
-                ops._computed("prefetch", inputs, plan.computed.key, plan.weight_form)
+                weight_ops._computed("prefetch", inputs, plan.computed.key, plan.weight_form)
         else:
             real = ctx.real_value(layer.weight)
             if real is not None and real.is_cuda:
-                ops.cached_kernel_weight(real, plan.weight_form)
+                weight_ops.cached_kernel_weight(real, plan.weight_form)
     except Exception:  # the run-time op converts, and reports any error, on its first call
         pass
 
@@ -328,7 +328,7 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
     real = plan.weight_value if plan.weight_value is not None else ctx.real_value(layer.weight)
     if real is None:
         return "weight not known at lowering time"
-    converted = ops.kernel_weight(real, plan.weight_form)
+    converted = weight_ops.kernel_weight(real, plan.weight_form)
     if converted.kind == "dense":
         return "weight has no packed form (exact zeros, or off its grid)"
     prefix = layer.fqn or layer.node.name

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import bitcompile
-from bitcompile import backend, ops
+from bitcompile import backend, weight_ops
 
 AOT = {"inner": "aot_eager"}
 
@@ -223,13 +223,13 @@ def test_in_place_updates_repack_and_unchanged_weights_do_not():
     x = torch.randn(2, 3, 9, 9)
     c = compiled(model)
     assert_close(c(x), model(x))
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     c(x)
     c(x)
-    assert ops.weight_cache.conversions == conversions, "an unchanged weight was packed again"
+    assert weight_ops.weight_cache.conversions == conversions, "an unchanged weight was packed again"
     model.conv2.weight.copy_(torch.randn_like(model.conv2.weight))          # copy_
     assert_close(c(x), model(x), "after copy_")
-    assert ops.weight_cache.conversions == conversions + 1
+    assert weight_ops.weight_cache.conversions == conversions + 1
     model.load_state_dict(SteCNN().state_dict())                              # load_state_dict
     assert_close(c(x), model(x), "after load_state_dict")
     with torch.enable_grad():                                                  # optimizer step
@@ -471,10 +471,10 @@ def test_weight_ops_opcheck_and_match_reference():
 def test_weight_cache_keys_on_version_and_storage():
     w = torch.randn(8, 40)
     x = torch.randn(3, 40)
-    first = ops.cached_kernel_weight(w, "ste_sign")
-    assert ops.cached_kernel_weight(w, "ste_sign") is first
+    first = weight_ops.cached_kernel_weight(w, "ste_sign")
+    assert weight_ops.cached_kernel_weight(w, "ste_sign") is first
     w.mul_(-1)
-    second = ops.cached_kernel_weight(w, "ste_sign")
+    second = weight_ops.cached_kernel_weight(w, "ste_sign")
     assert second is not first and not torch.equal(second.packed, first.packed)
     y = torch.ops.bitcompile.linear_of_weight(x, w, weight_form="ste_sign", x_form="float")
     assert_close(y, x @ torch.where(w >= 0, 1.0, -1.0).T)
@@ -529,9 +529,9 @@ def test_apot_layers_inference_and_in_place_update():
     c = compiled(model)
     assert_close(c(x), model(x))
     assert rewritten_ops() == {"0": "apot_conv2d", "3": "apot_linear", "5": "apot_linear"}
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     assert_close(c(x), model(x))
-    assert ops.weight_cache.conversions == conversions, "fake quantization ran again for unchanged weights"
+    assert weight_ops.weight_cache.conversions == conversions, "fake quantization ran again for unchanged weights"
     model[3].weight.mul_(1.7)
     model[5].alpha.mul_(0.5)  # a learned alpha below max|W|: clipped weights, still a grid
     assert_close(c(x), model(x), "after in-place updates")
@@ -567,7 +567,7 @@ def test_computed_weight_ops_opcheck_and_cache():
         def forward(self, w, s):
             return w * s
 
-    key = ops.register_weight_function(torch.fx.symbolic_trace(Double()))
+    key = weight_ops.register_weight_function(torch.fx.symbolic_trace(Double()))
     x, w, s = torch.randn(4, 33), torch.randn(9, 33), torch.tensor(2.0)
     args = (x, [w, s], key, [9, 33], torch.rand(9), torch.randn(9))
     kwargs = {"weight_form": "ste_sign", "x_form": "ste_sign", "row_scale": True}
@@ -579,11 +579,11 @@ def test_computed_weight_ops_opcheck_and_cache():
     torch.library.opcheck(torch.ops.bitcompile.conv2d_of_computed_weight.default, conv_args,
                           {"weight_form": "sign", "x_form": "sign", "pad_value": 0.0})
     s.mul_(-1)  # an input of the function changed in place: converted again
-    before = ops.weight_cache.conversions
+    before = weight_ops.weight_cache.conversions
     out = torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
-    assert ops.weight_cache.conversions == before + 1
+    assert weight_ops.weight_cache.conversions == before + 1
     torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
-    assert ops.weight_cache.conversions == before + 1
+    assert weight_ops.weight_cache.conversions == before + 1
     assert_close(out, torch.ops.bitcompile.linear_of_weight(x, w * s, *args[4:], **kwargs))
 
 
@@ -619,11 +619,11 @@ def test_cuda_reduce_overhead_replays_without_repacking():
         out = c(x)
     assert_close(out, expected)
     assert rewritten_ops()["layers.1"] == "binary_linear"
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     for _ in range(3):
         out = c(x)
     torch.cuda.synchronize()
-    assert ops.weight_cache.conversions == conversions, "a replay packed a weight again"
+    assert weight_ops.weight_cache.conversions == conversions, "a replay packed a weight again"
     assert_close(out, expected)
     x2 = torch.randn_like(x)
     assert_close(c(x2).clone(), model(x2), "new input values")
