@@ -13,7 +13,10 @@ Storage formats (SPEC.md 2.1, 2.5):
 
 Two kinds of linear/conv op:
 - inference ops take packed weights (binary_linear, binary_weight_linear, binary_conv2d,
-  apot_linear, apot_linear_int, apot_conv2d). They have no autograd: a training graph uses
+  apot_linear, apot_linear_int, apot_conv2d). They are not differentiable: called with inputs
+  that require grad (a quantize_'d model run without torch.no_grad) they return the same result
+  as without, and a backward through them raises an error naming the op and its training form
+  ("Inference ops under autograd" below). A training graph uses
 - the `*_ste` ops, which take the float latent weight, binarize and pack it inside, run the same
   kernels forward and give the straight-through-estimator gradients backward.
 
@@ -581,6 +584,66 @@ def _apot_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, di
     _check_alpha(op, x, alpha, w_packed.shape[0])
     _check_scale_bias(op, x, w_packed.shape[0], None, bias)
     return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+
+
+# ----------------------------------------------------------------------------------------------
+# Inference ops under autograd: a result, never an internal error; no gradient
+# ----------------------------------------------------------------------------------------------
+# Without an Autograd kernel the dispatcher's fallback calls the CPU/CUDA kernel with autograd
+# still on for the ATen calls inside it, and a GEMM path's at::mm_out / at::addmm_out on an input
+# that requires grad fails ("mm(): functions with out=... arguments don't support automatic
+# differentiation"; issue 12: apot_linear above 16 rows on CPU, binary_weight_linear's cuBLAS
+# path on CUDA). register_autograd gives each op an Autograd kernel that runs the device kernel
+# below autograd (torch.library's `_AutoDispatchBelowAutograd`), on CPU and CUDA alike, so every
+# path returns what it returns without grad. The ops have no gradient: a backward that reaches
+# one gets `not_differentiable`, which raises with the op's name and what to use instead. It is
+# an op, not a Python raise, so that AOTAutograd can trace a training graph around a
+# quantize_'d layer (the forward runs; only a backward that really needs the gradient fails).
+_lib.define("not_differentiable(Tensor grad, SymInt[] size, ScalarType dtype, str op, str instead) -> Tensor")
+
+
+@torch.library.impl(_lib, "not_differentiable", "CompositeExplicitAutograd")
+def _not_differentiable_impl(grad, size, dtype, op, instead):
+    raise RuntimeError(
+        f"bitcompile::{op}: this inference op (packed weight) has no gradient, and a backward pass "
+        f"needs one; train with {instead}, or run the model under torch.no_grad() / torch.inference_mode()"
+    )
+
+
+@torch.library.register_fake("bitcompile::not_differentiable")
+def _not_differentiable_fake(grad, size, dtype, op, instead):
+    return grad.new_empty(size, dtype=dtype)
+
+
+def register_not_differentiable(name: str, instead: str) -> None:
+    """Give inference op `name` an Autograd kernel: forward below autograd, backward raises."""
+
+    def setup(ctx, inputs, output, keyword_only_inputs=None):
+        ctx.metas = [(t.shape, t.dtype) if isinstance(t, Tensor) else None for t in inputs]
+
+    def backward(ctx, grad):
+        return tuple(
+            torch.ops.bitcompile.not_differentiable(grad, list(meta[0]), meta[1], name, instead)
+            if meta is not None and needed else None
+            for meta, needed in zip(ctx.metas, ctx.needs_input_grad)
+        )
+
+    torch.library.register_autograd(f"bitcompile::{name}", backward, setup_context=setup)
+
+
+_TRAINING_FORMS = {
+    "pack_signs": "a float weight (pack_signs gives integers)",
+    "pack_codes": "a float weight (pack_codes gives integers)",
+    "binary_linear": "binary_linear_ste (or ste_sign + F.linear)",
+    "binary_weight_linear": "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))",
+    "binary_conv2d": "binary_conv2d_ste (or ste_sign + F.conv2d)",
+    "apot_linear": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
+    "apot_linear_int": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
+    "apot_conv2d": "bitcompile.nn.APoTConv2d (fake quantization with an STE)",
+}
+assert set(_TRAINING_FORMS) == set(KERNEL_OPS)
+for _name, _instead in _TRAINING_FORMS.items():
+    register_not_differentiable(_name, _instead)
 
 
 # ----------------------------------------------------------------------------------------------

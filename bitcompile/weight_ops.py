@@ -25,6 +25,7 @@ from bitcompile.ops import (
     _check_scale_bias,
     _conv_output,
     _sign,
+    register_not_differentiable,
 )
 
 _lib = torch.library.Library("bitcompile", "FRAGMENT")
@@ -417,3 +418,9 @@ def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, s
     _check_conv_geometry(op, x, weight_shape[1], kernel_size, stride, padding, dilation)
     _check_scale_bias(op, x, weight_shape[0], scale, bias)
     return _conv_output(op, x, weight_shape[0], kernel_size, stride, padding, dilation)
+
+
+# Inference graphs only (the passes emit them when grad is off); with inputs that require grad they
+# still run, below autograd, and have no gradient (ops.py, "Inference ops under autograd").
+for _name in ("linear_of_weight", "conv2d_of_weight", "linear_of_computed_weight", "conv2d_of_computed_weight"):
+    register_not_differentiable(_name, "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)")
