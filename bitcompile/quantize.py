@@ -163,6 +163,8 @@ class QuantizedLinear(nn.Module):
     Buffers: w_packed, scale (binary schemes) or alpha and code_values (APoT), bias (or None).
     """
 
+    kind = "linear"  # bitcompile.explain's layer kind
+
     def __init__(self, converted: dict, bias: Optional[Tensor] = None) -> None:
         super().__init__()
         if converted.get("kind") != "linear":
@@ -196,6 +198,8 @@ class QuantizedConv2d(nn.Module):
     "binary" calls binary_conv2d (zero padding), the APoT schemes apot_conv2d; "binary_weight"
     rebuilds s(W) * scale from the packed buffer and calls F.conv2d (no binary-weight conv op).
     """
+
+    kind = "conv2d"  # bitcompile.explain's layer kind
 
     def __init__(self, converted: dict, bias: Optional[Tensor] = None, stride=(1, 1), padding=(0, 0),
                  dilation=(1, 1)) -> None:
