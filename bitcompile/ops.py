@@ -74,18 +74,21 @@ _lib.define(
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, "
     "Tensor? bias=None, *, float pad_value=0.0, bool sign_zero=False) -> Tensor"
 )
+# Training forms. sign_zero / weight_sign_zero: x / the weight came through torch.sign rather than
+# ste_sign: an exact zero contributes 0, and that operand gets torch.sign's gradient, exactly 0
+# (training graphs with torch.sign layers); scale, bias and the other operand keep theirs.
 _lib.define(
     "binary_linear_ste(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, "
-    "float clip=1.0, bool row_scale=False) -> Tensor"
+    "float clip=1.0, bool row_scale=False, bool sign_zero=False, bool weight_sign_zero=False) -> Tensor"
 )
 _lib.define(
     "binary_weight_linear_ste(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, "
-    "float clip=1.0) -> Tensor"
+    "float clip=1.0, bool weight_sign_zero=False) -> Tensor"
 )
 _lib.define(
     "binary_conv2d_ste(Tensor x, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
     "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, float pad_value=0.0, "
-    "float clip=1.0) -> Tensor"
+    "float clip=1.0, bool sign_zero=False, bool weight_sign_zero=False) -> Tensor"
 )
 # APoT: `code_values[c]` is the value of code c relative to alpha (level / alpha, signed), a
 # table of 2**bits float32; `alpha` is a scalar or one per output channel.
@@ -359,14 +362,43 @@ def _reduce_to(grad: Tensor, like: Tensor) -> Tensor:
     return grad.reshape(-1, grad.shape[-1]).sum(0).reshape(like.shape).to(like.dtype)
 
 
+def _signs(t: Tensor, sign_zero: bool) -> Tensor:
+    """torch.sign(t) (0 at 0) when t came through torch.sign, else s(t) (+1 at 0)."""
+    return torch.sign(t) if sign_zero else _sign(t)
+
+
+def _has_zero(weight: Tensor, weight_sign_zero: bool) -> bool:
+    """A torch.sign weight with an exact zero: packed signs cannot hold its 0 (SPEC 2.1), so that
+    call runs dense (one check a call: a training step changes the weight)."""
+    return weight_sign_zero and bool((weight == 0).any())
+
+
+def _scaled(y: Tensor, scale: Optional[Tensor], bias: Optional[Tensor], channel_dim: int) -> Tensor:
+    """y * scale + bias, scale / bias per output channel (dimension channel_dim of y) or scalar."""
+    shape = [1] * y.dim()
+    shape[channel_dim] = -1
+    if scale is not None:
+        y = y * (scale.to(torch.float32).reshape(shape) if scale.numel() > 1 else scale.to(torch.float32).reshape(()))
+    return y if bias is None else y + bias.to(torch.float32).reshape(shape)
+
+
 @torch.library.impl(_lib, "binary_linear_ste", "CompositeExplicitAutograd")
-def _binary_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
+def _binary_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                            weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        xf = x.to(torch.float32)
+        y = _signs(xf, sign_zero) @ torch.sign(weight).to(torch.float32).T
+        if row_scale:
+            y = y * xf.abs().mean(-1, keepdim=True)
+        return _scaled(y, scale, bias, -1).to(x.dtype)
     packed = torch.ops.bitcompile.pack_signs(weight)
-    return torch.ops.bitcompile.binary_linear(x, packed, weight.shape[1], scale, bias, row_scale=row_scale)
+    return torch.ops.bitcompile.binary_linear(x, packed, weight.shape[1], scale, bias, sign_zero=sign_zero,
+                                              row_scale=row_scale)
 
 
 @torch.library.register_fake("bitcompile::binary_linear_ste")
-def _binary_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
+def _binary_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                            weight_sign_zero=False):
     op = "binary_linear_ste"
     _check_float_input(op, x)
     _check(weight.dim() == 2, op, lambda: f"weight must be 2-D, got {weight.dim()}-D")
@@ -379,6 +411,8 @@ def _binary_linear_ste_setup(ctx, inputs, keyword_only_inputs, output):
     x, weight, scale, bias = (list(inputs) + [None, None])[:4]
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
     ctx.row_scale = keyword_only_inputs.get("row_scale", False)
+    ctx.sign_zero = keyword_only_inputs.get("sign_zero", False)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -387,18 +421,22 @@ def _binary_linear_ste_backward(ctx, grad):
     x, weight, scale = ctx.saved_tensors
     compute = torch.float32
     g = grad.to(compute)
-    sx, sw = _sign(x).to(compute), _sign(weight).to(compute)
+    sx, sw = _signs(x, ctx.sign_zero).to(compute), _signs(weight, ctx.weight_sign_zero).to(compute)
     dot = sx @ sw.T  # integer valued
     factor = torch.ones((), dtype=compute, device=x.device)
     if scale is not None:
         factor = scale.to(compute).reshape(-1) if scale.numel() > 1 else scale.to(compute).reshape(())
     row = x.to(compute).abs().mean(-1, keepdim=True) if ctx.row_scale else None
     g_dot = g * factor if row is None else g * factor * row  # dL/d dot
-    grad_x = (g_dot @ sw) * _window(x, ctx.clip).to(compute)
+    # torch.sign's gradient is 0: a torch.sign operand gets 0 from the dot product
+    grad_x = torch.zeros_like(x, dtype=compute) if ctx.sign_zero else (g_dot @ sw) * _window(x, ctx.clip).to(compute)
     if row is not None:  # d mean|x| / dx = sign(x) / K (0 at x = 0, as autograd's abs)
         g_row = (g * factor * dot).sum(-1, keepdim=True)
         grad_x = grad_x + g_row * torch.sign(x).to(compute) / x.shape[-1]
-    grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ sx.reshape(-1, x.shape[-1])) * _window(weight, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ sx.reshape(-1, x.shape[-1])) * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[2]:
         grad_scale = _reduce_to(g * dot * (1 if row is None else row), scale)
@@ -412,19 +450,23 @@ torch.library.register_autograd(
 
 
 @torch.library.impl(_lib, "binary_weight_linear_ste", "CompositeExplicitAutograd")
-def _binary_weight_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0):
+def _binary_weight_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        y = x.to(torch.float32) @ torch.sign(weight).to(torch.float32).T
+        return _scaled(y, scale, bias, -1).to(x.dtype)
     packed = torch.ops.bitcompile.pack_signs(weight)
     return torch.ops.bitcompile.binary_weight_linear(x, packed, weight.shape[1], scale, bias)
 
 
 @torch.library.register_fake("bitcompile::binary_weight_linear_ste")
-def _binary_weight_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0):
+def _binary_weight_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
     return _binary_linear_ste_fake(x, weight, scale, bias)
 
 
 def _binary_weight_linear_ste_setup(ctx, inputs, keyword_only_inputs, output):
     x, weight, scale, bias = (list(inputs) + [None, None])[:4]
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -433,14 +475,17 @@ def _binary_weight_linear_ste_backward(ctx, grad):
     x, weight, scale = ctx.saved_tensors
     compute = torch.float32
     g = grad.to(compute)
-    sw = _sign(weight).to(compute)
+    sw = _signs(weight, ctx.weight_sign_zero).to(compute)
     factor = torch.ones((), dtype=compute, device=x.device)
     if scale is not None:
         factor = scale.to(compute).reshape(-1) if scale.numel() > 1 else scale.to(compute).reshape(())
     g_dot = g * factor
     grad_x = g_dot @ sw
     x2 = x.to(compute).reshape(-1, x.shape[-1])
-    grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ x2) * _window(weight, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:  # torch.sign's gradient
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ x2) * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[2]:
         grad_scale = _reduce_to(g * (x.to(compute) @ sw.T), scale)
@@ -455,25 +500,33 @@ torch.library.register_autograd(
 )
 
 
-def _padded_signs(x: Tensor, padding: Sequence[int], pad_value: float) -> Tensor:
-    """s(x) with the conv's padding made explicit (value 0, +1 or -1), as float."""
-    signs = _sign(x)
+def _padded_signs(x: Tensor, padding: Sequence[int], pad_value: float, sign_zero: bool = False) -> Tensor:
+    """s(x) (torch.sign(x) with sign_zero) with the conv's padding made explicit (value 0, +1 or -1)."""
+    signs = _signs(x, sign_zero)
     if padding[0] == 0 and padding[1] == 0:
         return signs
     return torch.nn.functional.pad(signs, (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
 
 
 @torch.library.impl(_lib, "binary_conv2d_ste", "CompositeExplicitAutograd")
-def _binary_conv2d_ste_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0):
+def _binary_conv2d_ste_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0,
+                            sign_zero=False, weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        signs = _padded_signs(x.to(torch.float32), padding, pad_value, sign_zero)
+        y = torch.nn.functional.conv2d(signs, torch.sign(weight).to(torch.float32), None, list(stride), 0,
+                                       list(dilation))
+        y = _scaled(y, scale, bias, 1).to(x.dtype)
+        return y.contiguous(memory_format=torch._prims_common.suggest_memory_format(x))
     packed = torch.ops.bitcompile.pack_signs(weight.permute(0, 2, 3, 1))
     return torch.ops.bitcompile.binary_conv2d(
         x, packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride, padding, dilation, scale, bias,
-        pad_value=pad_value,
+        pad_value=pad_value, sign_zero=sign_zero,
     )
 
 
 @torch.library.register_fake("bitcompile::binary_conv2d_ste")
-def _binary_conv2d_ste_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0):
+def _binary_conv2d_ste_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0,
+                            sign_zero=False, weight_sign_zero=False):
     op = "binary_conv2d_ste"
     _check_float_input(op, x)
     _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
@@ -488,6 +541,8 @@ def _binary_conv2d_ste_setup(ctx, inputs, keyword_only_inputs, output):
     ctx.geometry = (list(stride), list(padding), list(dilation))
     ctx.pad_value = keyword_only_inputs.get("pad_value", 0.0)
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
+    ctx.sign_zero = keyword_only_inputs.get("sign_zero", False)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -497,17 +552,23 @@ def _binary_conv2d_ste_backward(ctx, grad):
     stride, padding, dilation = ctx.geometry
     compute = torch.float32
     g = grad.to(compute)
-    sx = _padded_signs(x.to(compute), padding, ctx.pad_value)
-    sw = _sign(weight).to(compute)
+    sx = _padded_signs(x.to(compute), padding, ctx.pad_value, ctx.sign_zero)
+    sw = _signs(weight, ctx.weight_sign_zero).to(compute)
     factor = None
     if scale is not None:
         factor = scale.to(compute).reshape(1, -1, 1, 1) if scale.numel() > 1 else scale.to(compute).reshape(())
     g_dot = g if factor is None else g * factor
-    grad_sx = torch.nn.grad.conv2d_input(sx.shape, sw, g_dot, stride=stride, padding=0, dilation=dilation)
-    grad_sx = grad_sx[:, :, padding[0]: padding[0] + x.shape[2], padding[1]: padding[1] + x.shape[3]]
-    grad_x = grad_sx * _window(x, ctx.clip).to(compute)
-    grad_w = torch.nn.grad.conv2d_weight(sx, sw.shape, g_dot, stride=stride, padding=0, dilation=dilation)
-    grad_w = grad_w * _window(weight, ctx.clip).to(compute)
+    if ctx.sign_zero:  # torch.sign's gradient
+        grad_x = torch.zeros_like(x, dtype=compute)
+    else:
+        grad_sx = torch.nn.grad.conv2d_input(sx.shape, sw, g_dot, stride=stride, padding=0, dilation=dilation)
+        grad_sx = grad_sx[:, :, padding[0]: padding[0] + x.shape[2], padding[1]: padding[1] + x.shape[3]]
+        grad_x = grad_sx * _window(x, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = torch.nn.grad.conv2d_weight(sx, sw.shape, g_dot, stride=stride, padding=0, dilation=dilation)
+        grad_w = grad_w * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[5]:
         dot = torch.nn.functional.conv2d(sx, sw, stride=stride, dilation=dilation)
@@ -683,21 +744,28 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=
     )
 
 
-def binary_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
-    """binary_linear on a float latent weight, with straight-through gradients for x and W."""
-    return torch.ops.bitcompile.binary_linear_ste(x, weight, scale, bias, clip=clip, row_scale=row_scale)
+def binary_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                      weight_sign_zero=False):
+    """binary_linear on a float latent weight, with straight-through gradients for x and W
+    (torch.sign's, 0, for an operand marked sign_zero / weight_sign_zero)."""
+    return torch.ops.bitcompile.binary_linear_ste(x, weight, scale, bias, clip=clip, row_scale=row_scale,
+                                                  sign_zero=sign_zero, weight_sign_zero=weight_sign_zero)
 
 
-def binary_weight_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0):
-    """binary_weight_linear on a float latent weight, with straight-through gradients for W."""
-    return torch.ops.bitcompile.binary_weight_linear_ste(x, weight, scale, bias, clip=clip)
+def binary_weight_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
+    """binary_weight_linear on a float latent weight, with straight-through gradients for W
+    (torch.sign's, 0, with weight_sign_zero)."""
+    return torch.ops.bitcompile.binary_weight_linear_ste(x, weight, scale, bias, clip=clip,
+                                                         weight_sign_zero=weight_sign_zero)
 
 
 def binary_conv2d_ste(x, weight, stride=(1, 1), padding=(0, 0), dilation=(1, 1), scale=None, bias=None, *,
-                      pad_value=0.0, clip=1.0):
-    """binary_conv2d on a float latent weight, with straight-through gradients for x and W."""
+                      pad_value=0.0, clip=1.0, sign_zero=False, weight_sign_zero=False):
+    """binary_conv2d on a float latent weight, with straight-through gradients for x and W
+    (torch.sign's, 0, for an operand marked sign_zero / weight_sign_zero)."""
     return torch.ops.bitcompile.binary_conv2d_ste(
-        x, weight, list(stride), list(padding), list(dilation), scale, bias, pad_value=pad_value, clip=clip
+        x, weight, list(stride), list(padding), list(dilation), scale, bias, pad_value=pad_value, clip=clip,
+        sign_zero=sign_zero, weight_sign_zero=weight_sign_zero,
     )
 
 

@@ -316,6 +316,63 @@ def test_training_binary_conv_layers_of_bitcompile_nn():
         assert rewritten_ops() == {"0": "binary_conv2d", "2": "binary_conv2d"}
 
 
+class TorchSignNet(nn.Module):
+    """Layers binarized by torch.sign (issue 12, finding 4): a conv of torch.sign(h) and
+    torch.sign(W), a weight-only linear on torch.sign(W), a linear of torch.sign(x) and ste_sign(W),
+    and one of torch.sign on both sides; scales and biases are parameters, the rest float layers.
+    h comes out of a ReLU, so torch.sign(h) has exact zeros; conv.weight has an exact zero too."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        with torch.no_grad():
+            self.conv.weight[0, 0, 0, 0] = 0.0
+        self.conv_scale = nn.Parameter(torch.rand(8) + 0.5)
+        self.conv_bias = nn.Parameter(torch.randn(8))
+        self.weight_only = nn.Linear(8, 16)
+        self.alpha = nn.Parameter(torch.rand(16) + 0.5)
+        self.mixed = nn.Linear(16, 16, bias=False)
+        self.both = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = F.conv2d(torch.sign(h), torch.sign(self.conv.weight), padding=1)
+        h = h * self.conv_scale.view(1, -1, 1, 1) + self.conv_bias.view(1, -1, 1, 1)
+        h = torch.relu(h).mean((2, 3))
+        h = F.linear(h, torch.sign(self.weight_only.weight)) * self.alpha + self.weight_only.bias
+        h = torch.relu(F.linear(torch.sign(h), bitcompile.ste_sign(self.mixed.weight)))
+        h = F.linear(torch.sign(h - 0.5), torch.sign(self.both.weight), self.both.bias)
+        return self.head(h)
+
+
+def test_training_graph_rewrites_torch_sign_layers():
+    """Each torch.sign layer runs on a binary op in the training graph; its signed operands get
+    torch.sign's gradient, exactly 0, and every parameter matches eager after three SGD steps."""
+    eager = TorchSignNet().eval()  # eval mode, called with grad enabled: still a training graph
+    model = copy.deepcopy(eager)
+    x, target = torch.randn(4, 3, 8, 8), torch.randn(4, 4)
+    step = compiled(model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager)]
+    for _ in range(3):
+        for m, call, optimizer in ((model, step, optimizers[0]), (eager, eager, optimizers[1])):
+            optimizer.zero_grad()
+            F.mse_loss(call(x), target).backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            assert_close(p.grad, q.grad, f"grad of {name}")
+        for name in ("conv.weight", "weight_only.weight", "both.weight", "stem.weight"):
+            assert torch.count_nonzero(model.get_parameter(name).grad) == 0, f"{name}: torch.sign's gradient is 0"
+        for optimizer in optimizers:
+            optimizer.step()
+    assert rewritten_ops() == {"conv": "binary_conv2d_ste", "weight_only": "binary_weight_linear_ste",
+                               "mixed": "binary_linear_ste", "both": "binary_linear_ste"}, backend.last_report
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert_close(p, q, name)
+    report = bitcompile.explain(model, x)
+    assert len(report.rewritten) == 4, str(report)
+
+
 # ----------------------------------------------------------------------------------------------
 # Graph capture modes
 # ----------------------------------------------------------------------------------------------
