@@ -6,6 +6,7 @@ backend; it compiles nothing. Kernels are built on first use (see bitcompile._bu
 
 from bitcompile import ops
 from bitcompile.ops import ste_sign
+from bitcompile import weight_ops  # noqa: F401  (registers the backend's run-time weight ops)
 from bitcompile import backend  # noqa: F401  (registers backend="bitcompile")
 from bitcompile import apot, compat, nn  # noqa: F401  (plain PyTorch: nothing compiles)
 from bitcompile.export import lower

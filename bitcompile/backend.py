@@ -6,7 +6,7 @@ Graph kind (decided per Dynamo graph, at compile time): a *training* graph is on
 grad enabled and at least one input (a parameter, usually) that requires grad. Dynamo guards
 on grad mode and on requires_grad, so the same code under torch.no_grad() compiles again, as an
 inference graph. Training graphs get the STE ops on the float latent weights; inference graphs
-get the run-time packing ops (weights converted once per weight version, see ops.py).
+get the run-time packing ops (weights converted once per weight version, see weight_ops.py).
 
 Registration: the entry point (pyproject.toml, group torch_dynamo_backends) makes
 backend="bitcompile" work without `import bitcompile`; `import bitcompile` registers the

@@ -7,8 +7,14 @@
 It captures the model with Dynamo (as torch.compile would, in the current grad mode: with grad
 enabled and trainable parameters you see the training graph's STE ops, under torch.no_grad() the
 inference ops) and runs the passes in a recording mode that decides but rewrites nothing. The
-captured graphs run as plain PyTorch on a copy of the model, so no bitcompile kernel is built or
-run and the model's own state (a first-forward initialization, say) is left alone.
+captured graphs run on a copy of the model, so the model's own state (a first-forward
+initialization, say) is left alone; only layers that already call bitcompile ops (quantize_'d
+modules) run a bitcompile kernel.
+Every layer that runs on a bitcompile op is in the report: the layers the passes find, and the
+modules bitcompile.quantize_ converted (action "quantized", their op and scheme), which reach
+the graph as bitcompile op calls rather than Linear/Conv2d. Modules compiled with torch.compile
+(the model itself or a submodule) are explained from their original module, under their plain
+names.
 An ExportedProgram can be explained too: that reports what bitcompile.lower would do.
 """
 
@@ -41,6 +47,10 @@ class Report:
     def skipped(self) -> list:
         return [e for e in self.entries if e.action == "skipped"]
 
+    @property
+    def quantized(self) -> list:
+        return [e for e in self.entries if e.action == "quantized"]
+
     def __str__(self) -> str:
         rows = [[str(getattr(e, c)) if getattr(e, c) is not None else "-" for c in _COLUMNS] for e in self.entries]
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(_COLUMNS)]
@@ -48,8 +58,14 @@ class Report:
         def line(cells):
             return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
 
-        lines = [f"bitcompile: {len(self.rewritten)} of {len(self.entries)} layers rewritten "
-                 f"({self.graph_kind}, {self.graphs} graph{'s' if self.graphs != 1 else ''})",
+        graphs = f"{self.graph_kind}, {self.graphs} graph{'s' if self.graphs != 1 else ''}"
+        if self.quantized:
+            done = len(self.rewritten) + len(self.quantized)
+            title = (f"bitcompile: {done} of {len(self.entries)} layers rewritten or quantized "
+                     f"({len(self.rewritten)} rewritten, {len(self.quantized)} quantized by quantize_; {graphs})")
+        else:
+            title = f"bitcompile: {len(self.rewritten)} of {len(self.entries)} layers rewritten ({graphs})"
+        lines = [title,
                  line(_COLUMNS), line("-" * w for w in widths)]
         lines += [line(r) for r in rows]
         return "\n".join(lines)
@@ -77,10 +93,59 @@ def explain(model, *example_inputs: Any, **options) -> Report:
         kinds.append("training" if ctx.training else "inference")
         return gm.forward
 
-    subject = copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model
+    subject = _uncompiled_copy(model) if isinstance(model, torch.nn.Module) else model
     torch.compile(subject, backend=recording_backend)(*example_inputs)
     graph_kind = " + ".join(sorted(set(kinds))) + " graph" if kinds else "no graph"
+    if isinstance(subject, torch.nn.Module):
+        entries = _with_quantized_modules(subject, entries)
     return Report(entries, len(kinds), graph_kind)
+
+
+def _uncompiled_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A deep copy of the model with every torch.compile'd module (OptimizedModule) replaced by its
+    original module: the recording compile then sees their layers, named without `_orig_mod`."""
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    def original(module):
+        while isinstance(module, OptimizedModule):
+            module = module._orig_mod
+        return module
+
+    subject = copy.deepcopy(original(model))
+    for parent in list(subject.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, OptimizedModule):
+                setattr(parent, name, original(child))
+    return subject
+
+
+def _quantized_op(module) -> str:
+    """The op a QuantizedLinear / QuantizedConv2d forward calls (quantize.py)."""
+    if module.scheme in ("apot3", "apot4", "apot5"):
+        return "apot_linear" if module.kind == "linear" else "apot_conv2d"
+    if module.kind == "conv2d":
+        return "binary_conv2d" if module.scheme == "binary" else "conv2d"  # binary_weight: F.conv2d on s(W) * alpha
+    return "binary_linear" if module.scheme == "binary" else "binary_weight_linear"
+
+
+def _with_quantized_modules(subject: torch.nn.Module, entries: list) -> list:
+    """The graph's entries plus one "quantized" entry per quantize_'d module, in module order."""
+    from bitcompile.passes.context import Entry
+    from bitcompile.quantize import QuantizedConv2d, QuantizedLinear
+
+    order = {name: i for i, (name, _) in enumerate(subject.named_modules())}
+    quantized = []
+    for name, module in subject.named_modules():
+        if isinstance(module, (QuantizedLinear, QuantizedConv2d)):
+            op = _quantized_op(module)
+            how = "packed weight" if op != "conv2d" else "packed weight, run as F.conv2d on s(W) * alpha"
+            quantized.append(Entry(name, module.kind, "quantized", op, f"quantize_ {module.scheme}: {how}",
+                                   scheme=module.scheme))
+    names = {e.name for e in quantized}
+    # A quantized conv of scheme binary_weight reaches the graph as a conv2d on a computed weight:
+    # its quantized entry describes it.
+    merged = [e for e in entries if e.name not in names] + quantized
+    return sorted(merged, key=lambda e: order.get(e.name, len(order)))
 
 
 def _explain_exported(ep, options) -> Report:

@@ -13,9 +13,16 @@ Storage formats (SPEC.md 2.1, 2.5):
 
 Two kinds of linear/conv op:
 - inference ops take packed weights (binary_linear, binary_weight_linear, binary_conv2d,
-  apot_linear, apot_linear_int, apot_conv2d). They have no autograd: a training graph uses
+  apot_linear, apot_linear_int, apot_conv2d). They are not differentiable: called with inputs
+  that require grad (a quantize_'d model run without torch.no_grad) they return the same result
+  as without, and a backward through them raises an error naming the op and its training form
+  ("Inference ops under autograd" below). A training graph uses
 - the `*_ste` ops, which take the float latent weight, binarize and pack it inside, run the same
   kernels forward and give the straight-through-estimator gradients backward.
+
+The backend's run-time weight ops (linear_of_weight, ...) are in weight_ops.py, above this file
+and quantize.py, whose conversion they reuse. This file imports nothing of bitcompile but _build:
+it is the bottom layer every other module builds on.
 """
 
 from __future__ import annotations
@@ -67,18 +74,21 @@ _lib.define(
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, "
     "Tensor? bias=None, *, float pad_value=0.0, bool sign_zero=False) -> Tensor"
 )
+# Training forms. sign_zero / weight_sign_zero: x / the weight came through torch.sign rather than
+# ste_sign: an exact zero contributes 0, and that operand gets torch.sign's gradient, exactly 0
+# (training graphs with torch.sign layers); scale, bias and the other operand keep theirs.
 _lib.define(
     "binary_linear_ste(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, "
-    "float clip=1.0, bool row_scale=False) -> Tensor"
+    "float clip=1.0, bool row_scale=False, bool sign_zero=False, bool weight_sign_zero=False) -> Tensor"
 )
 _lib.define(
     "binary_weight_linear_ste(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, "
-    "float clip=1.0) -> Tensor"
+    "float clip=1.0, bool weight_sign_zero=False) -> Tensor"
 )
 _lib.define(
     "binary_conv2d_ste(Tensor x, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
     "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, float pad_value=0.0, "
-    "float clip=1.0) -> Tensor"
+    "float clip=1.0, bool sign_zero=False, bool weight_sign_zero=False) -> Tensor"
 )
 # APoT: `code_values[c]` is the value of code c relative to alpha (level / alpha, signed), a
 # table of 2**bits float32; `alpha` is a scalar or one per output channel.
@@ -352,14 +362,43 @@ def _reduce_to(grad: Tensor, like: Tensor) -> Tensor:
     return grad.reshape(-1, grad.shape[-1]).sum(0).reshape(like.shape).to(like.dtype)
 
 
+def _signs(t: Tensor, sign_zero: bool) -> Tensor:
+    """torch.sign(t) (0 at 0) when t came through torch.sign, else s(t) (+1 at 0)."""
+    return torch.sign(t) if sign_zero else _sign(t)
+
+
+def _has_zero(weight: Tensor, weight_sign_zero: bool) -> bool:
+    """A torch.sign weight with an exact zero: packed signs cannot hold its 0 (SPEC 2.1), so that
+    call runs dense (one check a call: a training step changes the weight)."""
+    return weight_sign_zero and bool((weight == 0).any())
+
+
+def _scaled(y: Tensor, scale: Optional[Tensor], bias: Optional[Tensor], channel_dim: int) -> Tensor:
+    """y * scale + bias, scale / bias per output channel (dimension channel_dim of y) or scalar."""
+    shape = [1] * y.dim()
+    shape[channel_dim] = -1
+    if scale is not None:
+        y = y * (scale.to(torch.float32).reshape(shape) if scale.numel() > 1 else scale.to(torch.float32).reshape(()))
+    return y if bias is None else y + bias.to(torch.float32).reshape(shape)
+
+
 @torch.library.impl(_lib, "binary_linear_ste", "CompositeExplicitAutograd")
-def _binary_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
+def _binary_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                            weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        xf = x.to(torch.float32)
+        y = _signs(xf, sign_zero) @ torch.sign(weight).to(torch.float32).T
+        if row_scale:
+            y = y * xf.abs().mean(-1, keepdim=True)
+        return _scaled(y, scale, bias, -1).to(x.dtype)
     packed = torch.ops.bitcompile.pack_signs(weight)
-    return torch.ops.bitcompile.binary_linear(x, packed, weight.shape[1], scale, bias, row_scale=row_scale)
+    return torch.ops.bitcompile.binary_linear(x, packed, weight.shape[1], scale, bias, sign_zero=sign_zero,
+                                              row_scale=row_scale)
 
 
 @torch.library.register_fake("bitcompile::binary_linear_ste")
-def _binary_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
+def _binary_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                            weight_sign_zero=False):
     op = "binary_linear_ste"
     _check_float_input(op, x)
     _check(weight.dim() == 2, op, lambda: f"weight must be 2-D, got {weight.dim()}-D")
@@ -372,6 +411,8 @@ def _binary_linear_ste_setup(ctx, inputs, keyword_only_inputs, output):
     x, weight, scale, bias = (list(inputs) + [None, None])[:4]
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
     ctx.row_scale = keyword_only_inputs.get("row_scale", False)
+    ctx.sign_zero = keyword_only_inputs.get("sign_zero", False)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -380,18 +421,22 @@ def _binary_linear_ste_backward(ctx, grad):
     x, weight, scale = ctx.saved_tensors
     compute = torch.float32
     g = grad.to(compute)
-    sx, sw = _sign(x).to(compute), _sign(weight).to(compute)
+    sx, sw = _signs(x, ctx.sign_zero).to(compute), _signs(weight, ctx.weight_sign_zero).to(compute)
     dot = sx @ sw.T  # integer valued
     factor = torch.ones((), dtype=compute, device=x.device)
     if scale is not None:
         factor = scale.to(compute).reshape(-1) if scale.numel() > 1 else scale.to(compute).reshape(())
     row = x.to(compute).abs().mean(-1, keepdim=True) if ctx.row_scale else None
     g_dot = g * factor if row is None else g * factor * row  # dL/d dot
-    grad_x = (g_dot @ sw) * _window(x, ctx.clip).to(compute)
+    # torch.sign's gradient is 0: a torch.sign operand gets 0 from the dot product
+    grad_x = torch.zeros_like(x, dtype=compute) if ctx.sign_zero else (g_dot @ sw) * _window(x, ctx.clip).to(compute)
     if row is not None:  # d mean|x| / dx = sign(x) / K (0 at x = 0, as autograd's abs)
         g_row = (g * factor * dot).sum(-1, keepdim=True)
         grad_x = grad_x + g_row * torch.sign(x).to(compute) / x.shape[-1]
-    grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ sx.reshape(-1, x.shape[-1])) * _window(weight, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ sx.reshape(-1, x.shape[-1])) * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[2]:
         grad_scale = _reduce_to(g * dot * (1 if row is None else row), scale)
@@ -405,19 +450,23 @@ torch.library.register_autograd(
 
 
 @torch.library.impl(_lib, "binary_weight_linear_ste", "CompositeExplicitAutograd")
-def _binary_weight_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0):
+def _binary_weight_linear_ste_impl(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        y = x.to(torch.float32) @ torch.sign(weight).to(torch.float32).T
+        return _scaled(y, scale, bias, -1).to(x.dtype)
     packed = torch.ops.bitcompile.pack_signs(weight)
     return torch.ops.bitcompile.binary_weight_linear(x, packed, weight.shape[1], scale, bias)
 
 
 @torch.library.register_fake("bitcompile::binary_weight_linear_ste")
-def _binary_weight_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0):
+def _binary_weight_linear_ste_fake(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
     return _binary_linear_ste_fake(x, weight, scale, bias)
 
 
 def _binary_weight_linear_ste_setup(ctx, inputs, keyword_only_inputs, output):
     x, weight, scale, bias = (list(inputs) + [None, None])[:4]
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -426,14 +475,17 @@ def _binary_weight_linear_ste_backward(ctx, grad):
     x, weight, scale = ctx.saved_tensors
     compute = torch.float32
     g = grad.to(compute)
-    sw = _sign(weight).to(compute)
+    sw = _signs(weight, ctx.weight_sign_zero).to(compute)
     factor = torch.ones((), dtype=compute, device=x.device)
     if scale is not None:
         factor = scale.to(compute).reshape(-1) if scale.numel() > 1 else scale.to(compute).reshape(())
     g_dot = g * factor
     grad_x = g_dot @ sw
     x2 = x.to(compute).reshape(-1, x.shape[-1])
-    grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ x2) * _window(weight, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:  # torch.sign's gradient
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = (g_dot.reshape(-1, g.shape[-1]).T @ x2) * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[2]:
         grad_scale = _reduce_to(g * (x.to(compute) @ sw.T), scale)
@@ -448,25 +500,33 @@ torch.library.register_autograd(
 )
 
 
-def _padded_signs(x: Tensor, padding: Sequence[int], pad_value: float) -> Tensor:
-    """s(x) with the conv's padding made explicit (value 0, +1 or -1), as float."""
-    signs = _sign(x)
+def _padded_signs(x: Tensor, padding: Sequence[int], pad_value: float, sign_zero: bool = False) -> Tensor:
+    """s(x) (torch.sign(x) with sign_zero) with the conv's padding made explicit (value 0, +1 or -1)."""
+    signs = _signs(x, sign_zero)
     if padding[0] == 0 and padding[1] == 0:
         return signs
     return torch.nn.functional.pad(signs, (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
 
 
 @torch.library.impl(_lib, "binary_conv2d_ste", "CompositeExplicitAutograd")
-def _binary_conv2d_ste_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0):
+def _binary_conv2d_ste_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0,
+                            sign_zero=False, weight_sign_zero=False):
+    if _has_zero(weight, weight_sign_zero):
+        signs = _padded_signs(x.to(torch.float32), padding, pad_value, sign_zero)
+        y = torch.nn.functional.conv2d(signs, torch.sign(weight).to(torch.float32), None, list(stride), 0,
+                                       list(dilation))
+        y = _scaled(y, scale, bias, 1).to(x.dtype)
+        return y.contiguous(memory_format=torch._prims_common.suggest_memory_format(x))
     packed = torch.ops.bitcompile.pack_signs(weight.permute(0, 2, 3, 1))
     return torch.ops.bitcompile.binary_conv2d(
         x, packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride, padding, dilation, scale, bias,
-        pad_value=pad_value,
+        pad_value=pad_value, sign_zero=sign_zero,
     )
 
 
 @torch.library.register_fake("bitcompile::binary_conv2d_ste")
-def _binary_conv2d_ste_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0):
+def _binary_conv2d_ste_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, pad_value=0.0, clip=1.0,
+                            sign_zero=False, weight_sign_zero=False):
     op = "binary_conv2d_ste"
     _check_float_input(op, x)
     _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
@@ -481,6 +541,8 @@ def _binary_conv2d_ste_setup(ctx, inputs, keyword_only_inputs, output):
     ctx.geometry = (list(stride), list(padding), list(dilation))
     ctx.pad_value = keyword_only_inputs.get("pad_value", 0.0)
     ctx.clip = keyword_only_inputs.get("clip", 1.0)
+    ctx.sign_zero = keyword_only_inputs.get("sign_zero", False)
+    ctx.weight_sign_zero = keyword_only_inputs.get("weight_sign_zero", False)
     ctx.has_bias = bias is not None
     ctx.save_for_backward(x, weight, scale)
 
@@ -490,17 +552,23 @@ def _binary_conv2d_ste_backward(ctx, grad):
     stride, padding, dilation = ctx.geometry
     compute = torch.float32
     g = grad.to(compute)
-    sx = _padded_signs(x.to(compute), padding, ctx.pad_value)
-    sw = _sign(weight).to(compute)
+    sx = _padded_signs(x.to(compute), padding, ctx.pad_value, ctx.sign_zero)
+    sw = _signs(weight, ctx.weight_sign_zero).to(compute)
     factor = None
     if scale is not None:
         factor = scale.to(compute).reshape(1, -1, 1, 1) if scale.numel() > 1 else scale.to(compute).reshape(())
     g_dot = g if factor is None else g * factor
-    grad_sx = torch.nn.grad.conv2d_input(sx.shape, sw, g_dot, stride=stride, padding=0, dilation=dilation)
-    grad_sx = grad_sx[:, :, padding[0]: padding[0] + x.shape[2], padding[1]: padding[1] + x.shape[3]]
-    grad_x = grad_sx * _window(x, ctx.clip).to(compute)
-    grad_w = torch.nn.grad.conv2d_weight(sx, sw.shape, g_dot, stride=stride, padding=0, dilation=dilation)
-    grad_w = grad_w * _window(weight, ctx.clip).to(compute)
+    if ctx.sign_zero:  # torch.sign's gradient
+        grad_x = torch.zeros_like(x, dtype=compute)
+    else:
+        grad_sx = torch.nn.grad.conv2d_input(sx.shape, sw, g_dot, stride=stride, padding=0, dilation=dilation)
+        grad_sx = grad_sx[:, :, padding[0]: padding[0] + x.shape[2], padding[1]: padding[1] + x.shape[3]]
+        grad_x = grad_sx * _window(x, ctx.clip).to(compute)
+    if ctx.weight_sign_zero:
+        grad_w = torch.zeros_like(weight, dtype=compute)
+    else:
+        grad_w = torch.nn.grad.conv2d_weight(sx, sw.shape, g_dot, stride=stride, padding=0, dilation=dilation)
+        grad_w = grad_w * _window(weight, ctx.clip).to(compute)
     grad_scale = None
     if scale is not None and ctx.needs_input_grad[5]:
         dot = torch.nn.functional.conv2d(sx, sw, stride=stride, dilation=dilation)
@@ -580,6 +648,66 @@ def _apot_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, di
 
 
 # ----------------------------------------------------------------------------------------------
+# Inference ops under autograd: a result, never an internal error; no gradient
+# ----------------------------------------------------------------------------------------------
+# Without an Autograd kernel the dispatcher's fallback calls the CPU/CUDA kernel with autograd
+# still on for the ATen calls inside it, and a GEMM path's at::mm_out / at::addmm_out on an input
+# that requires grad fails ("mm(): functions with out=... arguments don't support automatic
+# differentiation"; issue 12: apot_linear above 16 rows on CPU, binary_weight_linear's cuBLAS
+# path on CUDA). register_autograd gives each op an Autograd kernel that runs the device kernel
+# below autograd (torch.library's `_AutoDispatchBelowAutograd`), on CPU and CUDA alike, so every
+# path returns what it returns without grad. The ops have no gradient: a backward that reaches
+# one gets `not_differentiable`, which raises with the op's name and what to use instead. It is
+# an op, not a Python raise, so that AOTAutograd can trace a training graph around a
+# quantize_'d layer (the forward runs; only a backward that really needs the gradient fails).
+_lib.define("not_differentiable(Tensor grad, SymInt[] size, ScalarType dtype, str op, str instead) -> Tensor")
+
+
+@torch.library.impl(_lib, "not_differentiable", "CompositeExplicitAutograd")
+def _not_differentiable_impl(grad, size, dtype, op, instead):
+    raise RuntimeError(
+        f"bitcompile::{op}: this inference op (packed weight) has no gradient, and a backward pass "
+        f"needs one; train with {instead}, or run the model under torch.no_grad() / torch.inference_mode()"
+    )
+
+
+@torch.library.register_fake("bitcompile::not_differentiable")
+def _not_differentiable_fake(grad, size, dtype, op, instead):
+    return grad.new_empty(size, dtype=dtype)
+
+
+def register_not_differentiable(name: str, instead: str) -> None:
+    """Give inference op `name` an Autograd kernel: forward below autograd, backward raises."""
+
+    def setup(ctx, inputs, output, keyword_only_inputs=None):
+        ctx.metas = [(t.shape, t.dtype) if isinstance(t, Tensor) else None for t in inputs]
+
+    def backward(ctx, grad):
+        return tuple(
+            torch.ops.bitcompile.not_differentiable(grad, list(meta[0]), meta[1], name, instead)
+            if meta is not None and needed else None
+            for meta, needed in zip(ctx.metas, ctx.needs_input_grad)
+        )
+
+    torch.library.register_autograd(f"bitcompile::{name}", backward, setup_context=setup)
+
+
+_TRAINING_FORMS = {
+    "pack_signs": "a float weight (pack_signs gives integers)",
+    "pack_codes": "a float weight (pack_codes gives integers)",
+    "binary_linear": "binary_linear_ste (or ste_sign + F.linear)",
+    "binary_weight_linear": "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))",
+    "binary_conv2d": "binary_conv2d_ste (or ste_sign + F.conv2d)",
+    "apot_linear": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
+    "apot_linear_int": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
+    "apot_conv2d": "bitcompile.nn.APoTConv2d (fake quantization with an STE)",
+}
+assert set(_TRAINING_FORMS) == set(KERNEL_OPS)
+for _name, _instead in _TRAINING_FORMS.items():
+    register_not_differentiable(_name, _instead)
+
+
+# ----------------------------------------------------------------------------------------------
 # Python wrappers (what users and the passes call)
 # ----------------------------------------------------------------------------------------------
 def ste_sign(x: Tensor, clip: float = 1.0) -> Tensor:
@@ -616,21 +744,28 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=
     )
 
 
-def binary_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False):
-    """binary_linear on a float latent weight, with straight-through gradients for x and W."""
-    return torch.ops.bitcompile.binary_linear_ste(x, weight, scale, bias, clip=clip, row_scale=row_scale)
+def binary_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, row_scale=False, sign_zero=False,
+                      weight_sign_zero=False):
+    """binary_linear on a float latent weight, with straight-through gradients for x and W
+    (torch.sign's, 0, for an operand marked sign_zero / weight_sign_zero)."""
+    return torch.ops.bitcompile.binary_linear_ste(x, weight, scale, bias, clip=clip, row_scale=row_scale,
+                                                  sign_zero=sign_zero, weight_sign_zero=weight_sign_zero)
 
 
-def binary_weight_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0):
-    """binary_weight_linear on a float latent weight, with straight-through gradients for W."""
-    return torch.ops.bitcompile.binary_weight_linear_ste(x, weight, scale, bias, clip=clip)
+def binary_weight_linear_ste(x, weight, scale=None, bias=None, *, clip=1.0, weight_sign_zero=False):
+    """binary_weight_linear on a float latent weight, with straight-through gradients for W
+    (torch.sign's, 0, with weight_sign_zero)."""
+    return torch.ops.bitcompile.binary_weight_linear_ste(x, weight, scale, bias, clip=clip,
+                                                         weight_sign_zero=weight_sign_zero)
 
 
 def binary_conv2d_ste(x, weight, stride=(1, 1), padding=(0, 0), dilation=(1, 1), scale=None, bias=None, *,
-                      pad_value=0.0, clip=1.0):
-    """binary_conv2d on a float latent weight, with straight-through gradients for x and W."""
+                      pad_value=0.0, clip=1.0, sign_zero=False, weight_sign_zero=False):
+    """binary_conv2d on a float latent weight, with straight-through gradients for x and W
+    (torch.sign's, 0, for an operand marked sign_zero / weight_sign_zero)."""
     return torch.ops.bitcompile.binary_conv2d_ste(
-        x, weight, list(stride), list(padding), list(dilation), scale, bias, pad_value=pad_value, clip=clip
+        x, weight, list(stride), list(padding), list(dilation), scale, bias, pad_value=pad_value, clip=clip,
+        sign_zero=sign_zero, weight_sign_zero=weight_sign_zero,
     )
 
 
@@ -715,407 +850,3 @@ def ste_sign_scaled(x: Tensor, scale: Tensor) -> Tensor:
     """s(x) (+1 where x >= 0), with bitorch-engine's activation STE: grad_x = grad / scale inside
     |x| <= scale, grad_scale = sum(grad_x * sign(x)) / sqrt(numel)."""
     return torch.ops.bitcompile.ste_sign_scaled(x, scale)
-
-
-# ----------------------------------------------------------------------------------------------
-# Backend weight ops: packing a live float weight at run time, cached by tensor version
-# ----------------------------------------------------------------------------------------------
-# (section: backend weight ops)
-#
-# The bitcompile backend must not bake a weight packed at compile time into a compiled graph:
-# Dynamo hands parameters to the backend as graph inputs, so two instances of one module class
-# share one compiled artifact, and an in-place update (optimizer step, load_state_dict, copy_)
-# after compiling would go unseen (DESIGN.md, hazards). The rewritten layers therefore call the
-# ops below with the live float weight. They convert it (pack signs, find its grid, quantize
-# it) on first use and keep the result in a cache keyed by the weight's storage, view geometry
-# and `_version`: an unchanged weight is never converted twice, and an in-place update bumps
-# `_version`, so the next call converts again. The converted weight never leaves the op, so no
-# compiler can alias, reuse or copy it (inductor may hand the memory of an op's output to a
-# later buffer: a cached tensor returned as an output could be overwritten that way).
-# CUDA graphs (mode="reduce-overhead"): a replay reads the cached tensor in place, with no copy
-# per call, and, as with inductor's freezing, does not see an in-place weight update made after
-# capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
-# such an update. Open: on torch 2.11 + CUDA the conversion runs during cudagraph warm-up, lands
-# in the graph's private pool, and cudagraph trees refuse to record
-# (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking, xfail).
-#
-# Weight forms (the `weight_form` argument): how the float weight W becomes kernel operands.
-#   "ste_sign"       s(W) (+1 at 0): always packed signs.
-#   "sign"           torch.sign(W): packed signs only while W has no exact zero (sign(0) = 0
-#                    would need a zero plane for weights); with a zero, that call is dense math.
-#   "binary_grid"    W itself, when every row is +-alpha[n] (alpha[n] = max|W[n]| > 0): packed
-#                    signs and alpha as a per-output scale; dense while W is off that grid.
-#   "apot3|4|5"      W itself, when bitcompile.apot.is_on_grid(W, scheme): packed codes, alpha;
-#                    dense while W is off the grid.
-#   "quantize:<s>"   W converted as bitcompile.quantize_ converts it (scheme s): always packed.
-# Activation forms (`x_form`): "float" (x as is), "ste_sign" (s(x)), "sign" (torch.sign(x):
-# an exact zero contributes 0).
-_WEIGHT_FORMS = ("ste_sign", "sign", "binary_grid", "apot3", "apot4", "apot5")
-_X_FORMS = ("float", "ste_sign", "sign")
-
-
-class KernelWeight:
-    """A float weight converted for the kernels: kind "binary" (int32 packed signs, `alpha` an
-    optional per-output scale), "apot" (uint8 packed codes, bits, code_values, alpha) or "dense"
-    (no packed form for these values: the layer runs its original float math)."""
-
-    __slots__ = ("kind", "packed", "alpha", "bits", "code_values", "x_binarized", "dense_weight")
-
-    def __init__(self, kind, packed=None, alpha=None, bits=0, code_values=None, x_binarized=None):
-        self.dense_weight = None  # a computed weight's value, for the dense math (computed weights)
-        self.kind = kind
-        self.packed = packed
-        self.alpha = alpha
-        self.bits = bits
-        self.code_values = code_values
-        self.x_binarized = x_binarized  # quantize:"binary" binarizes activations too
-
-
-def _conv_rows(weight: Tensor) -> Tensor:
-    """The layout conv weights are packed in: [OC, KH, KW, C] (ops.py header)."""
-    return weight.permute(0, 2, 3, 1).contiguous() if weight.dim() == 4 else weight
-
-
-def _row_view(weight: Tensor) -> Tensor:
-    return weight.reshape(weight.shape[0], -1)
-
-
-def _binary_grid_alpha(weight: Tensor) -> Optional[Tensor]:
-    """alpha[n] when every element of row n is +alpha[n] or -alpha[n] with alpha[n] > 0, else None."""
-    rows = _row_view(weight.detach())
-    alpha = rows.abs().amax(1)
-    if not bool((alpha > 0).all()) or not bool((rows.abs() == alpha[:, None]).all()):
-        return None
-    return alpha.to(torch.float32)
-
-
-def _apot_scheme(name: str):
-    from bitcompile import apot
-
-    return apot.get_scheme(name)
-
-
-def _apot_kernel_weight(weight: Tensor, scheme_name: str, require_on_grid: bool) -> KernelWeight:
-    from bitcompile import apot
-
-    if require_on_grid and not apot.is_on_grid(weight.detach(), scheme_name):
-        return KernelWeight("dense")
-    scheme = _apot_scheme(scheme_name)
-    codes, alpha = apot.quantize_weight(weight.detach(), scheme_name, True)
-    code_values = scheme.code_values.to(weight.device)
-    packed = torch.ops.bitcompile.pack_codes(_row_view(_conv_rows(codes)), scheme.bits)
-    return KernelWeight("apot", packed, alpha.reshape(-1).to(torch.float32), scheme.bits, code_values)
-
-
-def kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
-    """Convert a float weight for the kernels (uncached; see `cached_kernel_weight`)."""
-    weight = weight.detach()
-    if weight_form == "ste_sign":
-        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)))
-    if weight_form == "sign":
-        if bool((weight == 0).any()):
-            return KernelWeight("dense")
-        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)))
-    if weight_form == "binary_grid":
-        alpha = _binary_grid_alpha(weight)
-        if alpha is None:
-            return KernelWeight("dense")
-        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)), alpha)
-    if weight_form in ("apot3", "apot4", "apot5"):
-        return _apot_kernel_weight(weight, weight_form, require_on_grid=True)
-    if weight_form.startswith("quantize:"):
-        return _quantized_kernel_weight(weight, weight_form.split(":", 1)[1])
-    raise ValueError(f"bitcompile: unknown weight form {weight_form!r}")
-
-
-def _quantized_kernel_weight(weight: Tensor, scheme: str) -> KernelWeight:
-    """The weight as bitcompile.quantize_ converts it (same conversion function, same numerics)."""
-    from bitcompile import quantize
-
-    convert = quantize.convert_conv2d_weight if weight.dim() == 4 else quantize.convert_linear_weight
-    converted = convert(weight, scheme)
-    if scheme in ("binary", "binary_weight"):
-        return KernelWeight("binary", converted["packed"], converted.get("scale"),
-                            x_binarized=(scheme == "binary"))
-    return KernelWeight("apot", converted["packed"], converted["alpha"], converted["bits"],
-                        converted["code_values"])
-
-
-class _KernelWeightCache:
-    """Converted weights keyed by (form, storage, view geometry), valid for one `_version`.
-
-    A weak reference to the storage tells a live entry from one whose storage was freed (its
-    address may be reused by a new tensor, whose version count starts again at 0)."""
-
-    def __init__(self):
-        self.entries: dict = {}
-        self.lock = threading.Lock()
-        self.conversions = 0  # how many times a weight was converted (tests assert on it)
-
-    @staticmethod
-    def _key(weight: Tensor):
-        return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
-                tuple(weight.shape), tuple(weight.stride()))
-
-    def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
-        return self.get_for([weight], weight_form, lambda: kernel_weight(weight, weight_form))
-
-    def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
-        """build() once per version of `inputs` (the tensors the converted weight depends on)."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
-        if any(t.is_inference() for t in inputs):  # no version counter: convert every call
-            self.conversions += 1
-            return build()
-        key = (tag,) + tuple(self._key(t) for t in inputs)
-        versions = tuple(t._version for t in inputs)
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
-                return entry[2]
-        converted = build()
-        with self.lock:
-            self.conversions += 1
-            if len(self.entries) >= 256:
-                self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
-            refs = tuple(StorageWeakRef(t.untyped_storage()) for t in inputs)
-            self.entries[key] = (refs, versions, converted)
-        return converted
-
-    def clear(self) -> None:
-        with self.lock:
-            self.entries.clear()
-
-
-weight_cache = _KernelWeightCache()
-
-
-def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
-    """`kernel_weight(weight, weight_form)`, converted once per weight version."""
-    return weight_cache.get(weight, weight_form)
-
-
-_lib.define(
-    "linear_of_weight(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, str weight_form, "
-    "str x_form=\"float\", bool row_scale=False) -> Tensor"
-)
-_lib.define(
-    "conv2d_of_weight(Tensor x, Tensor weight, SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, "
-    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
-)
-
-
-def _per_output(scale: Optional[Tensor]) -> Optional[Tensor]:
-    return None if scale is None else scale.reshape(-1).to(torch.float32)
-
-
-def _combined_scale(alpha: Optional[Tensor], scale: Optional[Tensor]) -> Optional[Tensor]:
-    if alpha is None:
-        return scale
-    if scale is None:
-        return alpha
-    return alpha * _per_output(scale)
-
-
-def _binarize_dense(x: Tensor, x_form: str) -> Tensor:
-    if x_form == "ste_sign":
-        return _sign(x)
-    if x_form == "sign":
-        return torch.sign(x)
-    return x
-
-
-def _dense_weight(weight: Tensor, weight_form: str) -> Tensor:
-    if weight_form == "ste_sign":
-        return _sign(weight)
-    if weight_form == "sign":
-        return torch.sign(weight)
-    return weight
-
-
-def _check_forms(op: str, weight_form: str, x_form: str) -> None:
-    _check(weight_form in _WEIGHT_FORMS or weight_form.startswith("quantize:"), op,
-           lambda: f"weight_form must be one of {_WEIGHT_FORMS} or 'quantize:<scheme>', got {weight_form!r}")
-    _check(x_form in _X_FORMS, op, lambda: f"x_form must be one of {_X_FORMS}, got {x_form!r}")
-
-
-def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form, row_scale):
-    """The converted weight's kernel, or the layer's original float math when it has none."""
-    if converted.x_binarized:
-        x_form = "ste_sign"
-    if converted.kind == "binary":
-        total = _combined_scale(converted.alpha, scale)
-        if x_form == "float":
-            return torch.ops.bitcompile.binary_weight_linear(x, converted.packed, k, total, bias)
-        return torch.ops.bitcompile.binary_linear(x, converted.packed, k, total, bias,
-                                                  sign_zero=(x_form == "sign"), row_scale=row_scale)
-    if converted.kind == "apot" and x_form == "float":
-        alpha = _combined_scale(converted.alpha, scale)
-        return torch.ops.bitcompile.apot_linear(x, converted.packed, k, converted.bits, converted.code_values,
-                                                alpha, bias)
-    # Dense: the layer's original math (this weight has no packed form right now).
-    y = torch.nn.functional.linear(_binarize_dense(x, x_form), dense_weight())
-    if row_scale:
-        y = y * x.abs().mean(-1, keepdim=True)
-    if scale is not None:
-        y = y * (scale.reshape(-1) if scale.numel() > 1 else scale.reshape(()))
-    return y if bias is None else y + bias
-
-
-@torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
-def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
-    converted = cached_kernel_weight(weight, weight_form)
-    return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
-                       x_form, row_scale)
-
-
-@torch.library.register_fake("bitcompile::linear_of_weight")
-def _linear_of_weight_fake(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
-    op = "linear_of_weight"
-    _check_float_input(op, x)
-    _check_forms(op, weight_form, x_form)
-    _check(weight.dim() == 2, op, lambda: f"weight must be 2-D, got {weight.dim()}-D")
-    _check(x.shape[-1] == weight.shape[1], op, lambda: f"x has {x.shape[-1]} features, weight has {weight.shape[1]}")
-    _check(not row_scale or x_form != "float", op, "row_scale needs a binarized x")
-    _check_same_device(op, x, weight=weight)
-    _check_scale_bias(op, x, weight.shape[0], scale, bias)
-    return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-
-def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, padding, dilation, scale, bias,
-                x_form, pad_value):
-    if converted.x_binarized:
-        x_form = "ste_sign"
-    channels, kernel_size = weight_shape[1], [weight_shape[2], weight_shape[3]]
-    if converted.kind == "binary" and x_form != "float":
-        return torch.ops.bitcompile.binary_conv2d(
-            x, converted.packed, channels, kernel_size, stride, padding, dilation,
-            _combined_scale(converted.alpha, scale), bias, pad_value=pad_value, sign_zero=(x_form == "sign"))
-    if converted.kind == "apot" and x_form == "float" and pad_value == 0.0:
-        return torch.ops.bitcompile.apot_conv2d(
-            x, converted.packed, channels, kernel_size, stride, padding, dilation, converted.bits,
-            converted.code_values, _combined_scale(converted.alpha, scale), bias)
-    if converted.kind == "binary" and x_form == "float":
-        # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel)
-        scale_total = _combined_scale(converted.alpha, scale)
-        dequantized = _sign(dense_weight()).to(torch.float32)
-        if scale_total is not None:
-            dequantized = dequantized * scale_total.reshape(-1, 1, 1, 1)
-        bias = None if bias is None else bias.to(x.dtype)
-        return torch.nn.functional.conv2d(x, dequantized.to(x.dtype), bias, list(stride), list(padding),
-                                          list(dilation))
-    # Dense: the layer's original math.
-    xs = _binarize_dense(x, x_form)
-    if padding[0] or padding[1]:
-        xs = torch.nn.functional.pad(xs, (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
-    y = torch.nn.functional.conv2d(xs, dense_weight(), None, list(stride), 0, list(dilation))
-    if scale is not None:
-        y = y * (scale.reshape(1, -1, 1, 1) if scale.numel() > 1 else scale.reshape(()))
-    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
-
-
-@torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
-def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                           x_form="float", pad_value=0.0):
-    converted = cached_kernel_weight(weight, weight_form)
-    dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
-    return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
-                       pad_value)
-
-
-@torch.library.register_fake("bitcompile::conv2d_of_weight")
-def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                           x_form="float", pad_value=0.0):
-    op = "conv2d_of_weight"
-    _check_float_input(op, x)
-    _check_forms(op, weight_form, x_form)
-    _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
-    _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
-    kernel_size = [weight.shape[2], weight.shape[3]]
-    _check_conv_geometry(op, x, weight.shape[1], kernel_size, stride, padding, dilation)
-    _check_same_device(op, x, weight=weight)
-    _check_scale_bias(op, x, weight.shape[0], scale, bias)
-    return _conv_output(op, x, weight.shape[0], kernel_size, stride, padding, dilation)
-
-
-# Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
-# fake-quantized weight, say) is rewritten with the function that computes it. The passes extract
-# that part of the graph as a small GraphModule of the parameters and register it here under a
-# hash of its code; the ops below run it, and convert its result, once per version of those
-# parameters (the same cache), so the fake quantization does not run per call either.
-_weight_functions: dict = {}
-
-
-def register_weight_function(function) -> str:
-    """Register a GraphModule (parameters -> weight); returns its key (a hash of its code)."""
-    import hashlib
-
-    key = hashlib.sha1(function.code.encode()).hexdigest()[:20]
-    _weight_functions.setdefault(key, function)
-    return key
-
-
-def _computed(op: str, inputs, weight_fn: str, weight_form: str) -> tuple:
-    function = _weight_functions.get(weight_fn)
-    _check(function is not None, op, lambda: f"weight function {weight_fn} is not registered in this process "
-           "(graphs using it come from the bitcompile backend; compile again)")
-    def build():
-        with torch.no_grad():
-            weight = function(*inputs)
-        converted = kernel_weight(weight, weight_form)
-        if converted.kind == "dense":
-            converted.dense_weight = weight
-        return converted
-
-    converted = weight_cache.get_for(list(inputs), f"{weight_fn}:{weight_form}", build)
-    return converted, lambda: converted.dense_weight
-
-
-_lib.define(
-    "linear_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
-    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", bool row_scale=False) -> Tensor"
-)
-_lib.define(
-    "conv2d_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
-    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
-    "str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
-)
-
-
-@torch.library.impl(_lib, "linear_of_computed_weight", "CompositeExplicitAutograd")
-def _linear_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
-                                    weight_form, x_form="float", row_scale=False):
-    converted, dense = _computed("linear_of_computed_weight", weight_inputs, weight_fn, weight_form)
-    return _run_linear(x, converted, dense, weight_shape[1], scale, bias, x_form, row_scale)
-
-
-@torch.library.register_fake("bitcompile::linear_of_computed_weight")
-def _linear_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
-                                    weight_form, x_form="float", row_scale=False):
-    op = "linear_of_computed_weight"
-    _check_float_input(op, x)
-    _check_forms(op, weight_form, x_form)
-    _check(len(weight_shape) == 2, op, lambda: f"weight_shape must have 2 sizes, got {list(weight_shape)}")
-    _check(x.shape[-1] == weight_shape[1], op, lambda: f"x has {x.shape[-1]} features, weight has {weight_shape[1]}")
-    _check_scale_bias(op, x, weight_shape[0], scale, bias)
-    return x.new_empty((*x.shape[:-1], weight_shape[0]))
-
-
-@torch.library.impl(_lib, "conv2d_of_computed_weight", "CompositeExplicitAutograd")
-def _conv2d_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
-                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
-    converted, dense = _computed("conv2d_of_computed_weight", weight_inputs, weight_fn, weight_form)
-    return _run_conv2d(x, converted, dense, weight_shape, stride, padding, dilation, scale, bias, x_form, pad_value)
-
-
-@torch.library.register_fake("bitcompile::conv2d_of_computed_weight")
-def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
-                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
-    op = "conv2d_of_computed_weight"
-    _check_float_input(op, x)
-    _check_forms(op, weight_form, x_form)
-    _check(len(weight_shape) == 4, op, lambda: f"weight_shape must have 4 sizes, got {list(weight_shape)}")
-    kernel_size = [weight_shape[2], weight_shape[3]]
-    _check_conv_geometry(op, x, weight_shape[1], kernel_size, stride, padding, dilation)
-    _check_scale_bias(op, x, weight_shape[0], scale, bias)
-    return _conv_output(op, x, weight_shape[0], kernel_size, stride, padding, dilation)

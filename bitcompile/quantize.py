@@ -32,7 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import bitcompile.ops  # noqa: F401  (registers the bitcompile ops)
+import bitcompile.ops  # noqa: F401  (registers the bitcompile ops; ops.py imports nothing from here)
+from bitcompile import apot
 
 __all__ = [
     "SCHEMES",
@@ -68,8 +69,6 @@ def _convert_rows(rows: Tensor, scheme: str) -> dict:
             "scale": rows.abs().to(torch.float32).mean(dim=1),
             "bits": 1,
         }
-    from bitcompile import apot
-
     resolved = apot.get_scheme(scheme)
     codes, alpha = apot.quantize_weight(rows, resolved, per_channel=True)
     return {
@@ -164,6 +163,8 @@ class QuantizedLinear(nn.Module):
     Buffers: w_packed, scale (binary schemes) or alpha and code_values (APoT), bias (or None).
     """
 
+    kind = "linear"  # bitcompile.explain's layer kind
+
     def __init__(self, converted: dict, bias: Optional[Tensor] = None) -> None:
         super().__init__()
         if converted.get("kind") != "linear":
@@ -197,6 +198,8 @@ class QuantizedConv2d(nn.Module):
     "binary" calls binary_conv2d (zero padding), the APoT schemes apot_conv2d; "binary_weight"
     rebuilds s(W) * scale from the packed buffer and calls F.conv2d (no binary-weight conv op).
     """
+
+    kind = "conv2d"  # bitcompile.explain's layer kind
 
     def __init__(self, converted: dict, bias: Optional[Tensor] = None, stride=(1, 1), padding=(0, 0),
                  dilation=(1, 1)) -> None:

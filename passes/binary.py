@@ -3,11 +3,13 @@
 Matches: a `Layer` (linear / conv2d with its binarizers, scales, bias, explicit pad).
 Emits, by graph kind:
   training graph  binary_linear_ste / binary_weight_linear_ste / binary_conv2d_ste on the float
-                  latent weight (weights binarized by ste_sign only: torch.sign has no gradient)
+                  latent weight; an operand binarized by torch.sign (x or W) is passed with
+                  sign_zero / weight_sign_zero: its zeros count 0 and its gradient is
+                  torch.sign's, exactly 0, while scales, bias and the other operand keep theirs
   inference graph linear_of_weight / conv2d_of_weight on the live float weight, which run
                   binary_linear / binary_weight_linear / binary_conv2d / apot_linear /
-                  apot_conv2d on a weight converted once per weight version (ops.py, "backend
-                  weight ops"), or the dense math while the weight has no packed form
+                  apot_conv2d on a weight converted once per weight version (weight_ops.py),
+                  or the dense math while the weight has no packed form
   lowering        the kernel ops themselves on packed constants (bitcompile.lower)
 Weights without a binarizer are rewritten in inference graphs only when their real values sit on
 a binary (+-alpha per row) or APoT grid (grid.py), or with options={"quantize": scheme}.
@@ -24,7 +26,7 @@ import torch
 import torch.fx as fx
 from torch._dynamo.utils import counters
 
-from bitcompile import ops
+from bitcompile import weight_ops
 from bitcompile.passes import computed_weight, grid, ir
 from bitcompile.passes.context import PassContext
 from bitcompile.passes.layers import Layer
@@ -38,7 +40,7 @@ class Plan:
     op: str                        # the kernel op the layer runs on (for the report)
     x_in: fx.Node                  # what goes in as x
     x_form: str                    # "float" | "ste_sign" | "sign" (how x_in is binarized)
-    weight_form: Optional[str]     # ops.py weight form (inference / lowering)
+    weight_form: Optional[str]     # weight_ops.py weight form (inference / lowering)
     clip: float = 1.0              # STE window (training)
     row_scale: bool = False
     n_post: int = 0                # how many post multiplications are folded
@@ -99,8 +101,8 @@ def _activation_geometry(layer: Layer, plan: Plan, pass_binarized: bool) -> Opti
     # Asymmetric: keep the pad of the signs, the conv pads with zeros on top of it.
     plan.x_in = pad_node
     if ctx_training(plan):
-        if value == 0.0:
-            return "asymmetric zero F.pad of the signs in a training graph"
+        if value == 0.0 and plan.x_form != "sign":
+            return "asymmetric zero F.pad of ste_sign signs in a training graph"
         return None
     if value == 0.0:
         plan.x_form = "sign"  # padded zeros must contribute 0
@@ -112,24 +114,28 @@ def ctx_training(plan: Plan) -> bool:
 
 
 def _plan_training(layer: Layer) -> Union[Plan, str]:
-    if layer.w_form != "ste_sign":
-        return ("torch.sign weight in a training graph (its gradient is 0; the STE ops would change it)"
-                if layer.w_form == "sign" else "float weight in a training graph")
-    clip = layer.w_clip
-    if clip is None:
-        return "weight STE clip not known at compile time (a symbolic float)"
-    if layer.x_form == "sign":
-        return "torch.sign activation in a training graph (zeros and zero gradient of torch.sign)"
+    if layer.w_form == "float":
+        return "float weight in a training graph"
+    weight_sign = layer.w_form == "sign"  # torch.sign weight: no STE window of its own
+    weight_form = "sign" if weight_sign else None
+    if weight_sign:
+        clip = layer.x_clip if layer.x_form == "ste_sign" and layer.x_clip is not None else 1.0
+    else:
+        clip = layer.w_clip
+        if clip is None:
+            return "weight STE clip not known at compile time (a symbolic float)"
     if layer.x_form == "float":
         if layer.kind == "conv2d":
             return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
-        plan = Plan("binary_weight_linear_ste", layer.x, "float", None, clip=clip)
+        plan = Plan("binary_weight_linear_ste", layer.x, "float", weight_form, clip=clip)
         plan.n_post = _foldable_post(layer, allow_row=False)
         plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None
         return plan
     op = "binary_linear_ste" if layer.kind == "linear" else "binary_conv2d_ste"
-    plan = Plan(op, layer.x, "ste_sign", None, clip=clip)
-    same = layer.x_clip is not None and layer.x_clip == clip
+    plan = Plan(op, layer.x, layer.x_form, weight_form, clip=clip)
+    # x goes in raw when the op's window is x's own (same clip), or x came through torch.sign
+    # (the op applies torch.sign and its zero gradient); else the binarized x, its STE kept.
+    same = layer.x_form == "sign" or (layer.x_clip is not None and layer.x_clip == clip)
     if not same and clip < 1.0:
         return f"activation binarizer differs from the weight's and the weight clip {clip} < 1"
     reason = _activation_geometry(layer, plan, pass_binarized=not same)
@@ -255,15 +261,21 @@ def rewrite_layer(graph: fx.Graph, layer: Layer, plan: Plan, ctx: PassContext) -
 
 
 def _emit_training(graph, layer, plan, scale, bias, ctx):
+    # torch.sign operands (only named when set, so ste_sign layers keep their plain calls)
+    signs = {}
+    if plan.x_form == "sign":
+        signs["sign_zero"] = True
+    if plan.weight_form == "sign":
+        signs["weight_sign_zero"] = True
     if plan.op == "binary_linear_ste":
         return ir.emit(graph, bc.binary_linear_ste.default, (plan.x_in, layer.weight, scale, bias),
-                       {"clip": plan.clip, "row_scale": plan.row_scale}, ctx.fake_mode)
+                       {"clip": plan.clip, "row_scale": plan.row_scale, **signs}, ctx.fake_mode)
     if plan.op == "binary_weight_linear_ste":
         return ir.emit(graph, bc.binary_weight_linear_ste.default, (plan.x_in, layer.weight, scale, bias),
-                       {"clip": plan.clip}, ctx.fake_mode)
+                       {"clip": plan.clip, **signs}, ctx.fake_mode)
     return ir.emit(graph, bc.binary_conv2d_ste.default,
                    (plan.x_in, layer.weight, list(layer.stride), list(plan.padding), list(layer.dilation), scale, bias),
-                   {"pad_value": plan.pad_value, "clip": plan.clip}, ctx.fake_mode)
+                   {"pad_value": plan.pad_value, "clip": plan.clip, **signs}, ctx.fake_mode)
 
 
 def _prefetch_cuda(layer, plan, ctx) -> None:
@@ -275,11 +287,11 @@ def _prefetch_cuda(layer, plan, ctx) -> None:
         if plan.computed is not None:
             inputs = [ctx.real_value(n) for n in plan.computed.inputs]
             if all(isinstance(t, torch.Tensor) and t.is_cuda for t in inputs):
-                ops._computed("prefetch", inputs, plan.computed.key, plan.weight_form)
+                weight_ops._computed("prefetch", inputs, plan.computed.key, plan.weight_form)
         else:
             real = ctx.real_value(layer.weight)
             if real is not None and real.is_cuda:
-                ops.cached_kernel_weight(real, plan.weight_form)
+                weight_ops.cached_kernel_weight(real, plan.weight_form)
     except Exception:  # the run-time op converts, and reports any error, on its first call
         pass
 
@@ -328,7 +340,7 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
     real = plan.weight_value if plan.weight_value is not None else ctx.real_value(layer.weight)
     if real is None:
         return "weight not known at lowering time"
-    converted = ops.kernel_weight(real, plan.weight_form)
+    converted = weight_ops.kernel_weight(real, plan.weight_form)
     if converted.kind == "dense":
         return "weight has no packed form (exact zeros, or off its grid)"
     prefix = layer.fqn or layer.node.name

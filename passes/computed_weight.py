@@ -3,7 +3,7 @@
 Matches: a Linear/Conv2d weight operand that is not a parameter but a function of parameters and
 buffers only, such as bitcompile.nn.APoTLinear's fake-quantized weight
 (alpha * code_values[quantize(W)]), in at most MAX_NODES side-effect-free nodes.
-Emits: that function as a small GraphModule of those parameters, registered in ops.py under a
+Emits: that function as a small GraphModule of those parameters, registered in weight_ops.py under a
 hash of its code, and the weight's value now (to find its grid). The run-time op
 (linear_of_computed_weight / conv2d_of_computed_weight) re-runs the function and converts its
 result once per version of the parameters, never per call.
@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 import torch.fx as fx
 
-from bitcompile import ops
+from bitcompile import weight_ops
 from bitcompile.passes.context import PassContext
 
 MAX_NODES = 400
@@ -25,7 +25,7 @@ MAX_NODES = 400
 
 @dataclasses.dataclass
 class ComputedWeight:
-    key: str                 # ops.py registry key of the function
+    key: str                 # weight_ops.py registry key of the function
     inputs: list             # the parameter / buffer placeholders it reads, in call order
     value: torch.Tensor      # its value now (real tensors)
 
@@ -79,4 +79,4 @@ def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
         value = function(*[ctx.real_value(n) for n in inputs])
     if not isinstance(value, torch.Tensor):
         return None
-    return ComputedWeight(ops.register_weight_function(function), inputs, value)
+    return ComputedWeight(weight_ops.register_weight_function(function), inputs, value)

@@ -15,9 +15,10 @@ class Entry:
 
     name: str
     kind: str            # "linear" | "conv2d"
-    action: str          # "rewritten" | "skipped"
+    action: str          # "rewritten" | "skipped" | "quantized" (a quantize_'d module; explain adds these)
     op: Optional[str]    # the bitcompile op it runs on, None when skipped
     reason: str
+    scheme: Optional[str] = None  # the quantize_ scheme of a "quantized" entry
 
 
 @dataclasses.dataclass

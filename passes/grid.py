@@ -3,7 +3,7 @@
 Matches: a float weight (no binarizer in the graph) whose values, read at compile time, are
   binary grid   +-alpha[n] in every row n, alpha[n] > 0 (sign(W) * alpha per output channel)
   APoT grid     bitcompile.apot.is_on_grid(W, scheme) for apot3 / apot4 / apot5
-Emits: the weight form ("binary_grid", "apot3", ...) that ops.linear_of_weight re-checks on every
+Emits: the weight form ("binary_grid", "apot3", ...) that weight_ops.linear_of_weight re-checks on every
 new weight version (a later in-place update that leaves the grid gives dense math, not garbage).
 """
 
@@ -13,7 +13,7 @@ from typing import Optional
 
 import torch
 
-from bitcompile import ops
+from bitcompile import weight_ops
 
 APOT_SCHEMES = ("apot3", "apot4", "apot5")
 
@@ -22,7 +22,7 @@ def grid_of(weight: torch.Tensor, float_activations: bool) -> Optional[str]:
     """The weight form of `weight`'s grid, or None when it is on none."""
     if not weight.is_floating_point() or weight.numel() == 0:
         return None
-    if ops._binary_grid_alpha(weight) is not None:
+    if weight_ops._binary_grid_alpha(weight) is not None:
         return "binary_grid"
     if not float_activations:
         return None

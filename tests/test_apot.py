@@ -1,10 +1,11 @@
 """Tests of bitcompile.apot (level sets, qparams, quantize/dequantize), bitcompile.compat.LinearAPoT
 and bitcompile.nn.APoTLinear / APoTConv2d (SPEC.md 2.5).
 
-The conformance vectors are ../shared/testdata/apot_vectors.json beside the checkout
-(BITCOMPILE_TESTDATA overrides: the file, or the directory holding it). Tests that run the APoT
-kernels (LinearAPoT.forward, the layers through apot_linear / apot_conv2d) are marked `kernels`
-below and skip only where csrc/cpu/apot_ops.cpp is not in the checkout.
+The conformance vectors are tests/data/apot_vectors.json in the checkout (BITCOMPILE_TESTDATA
+overrides: the file, or the directory holding it); tests read nothing outside the checkout
+(tests/test_fresh_clone.py). Tests that run the APoT kernels (LinearAPoT.forward, the layers
+through apot_linear / apot_conv2d) are marked `kernels` below and skip only where
+csrc/cpu/apot_ops.cpp is not in the checkout.
 """
 
 import json
@@ -37,7 +38,7 @@ def _testdata_path() -> Path:
     if override:
         path = Path(override)
         return path / "apot_vectors.json" if path.is_dir() else path
-    return Path(__file__).resolve().parents[2] / "shared" / "testdata" / "apot_vectors.json"
+    return Path(__file__).resolve().parent / "data" / "apot_vectors.json"
 
 
 @pytest.fixture(scope="module")
@@ -566,12 +567,34 @@ def test_linear_apot_forward_uint8(b, k):
 
 
 @requires_apot_kernels
+@pytest.mark.skipif(not hasattr(torch, "quantize_per_tensor"), reason="this torch has no quantized tensors")
+# The compat API takes quint8 activations (the former LinearAPoT's docstring); torch deprecates
+# making them. This is the one test that makes one.
+@pytest.mark.filterwarnings("ignore:.*quantized tensor creation functions.*deprecated")
 def test_linear_apot_forward_quint8():
     layer = LinearAPoT(torch.rand(4, 12), 4, 2)
     x = torch.rand(3, 12)
     qx = torch.quantize_per_tensor(x, 0.01, 7, torch.quint8)
     expected = qx.dequantize().double() @ layer.dequantized_weight().double().T
     assert_close_relative(layer(qx), expected, torch.float32, "LinearAPoT quint8")
+
+
+@requires_apot_kernels
+def test_apot_paths_make_no_quantized_tensor():
+    """Outside the quint8 input of the compat API nothing makes a (deprecated) quantized tensor:
+    the observer, LinearAPoT on float and uint8 activations and the APoT layers run with every
+    warning an error."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        observer = apot.APoTObserver(4, 2)
+        observer(torch.randn(6, 9))
+        observer.calculate_qparams(signed=False)
+        layer = LinearAPoT(torch.rand(4, 12), 4, 2)
+        layer(torch.rand(3, 12))
+        layer(torch.randint(0, 256, (3, 12), dtype=torch.uint8), 0.01, 7)
+        APoTLinear(12, 5, scheme="apot4")(torch.randn(2, 12))
 
 
 # ----------------------------------------------------------------------------------------------

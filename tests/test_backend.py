@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import bitcompile
-from bitcompile import backend, ops
+from bitcompile import backend, weight_ops
 
 AOT = {"inner": "aot_eager"}
 
@@ -223,13 +223,13 @@ def test_in_place_updates_repack_and_unchanged_weights_do_not():
     x = torch.randn(2, 3, 9, 9)
     c = compiled(model)
     assert_close(c(x), model(x))
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     c(x)
     c(x)
-    assert ops.weight_cache.conversions == conversions, "an unchanged weight was packed again"
+    assert weight_ops.weight_cache.conversions == conversions, "an unchanged weight was packed again"
     model.conv2.weight.copy_(torch.randn_like(model.conv2.weight))          # copy_
     assert_close(c(x), model(x), "after copy_")
-    assert ops.weight_cache.conversions == conversions + 1
+    assert weight_ops.weight_cache.conversions == conversions + 1
     model.load_state_dict(SteCNN().state_dict())                              # load_state_dict
     assert_close(c(x), model(x), "after load_state_dict")
     with torch.enable_grad():                                                  # optimizer step
@@ -314,6 +314,63 @@ def test_training_binary_conv_layers_of_bitcompile_nn():
     with torch.no_grad():
         assert_close(compiled(model)(x), eager(x), "inference")
         assert rewritten_ops() == {"0": "binary_conv2d", "2": "binary_conv2d"}
+
+
+class TorchSignNet(nn.Module):
+    """Layers binarized by torch.sign (issue 12, finding 4): a conv of torch.sign(h) and
+    torch.sign(W), a weight-only linear on torch.sign(W), a linear of torch.sign(x) and ste_sign(W),
+    and one of torch.sign on both sides; scales and biases are parameters, the rest float layers.
+    h comes out of a ReLU, so torch.sign(h) has exact zeros; conv.weight has an exact zero too."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.conv = nn.Conv2d(8, 8, 3, padding=1, bias=False)
+        with torch.no_grad():
+            self.conv.weight[0, 0, 0, 0] = 0.0
+        self.conv_scale = nn.Parameter(torch.rand(8) + 0.5)
+        self.conv_bias = nn.Parameter(torch.randn(8))
+        self.weight_only = nn.Linear(8, 16)
+        self.alpha = nn.Parameter(torch.rand(16) + 0.5)
+        self.mixed = nn.Linear(16, 16, bias=False)
+        self.both = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = F.conv2d(torch.sign(h), torch.sign(self.conv.weight), padding=1)
+        h = h * self.conv_scale.view(1, -1, 1, 1) + self.conv_bias.view(1, -1, 1, 1)
+        h = torch.relu(h).mean((2, 3))
+        h = F.linear(h, torch.sign(self.weight_only.weight)) * self.alpha + self.weight_only.bias
+        h = torch.relu(F.linear(torch.sign(h), bitcompile.ste_sign(self.mixed.weight)))
+        h = F.linear(torch.sign(h - 0.5), torch.sign(self.both.weight), self.both.bias)
+        return self.head(h)
+
+
+def test_training_graph_rewrites_torch_sign_layers():
+    """Each torch.sign layer runs on a binary op in the training graph; its signed operands get
+    torch.sign's gradient, exactly 0, and every parameter matches eager after three SGD steps."""
+    eager = TorchSignNet().eval()  # eval mode, called with grad enabled: still a training graph
+    model = copy.deepcopy(eager)
+    x, target = torch.randn(4, 3, 8, 8), torch.randn(4, 4)
+    step = compiled(model)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, eager)]
+    for _ in range(3):
+        for m, call, optimizer in ((model, step, optimizers[0]), (eager, eager, optimizers[1])):
+            optimizer.zero_grad()
+            F.mse_loss(call(x), target).backward()
+        for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+            assert_close(p.grad, q.grad, f"grad of {name}")
+        for name in ("conv.weight", "weight_only.weight", "both.weight", "stem.weight"):
+            assert torch.count_nonzero(model.get_parameter(name).grad) == 0, f"{name}: torch.sign's gradient is 0"
+        for optimizer in optimizers:
+            optimizer.step()
+    assert rewritten_ops() == {"conv": "binary_conv2d_ste", "weight_only": "binary_weight_linear_ste",
+                               "mixed": "binary_linear_ste", "both": "binary_linear_ste"}, backend.last_report
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert_close(p, q, name)
+    report = bitcompile.explain(model, x)
+    assert len(report.rewritten) == 4, str(report)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -471,10 +528,10 @@ def test_weight_ops_opcheck_and_match_reference():
 def test_weight_cache_keys_on_version_and_storage():
     w = torch.randn(8, 40)
     x = torch.randn(3, 40)
-    first = ops.cached_kernel_weight(w, "ste_sign")
-    assert ops.cached_kernel_weight(w, "ste_sign") is first
+    first = weight_ops.cached_kernel_weight(w, "ste_sign")
+    assert weight_ops.cached_kernel_weight(w, "ste_sign") is first
     w.mul_(-1)
-    second = ops.cached_kernel_weight(w, "ste_sign")
+    second = weight_ops.cached_kernel_weight(w, "ste_sign")
     assert second is not first and not torch.equal(second.packed, first.packed)
     y = torch.ops.bitcompile.linear_of_weight(x, w, weight_form="ste_sign", x_form="float")
     assert_close(y, x @ torch.where(w >= 0, 1.0, -1.0).T)
@@ -529,9 +586,9 @@ def test_apot_layers_inference_and_in_place_update():
     c = compiled(model)
     assert_close(c(x), model(x))
     assert rewritten_ops() == {"0": "apot_conv2d", "3": "apot_linear", "5": "apot_linear"}
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     assert_close(c(x), model(x))
-    assert ops.weight_cache.conversions == conversions, "fake quantization ran again for unchanged weights"
+    assert weight_ops.weight_cache.conversions == conversions, "fake quantization ran again for unchanged weights"
     model[3].weight.mul_(1.7)
     model[5].alpha.mul_(0.5)  # a learned alpha below max|W|: clipped weights, still a grid
     assert_close(c(x), model(x), "after in-place updates")
@@ -567,7 +624,7 @@ def test_computed_weight_ops_opcheck_and_cache():
         def forward(self, w, s):
             return w * s
 
-    key = ops.register_weight_function(torch.fx.symbolic_trace(Double()))
+    key = weight_ops.register_weight_function(torch.fx.symbolic_trace(Double()))
     x, w, s = torch.randn(4, 33), torch.randn(9, 33), torch.tensor(2.0)
     args = (x, [w, s], key, [9, 33], torch.rand(9), torch.randn(9))
     kwargs = {"weight_form": "ste_sign", "x_form": "ste_sign", "row_scale": True}
@@ -579,11 +636,11 @@ def test_computed_weight_ops_opcheck_and_cache():
     torch.library.opcheck(torch.ops.bitcompile.conv2d_of_computed_weight.default, conv_args,
                           {"weight_form": "sign", "x_form": "sign", "pad_value": 0.0})
     s.mul_(-1)  # an input of the function changed in place: converted again
-    before = ops.weight_cache.conversions
+    before = weight_ops.weight_cache.conversions
     out = torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
-    assert ops.weight_cache.conversions == before + 1
+    assert weight_ops.weight_cache.conversions == before + 1
     torch.ops.bitcompile.linear_of_computed_weight(*args, **kwargs)
-    assert ops.weight_cache.conversions == before + 1
+    assert weight_ops.weight_cache.conversions == before + 1
     assert_close(out, torch.ops.bitcompile.linear_of_weight(x, w * s, *args[4:], **kwargs))
 
 
@@ -619,11 +676,11 @@ def test_cuda_reduce_overhead_replays_without_repacking():
         out = c(x)
     assert_close(out, expected)
     assert rewritten_ops()["layers.1"] == "binary_linear"
-    conversions = ops.weight_cache.conversions
+    conversions = weight_ops.weight_cache.conversions
     for _ in range(3):
         out = c(x)
     torch.cuda.synchronize()
-    assert ops.weight_cache.conversions == conversions, "a replay packed a weight again"
+    assert weight_ops.weight_cache.conversions == conversions, "a replay packed a weight again"
     assert_close(out, expected)
     x2 = torch.randn_like(x)
     assert_close(c(x2).clone(), model(x2), "new input values")

@@ -81,3 +81,23 @@ def test_installed_wheel_works(tmp_path):
     )
     out = _run(code, env=env, cwd=str(tmp_path))
     assert "wheel ok" in out
+
+
+def _bitcompile_imports(path: Path) -> set:
+    """The bitcompile modules a source file imports, at any depth (function-level imports too)."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name.startswith("bitcompile"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("bitcompile"):
+            found.update(f"{node.module}.{alias.name}" if node.module == "bitcompile" else node.module
+                         for alias in node.names)
+    return found
+
+
+def test_op_catalogue_is_the_bottom_layer():
+    """ops.py builds on _build only; quantize.py uses the catalogue, never the other way round."""
+    assert _bitcompile_imports(REPO / "bitcompile" / "ops.py") <= {"bitcompile._build"}
+    assert "bitcompile.weight_ops" not in _bitcompile_imports(REPO / "bitcompile" / "quantize.py")

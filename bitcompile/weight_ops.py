@@ -1,0 +1,426 @@
+"""The backend's weight ops: a live float weight converted for the kernels at run time, cached by
+tensor version (linear_of_weight, conv2d_of_weight, linear_of_computed_weight,
+conv2d_of_computed_weight).
+
+These sit above the op catalogue (ops.py) and quantize.py: they run the catalogue's kernel ops
+and convert weights with quantize_'s own conversion functions (options={"quantize": scheme}), so
+the layering is _build <- ops <- apot, quantize <- weight_ops <- passes, backend. The schemas,
+fake kernels and implementations of these four ops are all in this file.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from bitcompile import apot, quantize
+from bitcompile.ops import (
+    _check,
+    _check_conv_geometry,
+    _check_float_input,
+    _check_same_device,
+    _check_scale_bias,
+    _conv_output,
+    _sign,
+    register_not_differentiable,
+)
+
+_lib = torch.library.Library("bitcompile", "FRAGMENT")
+
+#
+# The bitcompile backend must not bake a weight packed at compile time into a compiled graph:
+# Dynamo hands parameters to the backend as graph inputs, so two instances of one module class
+# share one compiled artifact, and an in-place update (optimizer step, load_state_dict, copy_)
+# after compiling would go unseen (DESIGN.md, hazards). The rewritten layers therefore call the
+# ops below with the live float weight. They convert it (pack signs, find its grid, quantize
+# it) on first use and keep the result in a cache keyed by the weight's storage, view geometry
+# and `_version`: an unchanged weight is never converted twice, and an in-place update bumps
+# `_version`, so the next call converts again. The converted weight never leaves the op, so no
+# compiler can alias, reuse or copy it (inductor may hand the memory of an op's output to a
+# later buffer: a cached tensor returned as an output could be overwritten that way).
+# CUDA graphs (mode="reduce-overhead"): a replay reads the cached tensor in place, with no copy
+# per call, and, as with inductor's freezing, does not see an in-place weight update made after
+# capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
+# such an update. Open: on torch 2.11 + CUDA the conversion runs during cudagraph warm-up, lands
+# in the graph's private pool, and cudagraph trees refuse to record
+# (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking, xfail).
+#
+# Weight forms (the `weight_form` argument): how the float weight W becomes kernel operands.
+#   "ste_sign"       s(W) (+1 at 0): always packed signs.
+#   "sign"           torch.sign(W): packed signs only while W has no exact zero (sign(0) = 0
+#                    would need a zero plane for weights); with a zero, that call is dense math.
+#   "binary_grid"    W itself, when every row is +-alpha[n] (alpha[n] = max|W[n]| > 0): packed
+#                    signs and alpha as a per-output scale; dense while W is off that grid.
+#   "apot3|4|5"      W itself, when bitcompile.apot.is_on_grid(W, scheme): packed codes, alpha;
+#                    dense while W is off the grid.
+#   "quantize:<s>"   W converted as bitcompile.quantize_ converts it (scheme s): always packed.
+# Activation forms (`x_form`): "float" (x as is), "ste_sign" (s(x)), "sign" (torch.sign(x):
+# an exact zero contributes 0).
+_WEIGHT_FORMS = ("ste_sign", "sign", "binary_grid", "apot3", "apot4", "apot5")
+_X_FORMS = ("float", "ste_sign", "sign")
+
+
+class KernelWeight:
+    """A float weight converted for the kernels: kind "binary" (int32 packed signs, `alpha` an
+    optional per-output scale), "apot" (uint8 packed codes, bits, code_values, alpha) or "dense"
+    (no packed form for these values: the layer runs its original float math)."""
+
+    __slots__ = ("kind", "packed", "alpha", "bits", "code_values", "x_binarized", "dense_weight")
+
+    def __init__(self, kind, packed=None, alpha=None, bits=0, code_values=None, x_binarized=None):
+        self.dense_weight = None  # a computed weight's value, for the dense math (computed weights)
+        self.kind = kind
+        self.packed = packed
+        self.alpha = alpha
+        self.bits = bits
+        self.code_values = code_values
+        self.x_binarized = x_binarized  # quantize:"binary" binarizes activations too
+
+
+def _conv_rows(weight: Tensor) -> Tensor:
+    """The layout conv weights are packed in: [OC, KH, KW, C] (ops.py header)."""
+    return weight.permute(0, 2, 3, 1).contiguous() if weight.dim() == 4 else weight
+
+
+def _row_view(weight: Tensor) -> Tensor:
+    return weight.reshape(weight.shape[0], -1)
+
+
+def _binary_grid_alpha(weight: Tensor) -> Optional[Tensor]:
+    """alpha[n] when every element of row n is +alpha[n] or -alpha[n] with alpha[n] > 0, else None."""
+    rows = _row_view(weight.detach())
+    alpha = rows.abs().amax(1)
+    if not bool((alpha > 0).all()) or not bool((rows.abs() == alpha[:, None]).all()):
+        return None
+    return alpha.to(torch.float32)
+
+
+def _apot_kernel_weight(weight: Tensor, scheme_name: str, require_on_grid: bool) -> KernelWeight:
+    if require_on_grid and not apot.is_on_grid(weight.detach(), scheme_name):
+        return KernelWeight("dense")
+    scheme = apot.get_scheme(scheme_name)
+    codes, alpha = apot.quantize_weight(weight.detach(), scheme_name, True)
+    code_values = scheme.code_values.to(weight.device)
+    packed = torch.ops.bitcompile.pack_codes(_row_view(_conv_rows(codes)), scheme.bits)
+    return KernelWeight("apot", packed, alpha.reshape(-1).to(torch.float32), scheme.bits, code_values)
+
+
+def kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
+    """Convert a float weight for the kernels (uncached; see `cached_kernel_weight`)."""
+    weight = weight.detach()
+    if weight_form == "ste_sign":
+        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)))
+    if weight_form == "sign":
+        if bool((weight == 0).any()):
+            return KernelWeight("dense")
+        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)))
+    if weight_form == "binary_grid":
+        alpha = _binary_grid_alpha(weight)
+        if alpha is None:
+            return KernelWeight("dense")
+        return KernelWeight("binary", torch.ops.bitcompile.pack_signs(_conv_rows(weight)), alpha)
+    if weight_form in ("apot3", "apot4", "apot5"):
+        return _apot_kernel_weight(weight, weight_form, require_on_grid=True)
+    if weight_form.startswith("quantize:"):
+        return _quantized_kernel_weight(weight, weight_form.split(":", 1)[1])
+    raise ValueError(f"bitcompile: unknown weight form {weight_form!r}")
+
+
+def _quantized_kernel_weight(weight: Tensor, scheme: str) -> KernelWeight:
+    """The weight as bitcompile.quantize_ converts it (same conversion function, same numerics)."""
+    convert = quantize.convert_conv2d_weight if weight.dim() == 4 else quantize.convert_linear_weight
+    converted = convert(weight, scheme)
+    if scheme in ("binary", "binary_weight"):
+        return KernelWeight("binary", converted["packed"], converted.get("scale"),
+                            x_binarized=(scheme == "binary"))
+    return KernelWeight("apot", converted["packed"], converted["alpha"], converted["bits"],
+                        converted["code_values"])
+
+
+class _KernelWeightCache:
+    """Converted weights keyed by (form, storage, view geometry), valid for one `_version`.
+
+    A weak reference to the storage tells a live entry from one whose storage was freed (its
+    address may be reused by a new tensor, whose version count starts again at 0)."""
+
+    def __init__(self):
+        self.entries: dict = {}
+        self.lock = threading.Lock()
+        self.conversions = 0  # how many times a weight was converted (tests assert on it)
+
+    @staticmethod
+    def _key(weight: Tensor):
+        return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
+                tuple(weight.shape), tuple(weight.stride()))
+
+    def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
+        return self.get_for([weight], weight_form, lambda: kernel_weight(weight, weight_form))
+
+    def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
+        """build() once per version of `inputs` (the tensors the converted weight depends on)."""
+        from torch.multiprocessing.reductions import StorageWeakRef
+
+        if any(t.is_inference() for t in inputs):  # no version counter: convert every call
+            self.conversions += 1
+            return build()
+        key = (tag,) + tuple(self._key(t) for t in inputs)
+        versions = tuple(t._version for t in inputs)
+        with self.lock:
+            entry = self.entries.get(key)
+            if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
+                return entry[2]
+        converted = build()
+        with self.lock:
+            self.conversions += 1
+            if len(self.entries) >= 256:
+                self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
+            refs = tuple(StorageWeakRef(t.untyped_storage()) for t in inputs)
+            self.entries[key] = (refs, versions, converted)
+        return converted
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+
+
+weight_cache = _KernelWeightCache()
+
+
+def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
+    """`kernel_weight(weight, weight_form)`, converted once per weight version."""
+    return weight_cache.get(weight, weight_form)
+
+
+_lib.define(
+    "linear_of_weight(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, str weight_form, "
+    "str x_form=\"float\", bool row_scale=False) -> Tensor"
+)
+_lib.define(
+    "conv2d_of_weight(Tensor x, Tensor weight, SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, "
+    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
+)
+
+
+def _per_output(scale: Optional[Tensor]) -> Optional[Tensor]:
+    return None if scale is None else scale.reshape(-1).to(torch.float32)
+
+
+def _combined_scale(alpha: Optional[Tensor], scale: Optional[Tensor]) -> Optional[Tensor]:
+    if alpha is None:
+        return scale
+    if scale is None:
+        return alpha
+    return alpha * _per_output(scale)
+
+
+def _binarize_dense(x: Tensor, x_form: str) -> Tensor:
+    if x_form == "ste_sign":
+        return _sign(x)
+    if x_form == "sign":
+        return torch.sign(x)
+    return x
+
+
+def _dense_weight(weight: Tensor, weight_form: str) -> Tensor:
+    if weight_form == "ste_sign":
+        return _sign(weight)
+    if weight_form == "sign":
+        return torch.sign(weight)
+    return weight
+
+
+def _check_forms(op: str, weight_form: str, x_form: str) -> None:
+    _check(weight_form in _WEIGHT_FORMS or weight_form.startswith("quantize:"), op,
+           lambda: f"weight_form must be one of {_WEIGHT_FORMS} or 'quantize:<scheme>', got {weight_form!r}")
+    _check(x_form in _X_FORMS, op, lambda: f"x_form must be one of {_X_FORMS}, got {x_form!r}")
+
+
+def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form, row_scale):
+    """The converted weight's kernel, or the layer's original float math when it has none."""
+    if converted.x_binarized:
+        x_form = "ste_sign"
+    if converted.kind == "binary":
+        total = _combined_scale(converted.alpha, scale)
+        if x_form == "float":
+            return torch.ops.bitcompile.binary_weight_linear(x, converted.packed, k, total, bias)
+        return torch.ops.bitcompile.binary_linear(x, converted.packed, k, total, bias,
+                                                  sign_zero=(x_form == "sign"), row_scale=row_scale)
+    if converted.kind == "apot" and x_form == "float":
+        alpha = _combined_scale(converted.alpha, scale)
+        return torch.ops.bitcompile.apot_linear(x, converted.packed, k, converted.bits, converted.code_values,
+                                                alpha, bias)
+    # Dense: the layer's original math (this weight has no packed form right now).
+    y = torch.nn.functional.linear(_binarize_dense(x, x_form), dense_weight())
+    if row_scale:
+        y = y * x.abs().mean(-1, keepdim=True)
+    if scale is not None:
+        y = y * (scale.reshape(-1) if scale.numel() > 1 else scale.reshape(()))
+    return y if bias is None else y + bias
+
+
+@torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
+def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
+    converted = cached_kernel_weight(weight, weight_form)
+    return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
+                       x_form, row_scale)
+
+
+@torch.library.register_fake("bitcompile::linear_of_weight")
+def _linear_of_weight_fake(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
+    op = "linear_of_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(weight.dim() == 2, op, lambda: f"weight must be 2-D, got {weight.dim()}-D")
+    _check(x.shape[-1] == weight.shape[1], op, lambda: f"x has {x.shape[-1]} features, weight has {weight.shape[1]}")
+    _check(not row_scale or x_form != "float", op, "row_scale needs a binarized x")
+    _check_same_device(op, x, weight=weight)
+    _check_scale_bias(op, x, weight.shape[0], scale, bias)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, padding, dilation, scale, bias,
+                x_form, pad_value):
+    if converted.x_binarized:
+        x_form = "ste_sign"
+    channels, kernel_size = weight_shape[1], [weight_shape[2], weight_shape[3]]
+    if converted.kind == "binary" and x_form != "float":
+        return torch.ops.bitcompile.binary_conv2d(
+            x, converted.packed, channels, kernel_size, stride, padding, dilation,
+            _combined_scale(converted.alpha, scale), bias, pad_value=pad_value, sign_zero=(x_form == "sign"))
+    if converted.kind == "apot" and x_form == "float" and pad_value == 0.0:
+        return torch.ops.bitcompile.apot_conv2d(
+            x, converted.packed, channels, kernel_size, stride, padding, dilation, converted.bits,
+            converted.code_values, _combined_scale(converted.alpha, scale), bias)
+    if converted.kind == "binary" and x_form == "float":
+        # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel)
+        scale_total = _combined_scale(converted.alpha, scale)
+        dequantized = _sign(dense_weight()).to(torch.float32)
+        if scale_total is not None:
+            dequantized = dequantized * scale_total.reshape(-1, 1, 1, 1)
+        bias = None if bias is None else bias.to(x.dtype)
+        return torch.nn.functional.conv2d(x, dequantized.to(x.dtype), bias, list(stride), list(padding),
+                                          list(dilation))
+    # Dense: the layer's original math.
+    xs = _binarize_dense(x, x_form)
+    if padding[0] or padding[1]:
+        xs = torch.nn.functional.pad(xs, (padding[1], padding[1], padding[0], padding[0]), value=pad_value)
+    y = torch.nn.functional.conv2d(xs, dense_weight(), None, list(stride), 0, list(dilation))
+    if scale is not None:
+        y = y * (scale.reshape(1, -1, 1, 1) if scale.numel() > 1 else scale.reshape(()))
+    return y if bias is None else y + bias.reshape(1, -1, 1, 1)
+
+
+@torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
+def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
+                           x_form="float", pad_value=0.0):
+    converted = cached_kernel_weight(weight, weight_form)
+    dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
+    return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
+                       pad_value)
+
+
+@torch.library.register_fake("bitcompile::conv2d_of_weight")
+def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
+                           x_form="float", pad_value=0.0):
+    op = "conv2d_of_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
+    _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
+    kernel_size = [weight.shape[2], weight.shape[3]]
+    _check_conv_geometry(op, x, weight.shape[1], kernel_size, stride, padding, dilation)
+    _check_same_device(op, x, weight=weight)
+    _check_scale_bias(op, x, weight.shape[0], scale, bias)
+    return _conv_output(op, x, weight.shape[0], kernel_size, stride, padding, dilation)
+
+
+# Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
+# fake-quantized weight, say) is rewritten with the function that computes it. The passes extract
+# that part of the graph as a small GraphModule of the parameters and register it here under a
+# hash of its code; the ops below run it, and convert its result, once per version of those
+# parameters (the same cache), so the fake quantization does not run per call either.
+_weight_functions: dict = {}
+
+
+def register_weight_function(function) -> str:
+    """Register a GraphModule (parameters -> weight); returns its key (a hash of its code)."""
+    import hashlib
+
+    key = hashlib.sha1(function.code.encode()).hexdigest()[:20]
+    _weight_functions.setdefault(key, function)
+    return key
+
+
+def _computed(op: str, inputs, weight_fn: str, weight_form: str) -> tuple:
+    function = _weight_functions.get(weight_fn)
+    _check(function is not None, op, lambda: f"weight function {weight_fn} is not registered in this process "
+           "(graphs using it come from the bitcompile backend; compile again)")
+    def build():
+        with torch.no_grad():
+            weight = function(*inputs)
+        converted = kernel_weight(weight, weight_form)
+        if converted.kind == "dense":
+            converted.dense_weight = weight
+        return converted
+
+    converted = weight_cache.get_for(list(inputs), f"{weight_fn}:{weight_form}", build)
+    return converted, lambda: converted.dense_weight
+
+
+_lib.define(
+    "linear_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
+    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", bool row_scale=False) -> Tensor"
+)
+_lib.define(
+    "conv2d_of_computed_weight(Tensor x, Tensor[] weight_inputs, str weight_fn, int[] weight_shape, "
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
+    "str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
+)
+
+
+@torch.library.impl(_lib, "linear_of_computed_weight", "CompositeExplicitAutograd")
+def _linear_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
+                                    weight_form, x_form="float", row_scale=False):
+    converted, dense = _computed("linear_of_computed_weight", weight_inputs, weight_fn, weight_form)
+    return _run_linear(x, converted, dense, weight_shape[1], scale, bias, x_form, row_scale)
+
+
+@torch.library.register_fake("bitcompile::linear_of_computed_weight")
+def _linear_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, scale=None, bias=None, *,
+                                    weight_form, x_form="float", row_scale=False):
+    op = "linear_of_computed_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(len(weight_shape) == 2, op, lambda: f"weight_shape must have 2 sizes, got {list(weight_shape)}")
+    _check(x.shape[-1] == weight_shape[1], op, lambda: f"x has {x.shape[-1]} features, weight has {weight_shape[1]}")
+    _check_scale_bias(op, x, weight_shape[0], scale, bias)
+    return x.new_empty((*x.shape[:-1], weight_shape[0]))
+
+
+@torch.library.impl(_lib, "conv2d_of_computed_weight", "CompositeExplicitAutograd")
+def _conv2d_of_computed_weight_impl(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
+                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
+    converted, dense = _computed("conv2d_of_computed_weight", weight_inputs, weight_fn, weight_form)
+    return _run_conv2d(x, converted, dense, weight_shape, stride, padding, dilation, scale, bias, x_form, pad_value)
+
+
+@torch.library.register_fake("bitcompile::conv2d_of_computed_weight")
+def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, stride, padding, dilation, scale=None,
+                                    bias=None, *, weight_form, x_form="float", pad_value=0.0):
+    op = "conv2d_of_computed_weight"
+    _check_float_input(op, x)
+    _check_forms(op, weight_form, x_form)
+    _check(len(weight_shape) == 4, op, lambda: f"weight_shape must have 4 sizes, got {list(weight_shape)}")
+    kernel_size = [weight_shape[2], weight_shape[3]]
+    _check_conv_geometry(op, x, weight_shape[1], kernel_size, stride, padding, dilation)
+    _check_scale_bias(op, x, weight_shape[0], scale, bias)
+    return _conv_output(op, x, weight_shape[0], kernel_size, stride, padding, dilation)
+
+
+# Inference graphs only (the passes emit them when grad is off); with inputs that require grad they
+# still run, below autograd, and have no gradient (ops.py, "Inference ops under autograd").
+for _name in ("linear_of_weight", "conv2d_of_weight", "linear_of_computed_weight", "conv2d_of_computed_weight"):
+    register_not_differentiable(_name, "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)")

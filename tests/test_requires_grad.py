@@ -1,0 +1,120 @@
+"""Inference ops with inputs that require grad (ops.py, "Inference ops under autograd").
+
+Every inference op, on each of its kernel paths (the small-M and GEMM paths: CPU apot_linear
+switches to BLAS above 16 rows, binary_linear to the AVX-512 panel GEMM from 24, CUDA
+binary_weight_linear to cuBLAS above 256 rows (2048 in fp32) and apot_linear above 4), returns
+with grad enabled and inputs that require grad exactly what it returns under torch.no_grad(); a
+backward through it raises an error naming the op and what to use instead. Issue 12, finding 2:
+apot_linear's CPU GEMM path raised "mm(): functions with out=... arguments don't support
+automatic differentiation" for a quantize_'d Llama run without torch.no_grad.
+"""
+
+import pytest
+import torch
+
+from bitcompile.quantize import convert_conv2d_weight, convert_linear_weight, quantize_
+
+K, N = 128, 24  # K a multiple of 128: the CUDA b1 tensor-core GEMM takes it above 64 rows
+ROWS = {"small": 3, "gemm": 2100}  # above every GEMM threshold, CPU and CUDA, fp32 included
+BATCH = {"small": 1, "gemm": 9}  # conv: 1 or 9 images of 16x16 (256 or 2304 output pixels)
+
+
+def _linear_case(op, m, device):
+    x = torch.randn(m, K, device=device)
+    weight = torch.randn(N, K, device=device)
+    bias = torch.randn(N, device=device)
+    if op in ("binary_linear", "binary_weight_linear"):
+        converted = convert_linear_weight(weight, "binary")
+        float_args = {"x": x, "scale": converted["scale"], "bias": bias}
+        return lambda a: getattr(torch.ops.bitcompile, op)(a["x"], converted["packed"], K, a["scale"], a["bias"]), float_args
+    converted = convert_linear_weight(weight, "apot4")
+    if op == "apot_linear":
+        float_args = {"x": x, "code_values": converted["code_values"], "alpha": converted["alpha"], "bias": bias}
+        return (lambda a: torch.ops.bitcompile.apot_linear(a["x"], converted["packed"], K, converted["bits"],
+                                                         a["code_values"], a["alpha"], a["bias"]), float_args)
+    q_x = torch.randint(0, 256, (m, K), dtype=torch.uint8, device=device)
+    float_args = {"x_scale": torch.tensor(0.02, device=device), "alpha": converted["alpha"], "bias": bias}
+    zero_point = torch.tensor(7, device=device)
+    return (lambda a: torch.ops.bitcompile.apot_linear_int(
+        q_x, a["x_scale"], zero_point, converted["packed"], K, converted["bits"], converted["code_numerators"],
+        float(converted["denominator"]), a["alpha"], a["bias"]), float_args)
+
+
+def _conv_case(op, batch, device):
+    x = torch.randn(batch, 40, 16, 16, device=device)
+    weight = torch.randn(8, 40, 3, 3, device=device)
+    bias = torch.randn(8, device=device)
+    geometry = ([3, 3], [1, 1], [1, 1], [1, 1])
+    if op == "binary_conv2d":
+        converted = convert_conv2d_weight(weight, "binary")
+        float_args = {"x": x, "scale": converted["scale"], "bias": bias}
+        return (lambda a: torch.ops.bitcompile.binary_conv2d(a["x"], converted["packed"], 40, *geometry, a["scale"],
+                                                           a["bias"]), float_args)
+    converted = convert_conv2d_weight(weight, "apot4")
+    float_args = {"x": x, "code_values": converted["code_values"], "alpha": converted["alpha"], "bias": bias}
+    return (lambda a: torch.ops.bitcompile.apot_conv2d(a["x"], converted["packed"], 40, *geometry, converted["bits"],
+                                                     a["code_values"], a["alpha"], a["bias"]), float_args)
+
+
+def _weight_op_case(op, m, device):
+    """The backend's run-time weight ops, whose float weight may require grad too."""
+    if op == "linear_of_weight":
+        float_args = {"x": torch.randn(m, K, device=device), "weight": torch.randn(N, K, device=device),
+                      "bias": torch.randn(N, device=device)}
+        return (lambda a: torch.ops.bitcompile.linear_of_weight(a["x"], a["weight"], None, a["bias"],
+                                                              weight_form="quantize:apot4"), float_args)
+    float_args = {"x": torch.randn(max(1, m // 256), 40, 16, 16, device=device),
+                  "weight": torch.randn(8, 40, 3, 3, device=device)}
+    return (lambda a: torch.ops.bitcompile.conv2d_of_weight(a["x"], a["weight"], [1, 1], [1, 1], [1, 1],
+                                                          weight_form="ste_sign", x_form="ste_sign"), float_args)
+
+
+def _pack_case(op, m, device):
+    if op == "pack_signs":
+        return (lambda a: torch.ops.bitcompile.pack_signs(a["x"])), {"x": torch.randn(m, K, device=device)}
+    codes = torch.randint(0, 16, (m, K), device=device)
+    # pack_codes has no float input; requires_grad applies to nothing and the call must still work
+    return (lambda a: torch.ops.bitcompile.pack_codes(codes, 4)), {}
+
+
+CASES = {
+    "pack_signs": _pack_case, "pack_codes": _pack_case,
+    "binary_linear": _linear_case, "binary_weight_linear": _linear_case, "apot_linear": _linear_case,
+    "apot_linear_int": _linear_case,
+    "binary_conv2d": _conv_case, "apot_conv2d": _conv_case,
+    "linear_of_weight": _weight_op_case, "conv2d_of_weight": _weight_op_case,
+}
+
+
+@pytest.mark.parametrize("requires_grad", [False, True], ids=["no_grad_inputs", "requires_grad"])
+@pytest.mark.parametrize("path", ["small", "gemm"])
+@pytest.mark.parametrize("op", list(CASES))
+def test_inference_op_with_inputs_that_require_grad(op, path, requires_grad, device):
+    make = CASES[op]
+    size = BATCH[path] if make is _conv_case else ROWS[path]
+    call, float_args = make(op, size, device)
+    with torch.no_grad():
+        expected = call(float_args)
+    inputs = {name: t.detach().clone().requires_grad_(requires_grad) for name, t in float_args.items()}
+    actual = call(inputs)  # grad enabled
+    assert torch.equal(actual, expected), f"{op} ({path}): the result changed with grad enabled"
+    if requires_grad and actual.is_floating_point():
+        with pytest.raises(RuntimeError, match=rf"bitcompile::{op}: .*no gradient.*torch\.no_grad"):
+            actual.sum().backward()
+
+
+def test_quantized_llama_runs_with_grad_enabled():
+    """The finding as reported: a quantize_'d LlamaForCausalLM (apot4, lm_head left float) called
+    the ordinary way, grad enabled, gives the no_grad logits."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    model = transformers.LlamaForCausalLM(config)
+    quantize_(model, "apot4", filter=lambda fqn, kind: "lm_head" not in fqn)
+    ids = torch.randint(0, 256, (2, 12))
+    with torch.no_grad():
+        expected = model(ids).logits
+    logits = model(ids).logits
+    assert torch.equal(logits, expected)
+    with pytest.raises(RuntimeError, match=r"bitcompile::apot_linear: .*no gradient"):
+        logits.sum().backward()
