@@ -196,7 +196,7 @@ def cpu_name() -> str:
 def environment() -> str:
     device = torch.cuda.get_device_name() if torch.cuda.is_available() else cpu_name()
     cuda = f", CUDA {torch.version.cuda}" if torch.cuda.is_available() else ""
-    kernels = f", BITCOMPILE_CUDA_LEGACY={os.environ['BITCOMPILE_CUDA_LEGACY']}" if "BITCOMPILE_CUDA_LEGACY" in os.environ else ""
+    kernels = ""
     return (f"{datetime.date.today().isoformat()}, {device}, torch {torch.__version__}{cuda}, "
             f"{torch.get_num_threads()} CPU threads, bitcompile {bitcompile.__version__}{kernels}")
 

@@ -1,26 +1,59 @@
 #!/usr/bin/env bash
-# Everything one GPU session needs, in one command (device time is scarce):
-#   install, build the kernels, run the CUDA tests and the benchmarks, on the default CUDA kernels
-#   and on the speed-work kernels (BITCOMPILE_CUDA_LEGACY=0, not yet the default: see csrc/cuda/binary_ops.cpp).
-# Logs go under $OUT (the device tool fetches them), or ./.out here.
-#   bash benchmarks/gpu_session.sh [pytest -k expression]   (default: cuda)
+# One GPU round in one command (device time is scarce: benchmarks/kernels/README.md has the device calls).
+#   bash benchmarks/gpu_session.sh STAGE...    stages, in the order given:
+#     harness   every sweep of benchmarks/kernels with the carried harness binary (built there if it cannot run)
+#     ncu       ncu SpeedOfLight/Occupancy/WarpStateStats/MemoryWorkloadAnalysis of the rows in $NCU_ROWS
+#     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
+#     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 4 workers
+#     bench     benchmarks/bench_ops.py --quick
+# Logs go under $OUT (the device tool brings them back), or ./.out here.
 set -o pipefail
 OUT=${OUT:-.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/bitcompile_extensions}
-selection=${1:-cuda}
+here="$(cd "$(dirname "$0")" && pwd)"
+harness="$here/kernels/build/harness"
+status=0
+stamp() { echo "=== $1 ($(date +%T), ${SECONDS}s)"; }
 
-{ nvidia-smi; python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; } 2>&1 | tee "$OUT/environment.txt"
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-BITCOMPILE_VERBOSE_BUILD=1 python3 -m bitcompile > "$OUT/build.log" 2>&1
-build=$?
-grep -E "built|error|Error" "$OUT/build.log" | tail -40
-[ $build -eq 0 ] || { tail -60 "$OUT/build.log"; exit 1; }
-for kernels in default 0; do
-  if [ "$kernels" = default ]; then unset BITCOMPILE_CUDA_LEGACY; else export BITCOMPILE_CUDA_LEGACY=$kernels; fi
-  echo "=== CUDA tests, BITCOMPILE_CUDA_LEGACY=${BITCOMPILE_CUDA_LEGACY:-unset}"
-  timeout 400 python3 -m pytest -q -rfE -k "$selection" --timeout=120 tests 2>&1 | tee "$OUT/tests_$kernels.log" | tail -25
-  echo "=== benchmarks, BITCOMPILE_CUDA_LEGACY=${BITCOMPILE_CUDA_LEGACY:-unset}"
-  timeout 300 python3 benchmarks/bench_ops.py --quick --results "$OUT/RESULTS_$kernels.md" 2>&1 | tee "$OUT/bench_$kernels.log" | tail -32
-  cp benchmarks/speedup_vs_m.png "$OUT/speedup_vs_m_$kernels.png" 2>/dev/null || true
+for stage in "$@"; do
+  case "$stage" in
+    harness)
+      stamp harness
+      if ! "$harness" pack m=1 k=32 graph=0 reps=1 > /dev/null 2>&1; then
+        echo "the carried harness does not run here: building it"; bash "$here/kernels/build.sh" || exit 1
+      fi
+      for sweep in "$here"/kernels/*.sweep; do
+        "$harness" --sweep "$sweep" 2>&1 | tee "$OUT/harness_$(basename "$sweep" .sweep).txt" || status=1
+      done ;;
+    ncu)
+      stamp ncu
+      while IFS= read -r row; do
+        [ -z "$row" ] && continue
+        name=$(echo "$row" | tr ' =' '_-' | cut -c1-60)
+        ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
+          --section MemoryWorkloadAnalysis --section LaunchStats -k "regex:^(?!.*memset)" --launch-skip 1 --launch-count 1 \
+          "$harness" $row graph=0 reps=1 > "$OUT/ncu_$name.txt" 2>&1
+        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Memory Throughput|Grid Size|Waves" "$OUT/ncu_$name.txt" | head -20
+      done <<< "${NCU_ROWS:-w1a16 m=1 n=8192 k=8192}" ;;
+    build)
+      stamp build
+      { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
+        python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"; } 2>&1 | tee "$OUT/environment.txt"
+      python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { tail -30 "$OUT/install.log"; exit 1; }
+      rm -rf "$TORCH_EXTENSIONS_DIR"
+      start=$SECONDS
+      python3 -m bitcompile > "$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
+      cat "$OUT/build.log"; echo "extension build from an empty cache: $((SECONDS - start)) s wall" ;;
+    tests)
+      stamp tests
+      timeout 420 python3 -m pytest -q -rfE -n 4 -k "${TESTS:-cuda}" --timeout=300 tests 2>&1 | tee "$OUT/tests.log" | tail -25 || status=1 ;;
+    bench)
+      stamp bench
+      timeout 300 python3 benchmarks/bench_ops.py --quick --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/bench.log" | tail -32 || status=1
+      cp benchmarks/speedup_vs_m.png "$OUT/" 2>/dev/null ;;
+    *) echo "unknown stage $stage"; exit 2 ;;
+  esac
 done
+stamp done
+exit $status
