@@ -19,4 +19,5 @@ nvcc -std=c++17 -O3 -lineinfo $arch -I "$root/csrc" -c "$here/harness.cu" -o "$h
 pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done  # set -e: a failed compile stops here
 nvcc $arch -o "$here/build/harness" "$here/build/harness.o" "${objects[@]}"
+rm -f "$here"/build/*.o  # only the binary travels
 echo "built $here/build/harness"
