@@ -424,7 +424,7 @@ def _bad_cases(device):
     add("apot_linear", linear, base, "x must be float32", x=base["x"].to(torch.int32))
     add("apot_linear", linear, base, "bits must be in 1..8", bits=9, code_values=code_table(4).to(device))
     add("apot_linear", linear, base, "code_values must have 2\\*\\*bits = 16 entries", code_values=code_table(3).to(device))
-    add("apot_linear", linear, base, "code_values must be (torch\.)?float32", code_values=code_table(4).double().to(device))
+    add("apot_linear", linear, base, r"code_values must be (torch\.)?float32", code_values=code_table(4).double().to(device))
     add("apot_linear", linear, base, "w_packed is 4 wide, 10 features need 5", w_packed=base["w_packed"][:, :4])
     add("apot_linear", linear, base, "w_packed must be 2-D", w_packed=base["w_packed"][0])
     add("apot_linear", linear, base, "w_packed must be (torch.uint8|uint8|Byte)",
@@ -437,7 +437,7 @@ def _bad_cases(device):
     base = _int_args(device)
     add("apot_linear_int", lint, base, "q_x must be uint8", q_x=base["q_x"].to(torch.int32))
     add("apot_linear_int", lint, base, "x_scale and x_zero_point must be scalars", x_scale=torch.ones(2, device=device))
-    add("apot_linear_int", lint, base, "code_numerators must be (torch\.)?int32", code_numerators=base["code_numerators"].long())
+    add("apot_linear_int", lint, base, r"code_numerators must be (torch\.)?int32", code_numerators=base["code_numerators"].long())
     add("apot_linear_int", lint, base, "code_numerators must have 2\\*\\*bits = 16",
         code_numerators=torch.zeros(8, dtype=torch.int32, device=device))
     add("apot_linear_int", lint, base, "denominator must be positive", denominator=0.0)

@@ -663,9 +663,6 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 
 @requires_cuda
 @pytest.mark.cuda
-@pytest.mark.xfail(reason="before the fix of backend._copy (Dynamo's static-input attributes) and the "
-                          "compile-time conversion of CUDA weights, cudagraph trees found the packed weights in "
-                          "their pool (H200, torch 2.11); the fix has not run on a GPU yet", strict=False)
 @torch.no_grad()
 def test_cuda_reduce_overhead_replays_without_repacking():
     model = SteMLP().cuda()

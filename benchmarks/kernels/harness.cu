@@ -360,7 +360,9 @@ Row run_w1a16(const Args& args, bool apot) {
   const size_t weight_bytes = apot ? codes.size() : w_bits.size() * 4;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
   Copies weights(apot ? static_cast<const void*>(codes.data()) : static_cast<const void*>(w_bits.data()), weight_bytes, copies);
-  Buffer x(x_bytes.size()), y(m * n * type_size(type)), table_device(16 * sizeof(float));
+  Buffer x(x_bytes.size()), y(m * n * type_size(type)), table_device(16 * sizeof(float)), alpha(sizeof(float));
+  const float one = 1.f;  // apot: alpha (a scalar) of 1, the levels are the table itself
+  CHECK_CUDA(cudaMemcpy(alpha.ptr, &one, sizeof one, cudaMemcpyHostToDevice));
   Buffer workspace(std::max<int64_t>(1, bitcompile::apot::linear_small_batch_workspace(m, k, n)) * sizeof(float));
   CHECK_CUDA(cudaMemcpy(x.ptr, x_bytes.data(), x_bytes.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(table_device.ptr, table.data(), 16 * sizeof(float), cudaMemcpyHostToDevice));
@@ -375,7 +377,7 @@ Row run_w1a16(const Args& args, bool apot) {
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]), n, 4,
-                                                  table_device.as<float>(), nullptr, 0, nullptr, y.ptr,
+                                                  table_device.as<float>(), alpha.as<float>(), 1, nullptr, y.ptr,
                                                   workspace.as<float>(), stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
