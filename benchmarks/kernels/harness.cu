@@ -6,7 +6,7 @@
 //   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
-//   w1a16  m n k dtype=bf16|fp16|fp32 rows=0 slices=0   binary_weight_linear (rows/slices: WeightLinearTuning)
+//   w1a16  m n k dtype=bf16|fp16|fp32 kernel=0 rows=0 slices=0   binary_weight_linear (WeightLinearTuning)
 //   apot   m n k dtype bits=4                            apot linear_small_batch (codes through a level table)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
@@ -373,7 +373,9 @@ Row run_w1a16(const Args& args, bool apot) {
   bk::WeightLinearTuning tuning;
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
-  row.config = apot ? format("bits=%d", bits) : format("rows=%d slices=%d", tuning.rows_per_pass, tuning.slices);
+  tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  row.config = apot ? format("bits=%d", bits)
+                    : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]), n, 4,

@@ -336,9 +336,9 @@ struct ClusterLaunch {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attribute[1];
 
-  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream) {
+  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream, int threads = kTcThreads) {
     config.gridDim = grid;
-    config.blockDim = dim3(kTcThreads, 1, 1);
+    config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -359,7 +359,7 @@ struct ClusterLaunch {
 // `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
 // that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
 template <typename Kernel>
-int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64]) {
+int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64], int threads = kTcThreads) {
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -372,7 +372,7 @@ int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&k
       int supported = 0, clusters = 0;
       bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
       if (fits) {
-        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr);
+        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr, threads);
         fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
       }
       if (!fits) (void)cudaGetLastError();
@@ -454,6 +454,220 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 }
 
 // Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
+// ---------------------------------------------------------------------------------------------
+// binary_weight_gemv_kernel: bf16/fp16 x with M <= 8 rows (decoding), W streamed at HBM speed.
+// The MMA math and fragment layout of binary_weight_linear_tc_kernel (one n8 tile of x rows), organized
+// for bytes in flight: 4-warp blocks of 64 W rows (a warp owns one m16 tile: rows g, g + 8 of each lane) over
+// a K range of at most kGemvMaxChunks chunks; a ring of kGemvPrefetch chunks of W per lane in registers, all
+// issued before x is staged; x of the block's whole K range staged once (rows < M only, rows 32 bytes apart
+// so the lanes g of one step read distinct banks); K split over a cluster of up to 8 blocks reduced through
+// distributed shared memory in rank order (deterministic), as the tensor-core kernel.
+constexpr int kGemvWarps = 4;
+constexpr int kGemvThreads = kGemvWarps * 32;
+constexpr int kGemvFeatures = kGemvWarps * 16;
+constexpr int kGemvMaxChunks = 8;   // K range of a block: at most 4096 k (x staging <= 8 rows x 8 KB)
+constexpr int kGemvPrefetch = 4;    // chunks of W in flight per lane (8 x 16 bytes)
+constexpr int kGemvGroupsPerChunk = kTcChunkWords * 8;  // 8-byte groups of x per chunk and row
+
+template <typename T>
+__global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const T* __restrict__ x,
+                                                                        const uint32_t* __restrict__ w_bits,
+                                                                        int m_rows, int64_t n_rows, int64_t k,
+                                                                        int64_t words, int slices, int slice_chunks,
+                                                                        Epilogue ep, T* __restrict__ out) {
+  extern __shared__ __align__(16) unsigned char gemv_smem[];
+  const int row_stride = slice_chunks * kGemvGroupsPerChunk + 4;  // in groups (uint2)
+  uint2* x_stage = reinterpret_cast<uint2*>(gemv_smem);         // [m_rows][row_stride]
+  float* correction = reinterpret_cast<float*>(x_stage + m_rows * row_stride);  // [8]
+  float* partial = reinterpret_cast<float*>(gemv_smem);         // [8][kGemvFeatures], after the main loop
+
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
+  const int64_t n_block = (blockIdx.x / static_cast<unsigned>(slices)) * static_cast<int64_t>(kGemvFeatures);
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  const int64_t chunk_begin = static_cast<int64_t>(slice) * slice_chunks;
+  const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
+  const int64_t row_top = n_block + warp * 16 + g;  // this lane's W rows: row_top, row_top + 8
+
+  // Words 4t..4t+3 of chunk c of both rows; past the end 0 (x is 0 there too).
+  auto load_chunk = [&](uint4 (&dst)[2], int64_t c) {
+    const int64_t word = c * kTcChunkWords + 4 * t;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row_top + 8 * h;
+      dst[h] = (row < n_rows && word < words) ? __ldg(reinterpret_cast<const uint4*>(w_bits + row * words + word))
+                                              : make_uint4(0, 0, 0, 0);
+    }
+  };
+  uint4 ring[kGemvPrefetch][2];
+#pragma unroll
+  for (int i = 0; i < kGemvPrefetch; ++i) {
+    if (chunk_begin + i < chunk_end) load_chunk(ring[i], chunk_begin + i);
+  }
+
+  // x of this block's K range in fragment order: group (chunk, w, q, t) = (x[2q+1], x[2q+17], x[2q], x[2q+16])
+  // of word 4t + w of the chunk (see binary_weight_linear_tc_kernel). Warp r stages rows r, r + 4; a lane one
+  // 32-value word at a time, every load of the word issued before the first is used. Values of other slices
+  // stay 0: this block's correction (the sum of x over even k) covers its own k only.
+  const int64_t k_begin = chunk_begin * kTcChunkWords * 32;
+  const int64_t k_end = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
+  const int stage_words = slice_chunks * kTcChunkWords;
+  for (int r = warp; r < m_rows; r += kGemvWarps) {
+    const T* x_row = x + static_cast<int64_t>(r) * k;
+    float even_sum = 0.f;
+    for (int word = lane; word < stage_words; word += 32) {
+      const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
+      float v[32];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) v[j] = k0 + j < k_end ? to_float(x_row[k0 + j]) : 0.f;
+      const int chunk = word / kTcChunkWords;
+      const int w = word & 3;
+      const int tt = (word % kTcChunkWords) >> 2;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        even_sum += v[2 * q] + v[2 * q + 16];
+        const uint32_t lo = static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 1]))) |
+                            (static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 17]))) << 16);
+        const uint32_t hi = static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q]))) |
+                            (static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 16]))) << 16);
+        x_stage[r * row_stride + chunk * kGemvGroupsPerChunk + (w * 8 + q) * 4 + tt] = make_uint2(lo, hi);
+      }
+    }
+    even_sum = warp_sum(even_sum);  // fixed order: deterministic
+    if (lane == 0) correction[r] = even_sum;
+  }
+  __syncthreads();
+
+  const uint32_t minus_one = MinusOnePair<T>::value;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  const bool has_column = g < m_rows;  // lanes of x rows >= M feed zeros
+  const uint2* x_lane = x_stage + (has_column ? g : 0) * row_stride + t;
+  for (int64_t base = chunk_begin; base < chunk_end; base += kGemvPrefetch) {
+#pragma unroll
+    for (int i = 0; i < kGemvPrefetch; ++i) {
+      const int64_t c = base + i;
+      if (c < chunk_end) {  // uniform over the block
+        const int local = static_cast<int>(c - chunk_begin);
+#pragma unroll
+        for (int s = 0; s < 32; ++s) {
+          const int w = s >> 3;
+          const int q = s & 7;
+          uint32_t b[2] = {0u, 0u};
+          if (has_column) {
+            const uint2 pair = x_lane[local * kGemvGroupsPerChunk + (w * 8 + q) * 4];
+            b[0] = pair.x;
+            b[1] = pair.y;
+          }
+          const uint32_t top = word_of(ring[i][0], w) << (14 - 2 * q);
+          const uint32_t bottom = word_of(ring[i][1], w) << (14 - 2 * q);
+          const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), top & 0x40004000u,
+                                 bottom & 0x40004000u};
+          mma_16816<T>(acc, a, b);
+        }
+        if (c + kGemvPrefetch < chunk_end) load_chunk(ring[i], c + kGemvPrefetch);
+      }
+    }
+  }
+
+  // acc: c0, c1 = (W row g, x rows 2t, 2t + 1), c2, c3 = (W row g + 8, ...); minus the even-k correction.
+  __syncthreads();  // x_stage consumed: partial may alias it (it is at most 8 x 64 floats)
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int m = 2 * t + (e & 1);
+    const int feature = warp * 16 + g + 8 * (e >> 1);
+    if (m < m_rows) partial[m * kGemvFeatures + feature] = acc[e] - correction[m];
+  }
+  const int outputs = m_rows * kGemvFeatures;
+  if (slices > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters are Hopper's; the launcher passes slices = 1 on older GPUs
+#else
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial tile is written
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int index = rank * kGemvThreads + tid; index < outputs; index += slices * kGemvThreads) {
+      const int64_t m = index / kGemvFeatures;
+      const int64_t n = n_block + index % kGemvFeatures;
+      if (n < n_rows) {
+        float sum = 0.f;
+        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
+        out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+  } else {
+    __syncthreads();
+    for (int index = tid; index < outputs; index += kGemvThreads) {
+      const int64_t m = index / kGemvFeatures;
+      const int64_t n = n_block + index % kGemvFeatures;
+      if (n < n_rows) {
+        out[m * n_rows + n] =
+            from_float<T>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+  }
+}
+
+// Launches binary_weight_gemv_kernel when it can take the problem (M <= 8, 16-byte W rows, K <= 8 slices of
+// kGemvMaxChunks chunks); returns false otherwise (the tensor-core kernel then runs).
+template <typename T>
+bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                        const Epilogue& ep, T* out, int sm_count, const WeightLinearTuning& tuning,
+                        cudaStream_t stream, cudaError_t& result) {
+  const int64_t words = ceil_div(k, 32);
+  const int64_t total_chunks = ceil_div(words, kTcChunkWords);
+  if (m_rows > 8 || words % 4 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) return false;
+  const int64_t feature_blocks = ceil_div(n_rows, kGemvFeatures);
+  // Slices: the fewest (a power of two) that keep a block within kGemvMaxChunks and give about four blocks an
+  // SM (16 warps, each with kGemvPrefetch chunks in flight), at most 8 (a portable cluster).
+  int64_t slices = 1;
+  const int64_t wanted = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132);
+  if (tuning.slices > 0) {
+    while (slices * 2 <= tuning.slices && slices * 2 <= kTcMaxSlices) slices *= 2;
+  } else {
+    while (slices < kTcMaxSlices && slices * 2 <= total_chunks && feature_blocks * slices * 2 <= wanted) slices *= 2;
+  }
+  while (ceil_div(total_chunks, slices) > kGemvMaxChunks && slices < kTcMaxSlices) slices *= 2;
+  if (ceil_div(total_chunks, slices) > kGemvMaxChunks || feature_blocks * slices > INT_MAX) return false;
+  auto kernel = binary_weight_gemv_kernel<T>;
+  auto smem_for = [&](int64_t s) {
+    const int64_t chunks = ceil_div(total_chunks, s);
+    const int64_t stage = m_rows * (chunks * kGemvGroupsPerChunk + 4) * static_cast<int64_t>(sizeof(uint2)) + 8 * sizeof(float);
+    const int64_t partials = 8 * kGemvFeatures * static_cast<int64_t>(sizeof(float));
+    return static_cast<size_t>(stage > partials ? stage : partials);
+  };
+  constexpr size_t kMaxSmem = static_cast<size_t>(8) * (kGemvMaxChunks * kGemvGroupsPerChunk + 4) * sizeof(uint2) + 32;
+  static unsigned long long smem_devices = 0;
+  result = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
+  if (result != cudaSuccess) return true;
+  if (slices > 1) {
+    static unsigned cluster_sizes[64] = {};
+    const int64_t fitting = fitting_cluster(kernel, slices, smem_for(slices), cluster_sizes, kGemvThreads);
+    if (fitting != slices) return false;  // no cluster this large here: the tensor-core kernel splits otherwise
+  }
+  const int slice_chunks = static_cast<int>(ceil_div(total_chunks, slices));
+  const size_t smem = smem_for(slices);
+  const dim3 grid(static_cast<unsigned>(feature_blocks * slices), 1, 1);
+  if (slices > 1) {
+    const ClusterLaunch launch(grid, smem, slices, stream, kGemvThreads);
+    result = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, static_cast<int>(m_rows), n_rows, k, words,
+                                static_cast<int>(slices), slice_chunks, ep, out);
+    if (result == cudaSuccess) result = cudaGetLastError();
+    return true;
+  }
+  kernel<<<grid, kGemvThreads, smem, stream>>>(x, w_bits, static_cast<int>(m_rows), n_rows, k, words, 1, slice_chunks,
+                                               ep, out);
+  result = cudaGetLastError();
+  return true;
+}
+
+
 template <typename InT>
 cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                           int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
@@ -463,6 +677,10 @@ cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, 
     if (rows <= 8) return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 1, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
     return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 2, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
   } else {
+    cudaError_t result = cudaSuccess;
+    if (tuning.kernel != 1 && binary_weight_gemv(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream, result)) {
+      return result;
+    }
     const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
     if (rows <= 8) return binary_weight_linear_tc_aligned<InT, InT, 1, 1, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
     if (rows <= 16) return binary_weight_linear_tc_aligned<InT, InT, 1, 2, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
