@@ -34,7 +34,7 @@ for stage in "$@"; do
         ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
           --section MemoryWorkloadAnalysis --section LaunchStats -k "regex:binary|linear|pack|conv" --launch-skip 1 --launch-count 1 \
           "$harness" $row graph=0 reps=1 > "$OUT/ncu_$name.txt" 2>&1
-        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Memory Throughput|Grid Size|Waves" "$OUT/ncu_$name.txt" | head -20
+        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|stalled" "$OUT/ncu_$name.txt" | cut -c1-400 | head -20
       done <<< "${NCU_ROWS:-w1a16 m=1 n=8192 k=8192}" ;;
     build)
       stamp build

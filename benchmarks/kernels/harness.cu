@@ -338,8 +338,15 @@ Row run_w1a16(const Args& args, bool apot) {
     int64_t j = 0;
     for (int64_t i = 1; i < k; ++i)
       if (std::fabs(x_rounded[i]) > std::fabs(x_rounded[j])) j = i;
-    if (apot) ref_codes[j / 2] ^= static_cast<uint8_t>(8u << (4 * (j % 2)));
-    else ref_bits[j / 32] ^= 1u << (j % 32);
+    if (apot) {  // the code whose level is furthest from the stored one
+      const unsigned shift = 4 * (j % 2), code = (ref_codes[j / 2] >> shift) & 15u;
+      unsigned furthest = code;
+      for (unsigned c = 0; c < 16; ++c)
+        if (std::fabs(table[c] - table[code]) > std::fabs(table[furthest] - table[code])) furthest = c;
+      ref_codes[j / 2] = static_cast<uint8_t>((ref_codes[j / 2] & ~(15u << shift)) | (furthest << shift));
+    }
+    else
+      ref_bits[j / 32] ^= 1u << (j % 32);
   }
   std::vector<double> want(m * n), magnitude(m * n);
   std::vector<int64_t> checked;

@@ -86,6 +86,12 @@ __device__ __forceinline__ uint32_t sign_pair(uint32_t v, uint32_t minus_one) {
 
 __device__ __forceinline__ uint16_t mma_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ uint16_t mma_bits(__half v) { return __half_as_ushort(v); }
+template <typename T>
+__device__ __forceinline__ T bits_as(uint16_t bits);
+template <>
+__device__ __forceinline__ __nv_bfloat16 bits_as<__nv_bfloat16>(uint16_t bits) { return __ushort_as_bfloat16(bits); }
+template <>
+__device__ __forceinline__ __half bits_as<__half>(uint16_t bits) { return __ushort_as_half(bits); }
 
 // Part `part` of x as the MMA type: the value itself (PARTS = 1), or the exact three-way bf16 split of fp32.
 template <typename MmaT, int PARTS>
@@ -510,31 +516,60 @@ __global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const 
   }
 
   // x of this block's K range in fragment order: group (chunk, w, q, t) = (x[2q+1], x[2q+17], x[2q], x[2q+16])
-  // of word 4t + w of the chunk (see binary_weight_linear_tc_kernel). Warp r stages rows r, r + 4; a lane one
-  // 32-value word at a time, every load of the word issued before the first is used. Values of other slices
-  // stay 0: this block's correction (the sum of x over even k) covers its own k only.
+  // of word 4t + w of the chunk (see binary_weight_linear_tc_kernel). Values of other slices stay 0: this
+  // block's correction (the sum of x over even k) covers its own k only.
   const int64_t k_begin = chunk_begin * kTcChunkWords * 32;
   const int64_t k_end = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
   const int stage_words = slice_chunks * kTcChunkWords;
+  auto store_group = [&](int r, int word, int q, uint32_t low_pair, uint32_t high_pair) {
+    // low_pair = (x[2q], x[2q+1]), high_pair = (x[2q+16], x[2q+17]) of the word, as raw 16-bit values.
+    const uint32_t odd = __byte_perm(low_pair, high_pair, 0x7632);   // (x[2q+1], x[2q+17])
+    const uint32_t even = __byte_perm(low_pair, high_pair, 0x5410);  // (x[2q], x[2q+16])
+    const int position = (word / kTcChunkWords) * kGemvGroupsPerChunk + ((word & 3) * 8 + q) * 4 + ((word % kTcChunkWords) >> 2);
+    x_stage[r * row_stride + position] = make_uint2(odd, even);
+  };
+  auto low_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair & 0xffffu))); };
+  auto high_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair >> 16))); };
+  // Coalesced: 16-byte loads, four lanes a 32-value word (lane j of the four holds x[8j .. 8j + 8)); lanes 0, 1
+  // of the four take lanes 2, 3's values by shuffle and build groups q = 4j .. 4j + 3. Rows of k % 8 != 0 or an
+  // unaligned x (rare) read value by value.
+  const bool vector_x = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   for (int r = warp; r < m_rows; r += kGemvWarps) {
     const T* x_row = x + static_cast<int64_t>(r) * k;
     float even_sum = 0.f;
-    for (int word = lane; word < stage_words; word += 32) {
-      const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
-      float v[32];
+    if (vector_x) {
+      for (int base = 0; base < stage_words * 4; base += 32) {  // uniform over the warp: shuffles below
+        const int vec = base + lane;                             // 16-byte vector of the stage
+        const int64_t k0 = k_begin + static_cast<int64_t>(vec) * 8;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (vec < stage_words * 4 && k0 < k_end) v = __ldg(reinterpret_cast<const uint4*>(x_row + k0));  // k_end % 8 == 0
+        const uint4 other = make_uint4(__shfl_down_sync(kFullMask, v.x, 2), __shfl_down_sync(kFullMask, v.y, 2),
+                                       __shfl_down_sync(kFullMask, v.z, 2), __shfl_down_sync(kFullMask, v.w, 2));
+        const int j = lane & 3;
+        if (j < 2 && vec < stage_words * 4) {
+          const int word = vec >> 2;
+          const uint32_t low[4] = {v.x, v.y, v.z, v.w};
+          const uint32_t high[4] = {other.x, other.y, other.z, other.w};
 #pragma unroll
-      for (int j = 0; j < 32; ++j) v[j] = k0 + j < k_end ? to_float(x_row[k0 + j]) : 0.f;
-      const int chunk = word / kTcChunkWords;
-      const int w = word & 3;
-      const int tt = (word % kTcChunkWords) >> 2;
+          for (int i = 0; i < 4; ++i) {
+            even_sum += low_value(low[i]) + low_value(high[i]);
+            store_group(r, word, 4 * j + i, low[i], high[i]);
+          }
+        }
+      }
+    } else {
+      for (int word = lane; word < stage_words; word += 32) {
+        const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
+        uint16_t v[32];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        even_sum += v[2 * q] + v[2 * q + 16];
-        const uint32_t lo = static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 1]))) |
-                            (static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 17]))) << 16);
-        const uint32_t hi = static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q]))) |
-                            (static_cast<uint32_t>(mma_bits(from_float<T>(v[2 * q + 16]))) << 16);
-        x_stage[r * row_stride + chunk * kGemvGroupsPerChunk + (w * 8 + q) * 4 + tt] = make_uint2(lo, hi);
+        for (int i = 0; i < 32; ++i) v[i] = k0 + i < k_end ? mma_bits(x_row[k0 + i]) : uint16_t{0};
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          const uint32_t low_pair = v[2 * q] | (static_cast<uint32_t>(v[2 * q + 1]) << 16);
+          const uint32_t high_pair = v[2 * q + 16] | (static_cast<uint32_t>(v[2 * q + 17]) << 16);
+          even_sum += low_value(low_pair) + low_value(high_pair);
+          store_group(r, word, q, low_pair, high_pair);
+        }
       }
     }
     even_sum = warp_sum(even_sum);  // fixed order: deterministic
@@ -543,7 +578,8 @@ __global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const 
   __syncthreads();
 
   const uint32_t minus_one = MinusOnePair<T>::value;
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // Four accumulators taken in turn: four independent MMA chains instead of one (an MMA waits for the last).
+  float acc4[4][4] = {};
   const bool has_column = g < m_rows;  // lanes of x rows >= M feed zeros
   const uint2* x_lane = x_stage + (has_column ? g : 0) * row_stride + t;
   for (int64_t base = chunk_begin; base < chunk_end; base += kGemvPrefetch) {
@@ -566,7 +602,7 @@ __global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const 
           const uint32_t bottom = word_of(ring[i][1], w) << (14 - 2 * q);
           const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), top & 0x40004000u,
                                  bottom & 0x40004000u};
-          mma_16816<T>(acc, a, b);
+          mma_16816<T>(acc4[s & 3], a, b);
         }
         if (c + kGemvPrefetch < chunk_end) load_chunk(ring[i], c + kGemvPrefetch);
       }
@@ -574,6 +610,9 @@ __global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const 
   }
 
   // acc: c0, c1 = (W row g, x rows 2t, 2t + 1), c2, c3 = (W row g + 8, ...); minus the even-k correction.
+  float acc[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) acc[e] = (acc4[0][e] + acc4[1][e]) + (acc4[2][e] + acc4[3][e]);
   __syncthreads();  // x_stage consumed: partial may alias it (it is at most 8 x 64 floats)
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
