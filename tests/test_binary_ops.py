@@ -613,11 +613,13 @@ def test_weight_linear_tile_edges(device, m):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [1, 8, 9, 16, 17, 32, 33, 300])
+@pytest.mark.parametrize("m", [1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
-    """bf16/fp16 x: M <= 256 takes the tensor-core kernel, 300 the dequantize + cuBLAS path; K spans
-    several 512-bit chunks (several blocks of one cluster), stray tail bits set, scale and bias."""
-    for n, k in ((129, 4100), (300, 1000), (5, 33)):
+    """bf16/fp16 x: M <= 4 takes the GEMV kernel (where W rows allow 16-byte loads), up to 256 the
+    tensor-core kernel, 300 the dequantize + cuBLAS path; K spans several 512-bit chunks (several blocks
+    of one cluster, or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set,
+    scale and bias."""
+    for n, k in ((129, 4100), (300, 1000), (5, 33), (70, 512), (64, 16384)):
         x = random_input((m, k), dtype, device)
         _, w_packed = packed_weight(n, k, device)
         w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)

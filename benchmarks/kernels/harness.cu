@@ -6,7 +6,7 @@
 //   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
-//   w1a16  m n k dtype=bf16|fp16|fp32 kernel=0 rows=0 slices=0   binary_weight_linear (WeightLinearTuning)
+//   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices   binary_weight_linear (WeightLinearTuning)
 //   apot   m n k dtype bits=4                            apot linear_small_batch (codes through a level table)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out

@@ -461,7 +461,10 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 
 // Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
 // ---------------------------------------------------------------------------------------------
-// binary_weight_gemv_kernel: bf16/fp16 x with M <= 8 rows (decoding), W streamed at HBM speed.
+// binary_weight_gemv_kernel: bf16/fp16 x with M <= kGemvMaxRows rows (decoding). H200, N = K = 8192, M = 1:
+// 16.3 us (12.4 in a rotating graph) against 20.3 (15.8) for the tensor-core kernel; N = K = 16384: 40 against 58.
+// ncu (M = 1): 4.0 M warp instructions (~15 a 16x16x16 MMA step), issue active 43%, ALU pipe 39%, DRAM 12%:
+// bound by instruction issue, not bytes (issue 10 has the next steps).
 // The MMA math and fragment layout of binary_weight_linear_tc_kernel (one n8 tile of x rows), organized
 // for bytes in flight: 4-warp blocks of 64 W rows (a warp owns one m16 tile: rows g, g + 8 of each lane) over
 // a K range of at most kGemvMaxChunks chunks; a ring of kGemvPrefetch chunks of W per lane in registers, all
@@ -472,11 +475,13 @@ constexpr int kGemvWarps = 4;
 constexpr int kGemvThreads = kGemvWarps * 32;
 constexpr int kGemvFeatures = kGemvWarps * 16;
 constexpr int kGemvMaxChunks = 8;   // K range of a block: at most 4096 k (x staging <= 8 rows x 8 KB)
-constexpr int kGemvPrefetch = 4;    // chunks of W in flight per lane (8 x 16 bytes)
 constexpr int kGemvGroupsPerChunk = kTcChunkWords * 8;  // 8-byte groups of x per chunk and row
 
+constexpr int kGemvPrefetch = 4;  // chunks of W in flight per lane (8 x 16 bytes); 2 measured the same (H200)
+constexpr int kGemvMaxRows = 4;   // measured: faster than the tensor-core kernel up to M = 2, equal at 4, slower at 8
+
 template <typename T>
-__global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const T* __restrict__ x,
+__global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(const T* __restrict__ x,
                                                                         const uint32_t* __restrict__ w_bits,
                                                                         int m_rows, int64_t n_rows, int64_t k,
                                                                         int64_t words, int slices, int slice_chunks,
@@ -531,51 +536,79 @@ __global__ __launch_bounds__(kGemvThreads) void binary_weight_gemv_kernel(const 
   auto low_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair & 0xffffu))); };
   auto high_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair >> 16))); };
   // Coalesced: 16-byte loads, four lanes a 32-value word (lane j of the four holds x[8j .. 8j + 8)); lanes 0, 1
-  // of the four take lanes 2, 3's values by shuffle and build groups q = 4j .. 4j + 3. Rows of k % 8 != 0 or an
-  // unaligned x (rare) read value by value.
+  // of the four take lanes 2, 3's values by shuffle and build groups q = 4j .. 4j + 3. Every thread of the block
+  // takes part (one warp alone serialized a round trip per 32 vectors), its loads issued before use. Rows of
+  // k % 8 != 0 or an unaligned x (rare) read value by value. The even-k sums go through even_part [8][threads]
+  // and are added in a fixed order (deterministic).
+  float* even_part = correction + 8;  // [8][kGemvThreads]
+  for (int r = 0; r < m_rows; ++r) even_part[r * kGemvThreads + tid] = 0.f;
   const bool vector_x = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  for (int r = warp; r < m_rows; r += kGemvWarps) {
-    const T* x_row = x + static_cast<int64_t>(r) * k;
-    float even_sum = 0.f;
-    if (vector_x) {
-      for (int base = 0; base < stage_words * 4; base += 32) {  // uniform over the warp: shuffles below
-        const int vec = base + lane;                             // 16-byte vector of the stage
-        const int64_t k0 = k_begin + static_cast<int64_t>(vec) * 8;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (vec < stage_words * 4 && k0 < k_end) v = __ldg(reinterpret_cast<const uint4*>(x_row + k0));  // k_end % 8 == 0
-        const uint4 other = make_uint4(__shfl_down_sync(kFullMask, v.x, 2), __shfl_down_sync(kFullMask, v.y, 2),
-                                       __shfl_down_sync(kFullMask, v.z, 2), __shfl_down_sync(kFullMask, v.w, 2));
-        const int j = lane & 3;
-        if (j < 2 && vec < stage_words * 4) {
-          const int word = vec >> 2;
-          const uint32_t low[4] = {v.x, v.y, v.z, v.w};
-          const uint32_t high[4] = {other.x, other.y, other.z, other.w};
+  if (vector_x) {
+    const int row_vectors = stage_words * 4;          // a multiple of 64: whole warps share a row and a word
+    const int vectors = m_rows * row_vectors;
+    constexpr int kBatch = 4;
+    for (int first = tid; first < vectors; first += kBatch * kGemvThreads) {  // uniform over each warp
+      uint4 v[kBatch];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            even_sum += low_value(low[i]) + low_value(high[i]);
-            store_group(r, word, 4 * j + i, low[i], high[i]);
-          }
+      for (int b = 0; b < kBatch; ++b) {
+        const int vec = first + b * kGemvThreads;
+        v[b] = make_uint4(0, 0, 0, 0);
+        if (vec < vectors) {
+          const int r = vec / row_vectors;
+          const int64_t k0 = k_begin + static_cast<int64_t>(vec % row_vectors) * 8;
+          if (k0 < k_end) v[b] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(r) * k + k0));  // k_end % 8 == 0
         }
       }
-    } else {
-      for (int word = lane; word < stage_words; word += 32) {
-        const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
-        uint16_t v[32];
 #pragma unroll
-        for (int i = 0; i < 32; ++i) v[i] = k0 + i < k_end ? mma_bits(x_row[k0 + i]) : uint16_t{0};
+      for (int b = 0; b < kBatch; ++b) {
+        const int vec = first + b * kGemvThreads;
+        const uint4 other = make_uint4(__shfl_down_sync(kFullMask, v[b].x, 2), __shfl_down_sync(kFullMask, v[b].y, 2),
+                                       __shfl_down_sync(kFullMask, v[b].z, 2), __shfl_down_sync(kFullMask, v[b].w, 2));
+        const int j = lane & 3;
+        if (j < 2 && vec < vectors) {
+          const int r = vec / row_vectors;
+          const int word = (vec % row_vectors) >> 2;
+          const uint32_t low[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
+          const uint32_t high[4] = {other.x, other.y, other.z, other.w};
+          float sum = 0.f;
 #pragma unroll
-        for (int q = 0; q < 8; ++q) {
-          const uint32_t low_pair = v[2 * q] | (static_cast<uint32_t>(v[2 * q + 1]) << 16);
-          const uint32_t high_pair = v[2 * q + 16] | (static_cast<uint32_t>(v[2 * q + 17]) << 16);
-          even_sum += low_value(low_pair) + low_value(high_pair);
-          store_group(r, word, q, low_pair, high_pair);
+          for (int i = 0; i < 4; ++i) {
+            sum += low_value(low[i]) + low_value(high[i]);
+            store_group(r, word, 4 * j + i, low[i], high[i]);
+          }
+          even_part[r * kGemvThreads + tid] += sum;
         }
       }
     }
-    even_sum = warp_sum(even_sum);  // fixed order: deterministic
-    if (lane == 0) correction[r] = even_sum;
+  } else {
+    for (int item = tid; item < m_rows * stage_words; item += kGemvThreads) {
+      const int r = item / stage_words;
+      const int word = item % stage_words;
+      const T* x_row = x + static_cast<int64_t>(r) * k;
+      const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
+      uint16_t v[32];
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] = k0 + i < k_end ? mma_bits(x_row[k0 + i]) : uint16_t{0};
+      float sum = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const uint32_t low_pair = v[2 * q] | (static_cast<uint32_t>(v[2 * q + 1]) << 16);
+        const uint32_t high_pair = v[2 * q + 16] | (static_cast<uint32_t>(v[2 * q + 17]) << 16);
+        sum += low_value(low_pair) + low_value(high_pair);
+        store_group(r, word, q, low_pair, high_pair);
+      }
+      even_part[r * kGemvThreads + tid] += sum;
+    }
   }
   __syncthreads();
+  for (int r = warp; r < m_rows; r += kGemvWarps) {
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kGemvThreads / 32; ++i) sum += even_part[r * kGemvThreads + i * 32 + lane];
+    sum = warp_sum(sum);  // fixed order: deterministic
+    if (lane == 0) correction[r] = sum;
+  }
+  // correction[] is read after the main loop's __syncthreads.
 
   const uint32_t minus_one = MinusOnePair<T>::value;
   // Four accumulators taken in turn: four independent MMA chains instead of one (an MMA waits for the last).
@@ -661,10 +694,10 @@ bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int6
                         cudaStream_t stream, cudaError_t& result) {
   const int64_t words = ceil_div(k, 32);
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
-  if (m_rows > 8 || words % 4 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) return false;
+  if (m_rows > (tuning.kernel == 2 ? 8 : kGemvMaxRows) || words % 4 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) return false;
   const int64_t feature_blocks = ceil_div(n_rows, kGemvFeatures);
   // Slices: the fewest (a power of two) that keep a block within kGemvMaxChunks and give about four blocks an
-  // SM (16 warps, each with kGemvPrefetch chunks in flight), at most 8 (a portable cluster).
+  // SM (16 warps, each with its ring of chunks in flight), at most 8 (a portable cluster).
   int64_t slices = 1;
   const int64_t wanted = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132);
   if (tuning.slices > 0) {
@@ -677,11 +710,13 @@ bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int6
   auto kernel = binary_weight_gemv_kernel<T>;
   auto smem_for = [&](int64_t s) {
     const int64_t chunks = ceil_div(total_chunks, s);
-    const int64_t stage = m_rows * (chunks * kGemvGroupsPerChunk + 4) * static_cast<int64_t>(sizeof(uint2)) + 8 * sizeof(float);
+    const int64_t stage = m_rows * (chunks * kGemvGroupsPerChunk + 4) * static_cast<int64_t>(sizeof(uint2)) +
+                          (8 + 8 * kGemvThreads) * static_cast<int64_t>(sizeof(float));
     const int64_t partials = 8 * kGemvFeatures * static_cast<int64_t>(sizeof(float));
     return static_cast<size_t>(stage > partials ? stage : partials);
   };
-  constexpr size_t kMaxSmem = static_cast<size_t>(8) * (kGemvMaxChunks * kGemvGroupsPerChunk + 4) * sizeof(uint2) + 32;
+  constexpr size_t kMaxSmem =
+      static_cast<size_t>(8) * (kGemvMaxChunks * kGemvGroupsPerChunk + 4) * sizeof(uint2) + (8 + 8 * kGemvThreads) * sizeof(float);
   static unsigned long long smem_devices = 0;
   result = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
   if (result != cudaSuccess) return true;
