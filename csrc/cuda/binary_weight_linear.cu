@@ -113,6 +113,46 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
   return w == 0 ? v.x : (w == 1 ? v.y : (w == 2 ? v.z : v.w));
 }
 
+// The outputs of a tile of partial sums (partial[row][feature] in shared memory, tile_rows x FEATURES, rows
+// from x row m0, features from n_block): the sum over the `slices` blocks of a cluster that split K, taken
+// through distributed shared memory in rank order (deterministic), or the block's own tile; then the
+// epilogue. Every block of a cluster reduces its share of the tile.
+template <int THREADS, int FEATURES, typename T>
+__device__ __forceinline__ void store_tile(float* partial, int tile_rows, int64_t m0, int64_t m_rows, int64_t n_block,
+                                           int64_t n_rows, int slices, const Epilogue& ep, T* __restrict__ out) {
+  const int tid = threadIdx.x;
+  if (slices > 1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    __trap();  // clusters are Hopper's; the launchers pass slices = 1 on older GPUs
+#else
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partial tile is written
+    const int rank = static_cast<int>(cluster.block_rank());
+    for (int index = rank * THREADS + tid; index < tile_rows * FEATURES; index += slices * THREADS) {
+      const int64_t m = m0 + index / FEATURES;
+      const int64_t n = n_block + index % FEATURES;
+      if (m < m_rows && n < n_rows) {
+        float sum = 0.f;
+        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
+        out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
+#endif
+  } else {
+    __syncthreads();
+    for (int index = tid; index < tile_rows * FEATURES; index += THREADS) {
+      const int64_t m = m0 + index / FEATURES;
+      const int64_t n = n_block + index % FEATURES;
+      if (m < m_rows && n < n_rows) {
+        out[m * n_rows + n] =
+            from_float<T>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+      }
+    }
+  }
+}
+
 // InT: x's type; MmaT: the tensor-core type (bf16 for fp32 x, in PARTS = 3 pieces); NB: n8 tiles (8 rows of
 // x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; VEC: 16-byte W loads.
 template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
@@ -305,36 +345,7 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
     }
   }
 
-  if (slices > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    __trap();  // clusters are Hopper's; the launcher passes slices = 1 on older GPUs
-#else
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's partial tile is written
-    const int rank = static_cast<int>(cluster.block_rank());
-    for (int index = rank * kTcThreads + tid; index < MB * kTcFeatures; index += slices * kTcThreads) {
-      const int64_t m = m0 + index / kTcFeatures;
-      const int64_t n = n_block + index % kTcFeatures;
-      if (m < m_rows && n < n_rows) {
-        float sum = 0.f;
-        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
-        out[m * n_rows + n] = from_float<InT>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-      }
-    }
-    cluster.sync();  // no block leaves while another still reads its shared memory
-#endif
-  } else {
-    __syncthreads();
-    for (int index = tid; index < MB * kTcFeatures; index += kTcThreads) {
-      const int64_t m = m0 + index / kTcFeatures;
-      const int64_t n = n_block + index % kTcFeatures;
-      if (m < m_rows && n < n_rows) {
-        out[m * n_rows + n] =
-            from_float<InT>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-      }
-    }
-  }
+  store_tile<kTcThreads, kTcFeatures>(partial, MB, m0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
 // A launch configuration with clusters of `slices` blocks along x (not copyable: config points at attribute).
@@ -653,37 +664,7 @@ __global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(con
     const int feature = warp * 16 + g + 8 * (e >> 1);
     if (m < m_rows) partial[m * kGemvFeatures + feature] = acc[e] - correction[m];
   }
-  const int outputs = m_rows * kGemvFeatures;
-  if (slices > 1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-    __trap();  // clusters are Hopper's; the launcher passes slices = 1 on older GPUs
-#else
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every block's partial tile is written
-    const int rank = static_cast<int>(cluster.block_rank());
-    for (int index = rank * kGemvThreads + tid; index < outputs; index += slices * kGemvThreads) {
-      const int64_t m = index / kGemvFeatures;
-      const int64_t n = n_block + index % kGemvFeatures;
-      if (n < n_rows) {
-        float sum = 0.f;
-        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
-        out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-      }
-    }
-    cluster.sync();  // no block leaves while another still reads its shared memory
-#endif
-  } else {
-    __syncthreads();
-    for (int index = tid; index < outputs; index += kGemvThreads) {
-      const int64_t m = index / kGemvFeatures;
-      const int64_t n = n_block + index % kGemvFeatures;
-      if (n < n_rows) {
-        out[m * n_rows + n] =
-            from_float<T>(epilogue_value(partial[index], row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-      }
-    }
-  }
+  store_tile<kGemvThreads, kGemvFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
 // Launches binary_weight_gemv_kernel when it can take the problem (M <= 8, 16-byte W rows, K <= 8 slices of
