@@ -126,15 +126,26 @@ def library_name(device: str, family: str) -> str:
     return f"bitcompile_cuda_{family}"
 
 
+def _build_side_by_side(device: str, build_one) -> list[str]:
+    """Builds the families of `device` side by side (each is its own ninja build of parallel translation
+    units, so the slowest family, not their sum, sets the time); returns the library names in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    families = _families(device)
+    with ThreadPoolExecutor(max_workers=max(1, len(families))) as pool:
+        return list(pool.map(build_one, families))
+
+
 def build_cpu() -> list[str]:
     root = source_dir()
-    built = []
-    for family in _families("cpu"):
+
+    def build(family: str) -> str:
         name = library_name("cpu", family)
         sources = [str(root / path) for path in LIBRARIES["cpu"][family]]
         _load(name, sources, extra_cflags=_cpu_flags(), extra_ldflags=["-fopenmp"], extra_include_paths=[str(root)])
-        built.append(name)
-    return built
+        return name
+
+    return _build_side_by_side("cpu", build)
 
 
 # The CUDA kernels run on tensor cores through sm_80 instructions (mma.sync b1 AND.POPC, bf16 mma, cp.async).
@@ -171,12 +182,7 @@ def build_cuda() -> list[str]:
         )
         return name
 
-    # The families build side by side (each is its own ninja build of parallel translation units).
-    from concurrent.futures import ThreadPoolExecutor
-
-    families = _families("cuda")
-    with ThreadPoolExecutor(max_workers=max(1, len(families))) as pool:
-        return list(pool.map(build, families))
+    return _build_side_by_side("cuda", build)
 
 
 def main() -> None:
