@@ -86,7 +86,8 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
 // tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) sweep the launch.
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block: 8, 16 or 32 (fp32 x: 8 or 16); 0: from M
-  int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: enough for about two blocks an SM
+  int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
+                          //   four for the GEMV kernel)
   int kernel = 0;  // bf16/fp16: 0 chosen from M, 1 the tensor-core pass kernel, 2 the GEMV kernel up to M = 8 (harness A/B)
 };
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,

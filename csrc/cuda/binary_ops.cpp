@@ -60,7 +60,8 @@ int current_device_attribute(cudaDeviceAttr attribute) {
 }
 
 // binary_weight_linear's largest M on its tensor-core kernel (fp32 x: 8 times as many); above, W is dequantized to
-// x's dtype and cuBLAS runs the GEMM. Measured crossover: benchmarks/RESULTS.md (M sweep).
+// x's dtype and cuBLAS runs the GEMM. Not yet placed by a sweep: at M = 64 the tensor-core kernel is 0.58x of
+// bf16 F.linear (benchmarks/NOTES.md), so the switch belongs lower.
 constexpr int64_t kWeightLinearTensorCoreRows = 256;
 
 // Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.

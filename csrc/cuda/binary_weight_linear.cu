@@ -667,8 +667,9 @@ __global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(con
   store_tile<kGemvThreads, kGemvFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
-// Launches binary_weight_gemv_kernel when it can take the problem (M <= 8, 16-byte W rows, K <= 8 slices of
-// kGemvMaxChunks chunks); returns false otherwise (the tensor-core kernel then runs).
+// Launches binary_weight_gemv_kernel when it can take the problem (M <= kGemvMaxRows, or 8 with tuning.kernel = 2;
+// 16-byte W rows; K <= 8 slices of kGemvMaxChunks chunks); returns false otherwise (the tensor-core kernel
+// then runs).
 template <typename T>
 bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                         const Epilogue& ep, T* out, int sm_count, const WeightLinearTuning& tuning,
