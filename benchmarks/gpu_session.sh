@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_session.sh STAGE...    stages, in the order given:
 #     harness   every sweep of benchmarks/kernels with the carried harness binary (built there if it cannot run)
 #     ncu       ncu SpeedOfLight/Occupancy/WarpStateStats/MemoryWorkloadAnalysis of the rows in $NCU_ROWS
+#               (kernels matching $NCU_KERNELS, skipping $NCU_SKIP launches, profiling $NCU_COUNT)
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 4 workers
 #     bench     benchmarks/bench_ops.py --quick
@@ -32,9 +33,10 @@ for stage in "$@"; do
         [ -z "$row" ] && continue
         name=$(echo "$row" | tr ' =' '_-' | cut -c1-60)
         ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
-          --section MemoryWorkloadAnalysis --section LaunchStats -k "regex:binary|linear|pack|conv" --launch-skip 1 --launch-count 1 \
+          --section MemoryWorkloadAnalysis --section LaunchStats -k "regex:${NCU_KERNELS:-binary|linear|pack|conv}" \
+          --launch-skip "${NCU_SKIP:-1}" --launch-count "${NCU_COUNT:-1}" \
           "$harness" $row graph=0 reps=1 > "$OUT/ncu_$name.txt" 2>&1
-        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|stalled" "$OUT/ncu_$name.txt" | cut -c1-400 | head -20
+        grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|stalled" "$OUT/ncu_$name.txt" | cut -c1-400 | head -40
       done <<< "${NCU_ROWS:-w1a16 m=1 n=8192 k=8192}" ;;
     build)
       stamp build

@@ -615,7 +615,7 @@ def test_weight_linear_tile_edges(device, m):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
-    """bf16/fp16 x: M <= 4 takes the GEMV kernel (where W rows allow 16-byte loads), up to 256 the
+    """bf16/fp16 x: M <= 2 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 256 the
     tensor-core kernel, 300 the dequantize + cuBLAS path; K spans several 512-bit chunks (several blocks
     of one cluster, or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set,
     scale and bias."""
@@ -629,6 +629,47 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
         scalar = torch.rand((), device=device) + 0.5
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scalar)
         assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale", magnitude)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
+def test_weight_linear_bit_planes(device, dtype, m):
+    """bf16/fp16 x of M <= 2 runs on CUDA as 24 fixed-point bit planes of x per 512-value chunk through the b1
+    tensor cores (M = 3..8: the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
+    is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
+    rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
+    1 to 8 slices of up to 8 chunks, slices without a chunk, the largest K of the plane kernel (8 x 8 x 512 =
+    32768) and past it, W rows of whole 16-byte words (k % 128 in 97..128) or not (k = 1000, 3000)."""
+    octaves = 20 if dtype == torch.bfloat16 else 5
+    for n, k in ((1, 128), (65, 4076), (130, 4608), (64, 32768), (3, 33280), (40, 1000), (33, 3000)):
+        x = random_input((m, k), device=device) * torch.exp2(torch.randint(-octaves, 4, (m, k), device=device).float())
+        if dtype == torch.bfloat16 and k == 4608:
+            x = x * 2.0**100
+        x = x.to(dtype)
+        _, w_packed = packed_weight(n, k, device)
+        w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)  # stray tail bit
+        scale, bias = scale_and_bias("per_channel", n, device)
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert actual.dtype == dtype
+        error = (actual.double().cpu() - expected).abs()
+        allowed = torch.finfo(dtype).eps * expected.abs() + 1e-4 * magnitude
+        worst = (error / allowed).max().item()
+        assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [2, 8, 40])
+def test_weight_linear_non_finite_rows(device, dtype, m):
+    """An Inf or NaN in a row of x makes that row's outputs non-finite (the bit-plane kernel cannot scale it:
+    its outputs become NaN) and leaves the other rows alone."""
+    n, k = 70, 1024
+    x = random_input((m, k), dtype, device)
+    x[0, 17] = float("inf")
+    x[m - 1, 900] = float("nan")
+    _, w_packed = packed_weight(n, k, device)
+    out = ops.binary_weight_linear(x, w_packed, k).cpu()
+    assert not torch.isfinite(out[0]).any() and not torch.isfinite(out[m - 1]).any()
+    assert torch.isfinite(out[1 : m - 1]).all()
 
 
 @pytest.mark.parametrize("inputs", ["signed", "relu"])

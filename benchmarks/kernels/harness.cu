@@ -383,6 +383,7 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d", bits)
                     : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
@@ -392,7 +393,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                                   workspace.as<float>(), stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
-                                           bk::Epilogue{}, y.ptr, sm_count, stream, &tuning);
+                                           bk::Epilogue{}, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
   };
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());

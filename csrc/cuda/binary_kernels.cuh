@@ -79,20 +79,26 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
                                  bool out_channels_last, cudaStream_t stream);
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
-// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. On bf16/fp16 tensor cores,
-// every packed weight word read once per pass of up to 32 rows of x (16 for fp32 x, which runs as an exact
-// three-way bf16 split), K split over a thread block cluster. sm_count: multiprocessors of the device (sizes
+// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. bf16/fp16 x of M <= 2: x as
+// 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu, "binary_weight_planes"); otherwise
+// on bf16/fp16 tensor cores, every packed weight word read once per pass of up to 32 rows of x (16 for fp32 x,
+// which runs as an exact three-way bf16 split). K split over a thread block cluster. sm_count: multiprocessors of the device (sizes
 // the K split). Needs sm_80; the binding sends large M to dequantize_signs + cuBLAS instead.
 // tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) sweep the launch.
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block: 8, 16 or 32 (fp32 x: 8 or 16); 0: from M
   int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
-                          //   four for the GEMV kernel)
-  int kernel = 0;  // bf16/fp16: 0 chosen from M, 1 the tensor-core pass kernel, 2 the GEMV kernel up to M = 8 (harness A/B)
+                          //   four for the bit-plane kernel)
+  int kernel = 0;  // bf16/fp16: 0 chosen from M (the bit-plane kernel up to M = 2), 1 the tensor-core pass kernel
 };
+// workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
+// aligned: the bit planes of x for bf16/fp16 x of M <= 2 (0 bytes otherwise; null or too small: those shapes run
+// on the tensor-core pass kernel).
+size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k);
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
                                         int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
-                                        cudaStream_t stream, const WeightLinearTuning* tuning = nullptr);
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                        const WeightLinearTuning* tuning = nullptr);
 
 // out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,
 // each value rounded once from fp32. For binary_weight_linear at large M through cuBLAS. out must be 16-byte aligned.

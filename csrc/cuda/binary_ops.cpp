@@ -158,9 +158,13 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
       x.scalar_type() == at::kFloat ? 8 * kWeightLinearTensorCoreRows : kWeightLinearTensorCoreRows;
   if (m <= tensor_core_rows) {
     // Tensor cores, W read once per pass of up to 32 rows of x; exact +-1 weights, fp32 sums and epilogue.
+    const size_t workspace_bytes = kernels::binary_weight_linear_workspace_bytes(float_type(input), m, k);
+    at::Tensor workspace;  // the bit planes of x (bf16/fp16, M <= 8)
+    if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
     check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
                                                       inputs.epilogue, out.mutable_data_ptr(), multiprocessor_count(),
-                                                      stream),
+                                                      workspace_bytes > 0 ? workspace.mutable_data_ptr() : nullptr,
+                                                      workspace_bytes, stream),
                  op);
     return out;
   }

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "device_common.cuh"
+#include "mma_b1.cuh"
 
 namespace bitcompile {
 namespace cuda {
@@ -86,12 +87,6 @@ __device__ __forceinline__ uint32_t sign_pair(uint32_t v, uint32_t minus_one) {
 
 __device__ __forceinline__ uint16_t mma_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 __device__ __forceinline__ uint16_t mma_bits(__half v) { return __half_as_ushort(v); }
-template <typename T>
-__device__ __forceinline__ T bits_as(uint16_t bits);
-template <>
-__device__ __forceinline__ __nv_bfloat16 bits_as<__nv_bfloat16>(uint16_t bits) { return __ushort_as_bfloat16(bits); }
-template <>
-__device__ __forceinline__ __half bits_as<__half>(uint16_t bits) { return __ushort_as_half(bits); }
 
 // Part `part` of x as the MMA type: the value itself (PARTS = 1), or the exact three-way bf16 split of fp32.
 template <typename MmaT, int PARTS>
@@ -472,36 +467,123 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 
 // Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
 // ---------------------------------------------------------------------------------------------
-// binary_weight_gemv_kernel: bf16/fp16 x with M <= kGemvMaxRows rows (decoding). H200, N = K = 8192, M = 1:
-// 16.3 us (12.4 in a rotating graph) against 20.3 (15.8) for the tensor-core kernel; N = K = 16384: 40 against 58.
-// ncu (M = 1): 4.0 M warp instructions (~15 a 16x16x16 MMA step), issue active 43%, ALU pipe 39%, DRAM 12%:
-// bound by instruction issue, not bytes (issue 10 has the next steps).
-// The MMA math and fragment layout of binary_weight_linear_tc_kernel (one n8 tile of x rows), organized
-// for bytes in flight: 4-warp blocks of 64 W rows (a warp owns one m16 tile: rows g, g + 8 of each lane) over
-// a K range of at most kGemvMaxChunks chunks; a ring of kGemvPrefetch chunks of W per lane in registers, all
-// issued before x is staged; x of the block's whole K range staged once (rows < M only, rows 32 bytes apart
-// so the lanes g of one step read distinct banks); K split over a cluster of up to 8 blocks reduced through
-// distributed shared memory in rank order (deterministic), as the tensor-core kernel.
-constexpr int kGemvWarps = 4;
-constexpr int kGemvThreads = kGemvWarps * 32;
-constexpr int kGemvFeatures = kGemvWarps * 16;
-constexpr int kGemvMaxChunks = 8;   // K range of a block: at most 4096 k (x staging <= 8 rows x 8 KB)
-constexpr int kGemvGroupsPerChunk = kTcChunkWords * 8;  // 8-byte groups of x per chunk and row
+// binary_weight_planes: bf16/fp16 x with M <= kPlaneMaxRows rows (decoding), on the b1 tensor cores.
+// x_planes_kernel turns each 512-value chunk of a row of x into P = 24 two's-complement bit planes of
+// fixed-point integers, scaled by 2^shift from the chunk's largest |x| (xq = rint(x * 2^shift), |xq| < 2^22).
+// Then for the chunk
+//   sum_k x[k] s(w[k]) = 2^-shift (2 sum_p coef_p popc(w & plane_p) - sum_k xq[k]),  coef_p = 2^p (-2^(P-1) at P-1)
+// exactly in integers: the weight bits feed mma.sync m16n8k256 AND.POPC as they are, 4096 weights in 2
+// instructions per 8 planes (the fp16 expansion of the tensor-core pass kernel takes ~0.75 integer ops a weight), and the
+// chunks add up in fp64. A bf16/fp16 value within 2^-15 of its chunk's largest is exact; smaller ones are
+// rounded at 2^-23 of it. binary_weight_planes_kernel starts before x_planes_kernel ends (programmatic
+// dependent launch, sm_90): it issues its W loads, then waits for the planes (griddepcontrol.wait).
+// Blocks of 4 warps and 64 W rows (a warp: one m16 tile, lane rows g, g + 8, words 4t..4t+3 of each 512-bit
+// chunk), K split over a cluster reduced by store_tile.
+// H200, M = 1, N = K = 8192, us per call in a rotating graph: 7.5 (the fp16-expansion GEMV kernel it replaces:
+// 12.6). Tried first: one scale per K slice of a block, planes built by a 4-block kernel: 9.1 (its block-wide
+// reductions and ~2 us of serial work on the critical path); planes built inside every weight block: 11.8 (~1000
+// instructions a warp).
+constexpr int kPlaneBits = 24;
+constexpr int kPlaneMaxRows = 2;  // measured (H200, N = K = 8192, graph): M = 1 7.5 us, 2 12.4, 4 18.5 and 8 28.7
+                                  // against 16.4 and 16.9 for the tensor-core pass kernel at M = 4 and 8
+constexpr int kPlaneWarps = 4;
+constexpr int kPlaneThreads = kPlaneWarps * 32;
+constexpr int kPlaneFeatures = kPlaneWarps * 16;
+constexpr int kPlaneRing = 4;       // chunks of W in flight per lane
+constexpr int kPlaneMaxChunks = 8;  // chunks of a block's K slice
+constexpr int kPlaneChunkWords = kPlaneBits * kTcChunkWords;  // plane words of one chunk of one row of x
+constexpr int kNonFinite = 1000;    // PlaneGroup::shift of a chunk with an Inf or NaN
 
-constexpr int kGemvPrefetch = 4;  // chunks of W in flight per lane (8 x 16 bytes); 2 measured the same (H200)
-constexpr int kGemvMaxRows = 4;   // measured: faster than the tensor-core kernel up to M = 2, equal at 4, slower at 8
+struct __align__(16) PlaneGroup {  // one row of x, one chunk
+  long long x_sum;                 // sum of the fixed-point values
+  int shift;                       // xq = rint(x * 2^shift); kNonFinite: the row's outputs become NaN
+  int unused;
+};
 
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lane i holds v_i; returns in lane p the word whose bit i is bit p of v_i (a 32 x 32 bit transpose in five
+// rounds of exchanges between lanes j apart: ~30 instructions against 64 for 32 ballots and selects).
+__device__ __forceinline__ uint32_t transpose_bits(uint32_t v, int lane) {
+  constexpr uint32_t kLow[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
+#pragma unroll
+  for (int r = 0; r < 5; ++r) {
+    const int j = 16 >> r;
+    const uint32_t other = __shfl_xor_sync(kFullMask, v, j);
+    v = (lane & j) ? (v & ~kLow[r]) | ((other >> j) & kLow[r]) : (v & kLow[r]) | ((other << j) & ~kLow[r]);
+  }
+  return v;
+}
+
+// A warp per (row m of x, chunk c): planes[(m * chunks + c) * kPlaneChunkWords + p * 16 + w] = bit p of xq for
+// k = 512 c + 32 w + bit, and groups[m * chunks + c]. No block-wide step: warps are independent.
 template <typename T>
-__global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(const T* __restrict__ x,
-                                                                        const uint32_t* __restrict__ w_bits,
-                                                                        int m_rows, int64_t n_rows, int64_t k,
-                                                                        int64_t words, int slices, int slice_chunks,
-                                                                        Epilogue ep, T* __restrict__ out) {
-  extern __shared__ __align__(16) unsigned char gemv_smem[];
-  const int row_stride = slice_chunks * kGemvGroupsPerChunk + 4;  // in groups (uint2)
-  uint2* x_stage = reinterpret_cast<uint2*>(gemv_smem);         // [m_rows][row_stride]
-  float* correction = reinterpret_cast<float*>(x_stage + m_rows * row_stride);  // [8]
-  float* partial = reinterpret_cast<float*>(gemv_smem);         // [8][kGemvFeatures], after the main loop
+__global__ __launch_bounds__(kPlaneThreads) void x_planes_kernel(const T* __restrict__ x, int64_t k, int64_t chunks,
+                                                                 uint32_t* __restrict__ planes,
+                                                                 PlaneGroup* __restrict__ groups) {
+  launch_dependents();  // the weight kernel may start its W loads now; it waits for this grid's writes
+  constexpr int P = kPlaneBits;
+  const int lane = threadIdx.x & 31;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPlaneWarps + (threadIdx.x >> 5);
+  const int64_t m = blockIdx.y;
+  if (c >= chunks) return;
+  const T* x_chunk = x + m * k + c * kTcChunkWords * 32;
+  const int64_t left = k - c * kTcChunkWords * 32;  // values of the chunk inside the row
+  float v[kTcChunkWords];
+  float largest = 0.f;
+  bool finite = true;
+#pragma unroll
+  for (int w = 0; w < kTcChunkWords; ++w) {
+    v[w] = w * 32 + lane < left ? to_float(x_chunk[w * 32 + lane]) : 0.f;
+    finite = finite && isfinite(v[w]);
+    largest = fmaxf(largest, fabsf(v[w]));
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
+  finite = __all_sync(kFullMask, finite);
+  // |xq| < 2^(P-2): largest < 2^e, shift = P - 2 - e, kept where 2^shift is a normal float.
+  int e = 0;
+  (void)frexpf(largest, &e);
+  int shift = P - 2 - e;
+  shift = shift > 126 ? 126 : (shift < -126 ? -126 : shift);
+  const float factor = __int_as_float((shift + 127) << 23);
+  long long total = 0;
+  uint32_t mine[kTcChunkWords];  // lane p < P: plane p's 16 words
+#pragma unroll
+  for (int w = 0; w < kTcChunkWords; ++w) {
+    const int q = finite ? __float2int_rn(v[w] * factor) : 0;
+    total += q;
+    mine[w] = transpose_bits(static_cast<uint32_t>(q), lane);
+  }
+  if (lane < P) {
+    uint4* dst = reinterpret_cast<uint4*>(planes + (m * chunks + c) * kPlaneChunkWords + lane * kTcChunkWords);
+#pragma unroll
+    for (int i = 0; i < kTcChunkWords / 4; ++i) dst[i] = make_uint4(mine[4 * i], mine[4 * i + 1], mine[4 * i + 2], mine[4 * i + 3]);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(kFullMask, total, offset);
+  if (lane == 0) groups[m * chunks + c] = PlaneGroup{total, finite ? shift : kNonFinite, 0};
+}
+
+template <typename T, int MMAX>
+__global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
+    const uint32_t* __restrict__ w_bits, const uint32_t* __restrict__ planes, const PlaneGroup* __restrict__ groups,
+    int m_rows, int64_t n_rows, int64_t words, int slices, int slice_chunks, Epilogue ep, T* __restrict__ out) {
+  constexpr int P = kPlaneBits;
+  constexpr int NP = P / 8;  // n8 tiles (8 planes each) per row of x
+  static_assert(P <= 24, "the int32 lane sums need P <= 24");
+  extern __shared__ __align__(16) uint32_t plane_smem[];  // [m_rows][slice_chunks][kPlaneChunkWords]
+  float* partial = reinterpret_cast<float*>(plane_smem);   // [m_rows][kPlaneFeatures], after the main loop
+  __shared__ PlaneGroup chunk_groups[MMAX][kPlaneMaxChunks];
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -509,13 +591,13 @@ __global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(con
   const int g = lane >> 2;
   const int t = lane & 3;
   const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
-  const int64_t n_block = (blockIdx.x / static_cast<unsigned>(slices)) * static_cast<int64_t>(kGemvFeatures);
+  const int64_t n_block = (blockIdx.x / static_cast<unsigned>(slices)) * static_cast<int64_t>(kPlaneFeatures);
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
   const int64_t chunk_begin = static_cast<int64_t>(slice) * slice_chunks;
   const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
-  const int64_t row_top = n_block + warp * 16 + g;  // this lane's W rows: row_top, row_top + 8
+  const int chunks = chunk_end > chunk_begin ? static_cast<int>(chunk_end - chunk_begin) : 0;
+  const int64_t row_top = n_block + warp * 16 + g;
 
-  // Words 4t..4t+3 of chunk c of both rows; past the end 0 (x is 0 there too).
   auto load_chunk = [&](uint4 (&dst)[2], int64_t c) {
     const int64_t word = c * kTcChunkWords + 4 * t;
 #pragma unroll
@@ -525,161 +607,126 @@ __global__ __launch_bounds__(kGemvThreads, 5) void binary_weight_gemv_kernel(con
                                               : make_uint4(0, 0, 0, 0);
     }
   };
-  uint4 ring[kGemvPrefetch][2];
+  uint4 ring[kPlaneRing][2];
 #pragma unroll
-  for (int i = 0; i < kGemvPrefetch; ++i) {
-    if (chunk_begin + i < chunk_end) load_chunk(ring[i], chunk_begin + i);
+  for (int i = 0; i < kPlaneRing; ++i) {
+    if (i < chunks) load_chunk(ring[i], chunk_begin + i);
   }
 
-  // x of this block's K range in fragment order: group (chunk, w, q, t) = (x[2q+1], x[2q+17], x[2q], x[2q+16])
-  // of word 4t + w of the chunk (see binary_weight_linear_tc_kernel). Values of other slices stay 0: this
-  // block's correction (the sum of x over even k) covers its own k only.
-  const int64_t k_begin = chunk_begin * kTcChunkWords * 32;
-  const int64_t k_end = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
-  const int stage_words = slice_chunks * kTcChunkWords;
-  auto store_group = [&](int r, int word, int q, uint32_t low_pair, uint32_t high_pair) {
-    // low_pair = (x[2q], x[2q+1]), high_pair = (x[2q+16], x[2q+17]) of the word, as raw 16-bit values.
-    const uint32_t odd = __byte_perm(low_pair, high_pair, 0x7632);   // (x[2q+1], x[2q+17])
-    const uint32_t even = __byte_perm(low_pair, high_pair, 0x5410);  // (x[2q], x[2q+16])
-    const int position = (word / kTcChunkWords) * kGemvGroupsPerChunk + ((word & 3) * 8 + q) * 4 + ((word % kTcChunkWords) >> 2);
-    x_stage[r * row_stride + position] = make_uint2(odd, even);
-  };
-  auto low_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair & 0xffffu))); };
-  auto high_value = [](uint32_t pair) { return to_float(bits_as<T>(static_cast<uint16_t>(pair >> 16))); };
-  // Coalesced: 16-byte loads, four lanes a 32-value word (lane j of the four holds x[8j .. 8j + 8)); lanes 0, 1
-  // of the four take lanes 2, 3's values by shuffle and build groups q = 4j .. 4j + 3. Every thread of the block
-  // takes part (one warp alone serialized a round trip per 32 vectors), its loads issued before use. Rows of
-  // k % 8 != 0 or an unaligned x (rare) read value by value. The even-k sums go through even_part [8][threads]
-  // and are added in a fixed order (deterministic).
-  float* even_part = correction + 8;  // [8][kGemvThreads]
-  for (int r = 0; r < m_rows; ++r) even_part[r * kGemvThreads + tid] = 0.f;
-  const bool vector_x = k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (vector_x) {
-    const int row_vectors = stage_words * 4;          // a multiple of 64: whole warps share a row and a word
-    const int vectors = m_rows * row_vectors;
-    constexpr int kBatch = 4;
-    for (int first = tid; first < vectors; first += kBatch * kGemvThreads) {  // uniform over each warp
-      uint4 v[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int vec = first + b * kGemvThreads;
-        v[b] = make_uint4(0, 0, 0, 0);
-        if (vec < vectors) {
-          const int r = vec / row_vectors;
-          const int64_t k0 = k_begin + static_cast<int64_t>(vec % row_vectors) * 8;
-          if (k0 < k_end) v[b] = __ldg(reinterpret_cast<const uint4*>(x + static_cast<int64_t>(r) * k + k0));  // k_end % 8 == 0
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int vec = first + b * kGemvThreads;
-        const uint4 other = make_uint4(__shfl_down_sync(kFullMask, v[b].x, 2), __shfl_down_sync(kFullMask, v[b].y, 2),
-                                       __shfl_down_sync(kFullMask, v[b].z, 2), __shfl_down_sync(kFullMask, v[b].w, 2));
-        const int j = lane & 3;
-        if (j < 2 && vec < vectors) {
-          const int r = vec / row_vectors;
-          const int word = (vec % row_vectors) >> 2;
-          const uint32_t low[4] = {v[b].x, v[b].y, v[b].z, v[b].w};
-          const uint32_t high[4] = {other.x, other.y, other.z, other.w};
-          float sum = 0.f;
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            sum += low_value(low[i]) + low_value(high[i]);
-            store_group(r, word, 4 * j + i, low[i], high[i]);
-          }
-          even_part[r * kGemvThreads + tid] += sum;
-        }
-      }
+  wait_for_prerequisite_grid();  // x_planes_kernel's planes and groups are written
+  {
+    // cp.async (through L2: data written by the grid this kernel overlapped), all in flight at once.
+    const int row_vectors = chunks * kPlaneChunkWords / 4;
+    for (int i = tid; i < m_rows * row_vectors; i += kPlaneThreads) {
+      const int m = i / row_vectors;
+      const int v = i % row_vectors;
+      cp_async_16(plane_smem + (m * slice_chunks * kPlaneChunkWords) + 4 * v,
+                  planes + (static_cast<int64_t>(m) * total_chunks + chunk_begin) * kPlaneChunkWords + 4 * v, true);
     }
-  } else {
-    for (int item = tid; item < m_rows * stage_words; item += kGemvThreads) {
-      const int r = item / stage_words;
-      const int word = item % stage_words;
-      const T* x_row = x + static_cast<int64_t>(r) * k;
-      const int64_t k0 = k_begin + static_cast<int64_t>(word) * 32;
-      uint16_t v[32];
-#pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = k0 + i < k_end ? mma_bits(x_row[k0 + i]) : uint16_t{0};
-      float sum = 0.f;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) {
-        const uint32_t low_pair = v[2 * q] | (static_cast<uint32_t>(v[2 * q + 1]) << 16);
-        const uint32_t high_pair = v[2 * q + 16] | (static_cast<uint32_t>(v[2 * q + 17]) << 16);
-        sum += low_value(low_pair) + low_value(high_pair);
-        store_group(r, word, q, low_pair, high_pair);
-      }
-      even_part[r * kGemvThreads + tid] += sum;
+    if (tid < m_rows * chunks) {
+      const int m = tid / chunks;
+      const int c = tid % chunks;
+      cp_async_16(reinterpret_cast<uint32_t*>(&chunk_groups[m][c]),
+                  reinterpret_cast<const uint32_t*>(groups + static_cast<int64_t>(m) * total_chunks + chunk_begin + c), true);
     }
+    cp_async_commit();
+    cp_async_wait<0>();
   }
   __syncthreads();
-  for (int r = warp; r < m_rows; r += kGemvWarps) {
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < kGemvThreads / 32; ++i) sum += even_part[r * kGemvThreads + i * 32 + lane];
-    sum = warp_sum(sum);  // fixed order: deterministic
-    if (lane == 0) correction[r] = sum;
-  }
-  // correction[] is read after the main loop's __syncthreads.
 
-  const uint32_t minus_one = MinusOnePair<T>::value;
-  // Four accumulators taken in turn: four independent MMA chains instead of one (an MMA waits for the last).
-  float acc4[4][4] = {};
-  const bool has_column = g < m_rows;  // lanes of x rows >= M feed zeros
-  const uint2* x_lane = x_stage + (has_column ? g : 0) * row_stride + t;
-  for (int64_t base = chunk_begin; base < chunk_end; base += kGemvPrefetch) {
+  // Per chunk and row m of x: lane (g, t) of tile pg holds the counts of planes 8 pg + 2t + e (e = 0, 1) of W rows
+  // g (c0, c1) and g + 8 (c2, c3); its share of sum_p coef_p count_p is 4^t sum_pg 2^(8 pg) (c_e0 + 2 c_e1), the top
+  // plane's coefficient negative (t = 3, e = 1 of the last group): exact in int32 (counts <= 512), then in fp64
+  // times 2^(1 - shift + 2t). x's part (-2^-shift sum xq) is added by lanes t = 0.
+  double dot[MMAX][2];
+  bool finite[MMAX];
 #pragma unroll
-    for (int i = 0; i < kGemvPrefetch; ++i) {
-      const int64_t c = base + i;
-      if (c < chunk_end) {  // uniform over the block
-        const int local = static_cast<int>(c - chunk_begin);
+  for (int m = 0; m < MMAX; ++m) {
+    dot[m][0] = dot[m][1] = 0.0;
+    finite[m] = true;
+  }
+  const int top_factor = t == 3 ? -2 : 2;
+  for (int base = 0; base < chunks; base += kPlaneRing) {
 #pragma unroll
-        for (int s = 0; s < 32; ++s) {
-          const int w = s >> 3;
-          const int q = s & 7;
-          uint32_t b[2] = {0u, 0u};
-          if (has_column) {
-            const uint2 pair = x_lane[local * kGemvGroupsPerChunk + (w * 8 + q) * 4];
-            b[0] = pair.x;
-            b[1] = pair.y;
+    for (int i = 0; i < kPlaneRing; ++i) {
+      const int local = base + i;
+      if (local < chunks) {  // uniform over the block
+        const uint32_t a_low[4] = {ring[i][0].x, ring[i][1].x, ring[i][0].y, ring[i][1].y};
+        const uint32_t a_high[4] = {ring[i][0].z, ring[i][1].z, ring[i][0].w, ring[i][1].w};
+        if (local + kPlaneRing < chunks) load_chunk(ring[i], chunk_begin + local + kPlaneRing);
+#pragma unroll
+        for (int m = 0; m < MMAX; ++m) {
+          if (m < m_rows) {  // uniform
+            const uint32_t* b_base = plane_smem + (m * slice_chunks + local) * kPlaneChunkWords + g * kTcChunkWords + 4 * t;
+            int count[NP][4];
+#pragma unroll
+            for (int pg = 0; pg < NP; ++pg) {
+              const uint4 b = *reinterpret_cast<const uint4*>(b_base + pg * 8 * kTcChunkWords);
+              const uint32_t b_low[2] = {b.x, b.y};
+              const uint32_t b_high[2] = {b.z, b.w};
+#pragma unroll
+              for (int r = 0; r < 4; ++r) count[pg][r] = 0;
+              mma_and_popc(count[pg], a_low, b_low);
+              mma_and_popc(count[pg], a_high, b_high);
+            }
+            const PlaneGroup group = chunk_groups[m][local];
+            finite[m] = finite[m] && group.shift != kNonFinite;
+            const int shift = group.shift == kNonFinite ? 0 : group.shift;  // |shift| <= 126
+            const double lane_unit = __longlong_as_double(static_cast<long long>(1023 + 1 - shift + 2 * t) << 52);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              int lane_sum = 0;
+#pragma unroll
+              for (int pg = 0; pg < NP; ++pg) {
+                lane_sum += (count[pg][2 * h] + count[pg][2 * h + 1] * (pg == NP - 1 ? top_factor : 2)) << (8 * pg);
+              }
+              dot[m][h] = fma(static_cast<double>(lane_sum), lane_unit, dot[m][h]);
+            }
+            if (t == 0) {
+              const double x_part = -static_cast<double>(group.x_sum) *
+                                    __longlong_as_double(static_cast<long long>(1023 - shift) << 52);
+              dot[m][0] += x_part;
+              dot[m][1] += x_part;
+            }
           }
-          const uint32_t top = word_of(ring[i][0], w) << (14 - 2 * q);
-          const uint32_t bottom = word_of(ring[i][1], w) << (14 - 2 * q);
-          const uint32_t a[4] = {sign_pair(top, minus_one), sign_pair(bottom, minus_one), top & 0x40004000u,
-                                 bottom & 0x40004000u};
-          mma_16816<T>(acc4[s & 3], a, b);
         }
-        if (c + kGemvPrefetch < chunk_end) load_chunk(ring[i], c + kGemvPrefetch);
       }
     }
   }
 
-  // acc: c0, c1 = (W row g, x rows 2t, 2t + 1), c2, c3 = (W row g + 8, ...); minus the even-k correction.
-  float acc[4];
+  __syncthreads();  // plane_smem consumed: partial aliases it
 #pragma unroll
-  for (int e = 0; e < 4; ++e) acc[e] = (acc4[0][e] + acc4[1][e]) + (acc4[2][e] + acc4[3][e]);
-  __syncthreads();  // x_stage consumed: partial may alias it (it is at most 8 x 64 floats)
+  for (int m = 0; m < MMAX; ++m) {
+    if (m < m_rows) {
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int m = 2 * t + (e & 1);
-    const int feature = warp * 16 + g + 8 * (e >> 1);
-    if (m < m_rows) partial[m * kGemvFeatures + feature] = acc[e] - correction[m];
+      for (int h = 0; h < 2; ++h) {
+        double sum = dot[m][h];
+        sum += __shfl_xor_sync(kFullMask, sum, 1);
+        sum += __shfl_xor_sync(kFullMask, sum, 2);
+        if (t == 0) {
+          partial[m * kPlaneFeatures + warp * 16 + g + 8 * h] =
+              finite[m] ? static_cast<float>(sum) : __int_as_float(0x7fc00000);
+        }
+      }
+    }
   }
-  store_tile<kGemvThreads, kGemvFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
+  store_tile<kPlaneThreads, kPlaneFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
-// Launches binary_weight_gemv_kernel when it can take the problem (M <= kGemvMaxRows, or 8 with tuning.kernel = 2;
-// 16-byte W rows; K <= 8 slices of kGemvMaxChunks chunks); returns false otherwise (the tensor-core kernel
-// then runs).
-template <typename T>
-bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
-                        const Epilogue& ep, T* out, int sm_count, const WeightLinearTuning& tuning,
-                        cudaStream_t stream, cudaError_t& result) {
+// How binary_weight_planes splits K, or slices = 0 where it does not take the problem.
+struct PlanePlan {
+  int64_t slices = 0;
+  int slice_chunks = 0;
+};
+
+inline PlanePlan plan_planes(int64_t m_rows, int64_t n_rows, int64_t k, int sm_count, const WeightLinearTuning& tuning) {
+  PlanePlan plan;
   const int64_t words = ceil_div(k, 32);
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
-  if (m_rows > (tuning.kernel == 2 ? 8 : kGemvMaxRows) || words % 4 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) return false;
-  const int64_t feature_blocks = ceil_div(n_rows, kGemvFeatures);
-  // Slices: the fewest (a power of two) that keep a block within kGemvMaxChunks and give about four blocks an
-  // SM (16 warps, each with its ring of chunks in flight), at most 8 (a portable cluster).
+  if (m_rows < 1 || m_rows > kPlaneMaxRows || words % 4 != 0) return plan;
+  const int64_t feature_blocks = ceil_div(n_rows, kPlaneFeatures);
+  // The fewest slices (a power of two, a cluster of at most 8) that give about four blocks an SM and keep a
+  // block within kPlaneMaxChunks.
   int64_t slices = 1;
   const int64_t wanted = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132);
   if (tuning.slices > 0) {
@@ -687,55 +734,97 @@ bool binary_weight_gemv(const T* x, const uint32_t* w_bits, int64_t m_rows, int6
   } else {
     while (slices < kTcMaxSlices && slices * 2 <= total_chunks && feature_blocks * slices * 2 <= wanted) slices *= 2;
   }
-  while (ceil_div(total_chunks, slices) > kGemvMaxChunks && slices < kTcMaxSlices) slices *= 2;
-  if (ceil_div(total_chunks, slices) > kGemvMaxChunks || feature_blocks * slices > INT_MAX) return false;
-  auto kernel = binary_weight_gemv_kernel<T>;
-  auto smem_for = [&](int64_t s) {
-    const int64_t chunks = ceil_div(total_chunks, s);
-    const int64_t stage = m_rows * (chunks * kGemvGroupsPerChunk + 4) * static_cast<int64_t>(sizeof(uint2)) +
-                          (8 + 8 * kGemvThreads) * static_cast<int64_t>(sizeof(float));
-    const int64_t partials = 8 * kGemvFeatures * static_cast<int64_t>(sizeof(float));
-    return static_cast<size_t>(stage > partials ? stage : partials);
-  };
-  constexpr size_t kMaxSmem =
-      static_cast<size_t>(8) * (kGemvMaxChunks * kGemvGroupsPerChunk + 4) * sizeof(uint2) + (8 + 8 * kGemvThreads) * sizeof(float);
-  static unsigned long long smem_devices = 0;
-  result = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
-  if (result != cudaSuccess) return true;
-  if (slices > 1) {
-    static unsigned cluster_sizes[64] = {};
-    const int64_t fitting = fitting_cluster(kernel, slices, smem_for(slices), cluster_sizes, kGemvThreads);
-    if (fitting != slices) return false;  // no cluster this large here: the tensor-core kernel splits otherwise
-  }
-  const int slice_chunks = static_cast<int>(ceil_div(total_chunks, slices));
-  const size_t smem = smem_for(slices);
-  const dim3 grid(static_cast<unsigned>(feature_blocks * slices), 1, 1);
-  if (slices > 1) {
-    const ClusterLaunch launch(grid, smem, slices, stream, kGemvThreads);
-    result = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, static_cast<int>(m_rows), n_rows, k, words,
-                                static_cast<int>(slices), slice_chunks, ep, out);
-    if (result == cudaSuccess) result = cudaGetLastError();
-    return true;
-  }
-  kernel<<<grid, kGemvThreads, smem, stream>>>(x, w_bits, static_cast<int>(m_rows), n_rows, k, words, 1, slice_chunks,
-                                               ep, out);
-  result = cudaGetLastError();
-  return true;
+  while (ceil_div(total_chunks, slices) > kPlaneMaxChunks && slices < kTcMaxSlices) slices *= 2;
+  if (ceil_div(total_chunks, slices) > kPlaneMaxChunks || feature_blocks * slices > INT_MAX) return plan;
+  plan.slices = slices;
+  plan.slice_chunks = static_cast<int>(ceil_div(total_chunks, slices));
+  return plan;
 }
 
+inline size_t planes_workspace_bytes(int64_t m_rows, int64_t k) {
+  const int64_t chunks = ceil_div(ceil_div(k, 32), kTcChunkWords);
+  return static_cast<size_t>(m_rows * chunks) * (kPlaneChunkWords * sizeof(uint32_t) + sizeof(PlaneGroup));
+}
+
+template <typename T, int MMAX>
+cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                                        const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace,
+                                        cudaStream_t stream) {
+  const int64_t words = ceil_div(k, 32);
+  const int64_t chunks = ceil_div(words, kTcChunkWords);
+  const int64_t slices = plan.slices;
+  auto kernel = binary_weight_planes_kernel<T, MMAX>;
+  const size_t smem = static_cast<size_t>(m_rows) * plan.slice_chunks * kPlaneChunkWords * sizeof(uint32_t);
+  constexpr size_t kMaxSmem = static_cast<size_t>(MMAX) * kPlaneMaxChunks * kPlaneChunkWords * sizeof(uint32_t);
+  static unsigned long long smem_devices = 0;
+  cudaError_t error = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
+  if (error != cudaSuccess) return error;
+  if (slices > 1) {
+    static unsigned cluster_sizes[64] = {};
+    if (fitting_cluster(kernel, slices, smem, cluster_sizes, kPlaneThreads) != slices) return cudaErrorNotSupported;
+  }
+  uint32_t* planes = static_cast<uint32_t*>(workspace);
+  PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
+  x_planes_kernel<T><<<dim3(static_cast<unsigned>(ceil_div(chunks, kPlaneWarps)), static_cast<unsigned>(m_rows), 1),
+                       kPlaneThreads, 0, stream>>>(x, k, chunks, planes, groups);
+  error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  int device = 0, major = 0;
+  error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error != cudaSuccess) return error;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attributes[2];
+  config.gridDim = dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1);
+  config.blockDim = dim3(kPlaneThreads, 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  int count = 0;
+  if (slices > 1) {
+    attributes[count].id = cudaLaunchAttributeClusterDimension;
+    attributes[count].val.clusterDim.x = static_cast<unsigned>(slices);
+    attributes[count].val.clusterDim.y = 1;
+    attributes[count].val.clusterDim.z = 1;
+    ++count;
+  }
+  if (major >= 9) {  // programmatic dependent launch: the W loads overlap x_planes_kernel
+    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[count].val.programmaticStreamSerializationAllowed = 1;
+    ++count;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
+  error = cudaLaunchKernelEx(&config, kernel, w_bits, static_cast<const uint32_t*>(planes),
+                             static_cast<const PlaneGroup*>(groups), static_cast<int>(m_rows), n_rows, words,
+                             static_cast<int>(slices), plan.slice_chunks, ep, out);
+  return error != cudaSuccess ? error : cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t binary_weight_planes(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                                 const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace, cudaStream_t stream) {
+  static_assert(kPlaneMaxRows == 2, "one instantiation a row count up to kPlaneMaxRows");
+  if (m_rows <= 1) return binary_weight_planes_launch<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+  return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+}
 
 template <typename InT>
 cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                           int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
-    cudaStream_t stream) {
+                                          void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if constexpr (std::is_same<InT, float>::value) {
     const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
     if (rows <= 8) return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 1, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
     return binary_weight_linear_tc_aligned<float, __nv_bfloat16, 3, 2, 1>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
   } else {
-    cudaError_t result = cudaSuccess;
-    if (tuning.kernel != 1 && binary_weight_gemv(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream, result)) {
-      return result;
+    if (tuning.kernel != 1) {
+      const PlanePlan plan = plan_planes(m_rows, n_rows, k, sm_count, tuning);
+      if (plan.slices > 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0 && workspace != nullptr &&
+          workspace_bytes >= planes_workspace_bytes(m_rows, k)) {
+        const cudaError_t result = binary_weight_planes(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+        if (result != cudaErrorNotSupported) return result;  // not supported: no cluster of that size here
+        (void)cudaGetLastError();
+      }
     }
     const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
     if (rows <= 8) return binary_weight_linear_tc_aligned<InT, InT, 1, 1, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
@@ -794,22 +883,28 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 
 }  // namespace
 
+size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k) {
+  if (type == FloatType::kFloat32 || m_rows < 1 || m_rows > kPlaneMaxRows || !valid_sizes(m_rows, k)) return 0;
+  return planes_workspace_bytes(m_rows, k);
+}
+
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
                                         int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
-                                        cudaStream_t stream, const WeightLinearTuning* tuning) {
+                                        void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                        const WeightLinearTuning* tuning) {
   const WeightLinearTuning chosen = tuning != nullptr ? *tuning : WeightLinearTuning{};
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
   switch (type) {
     case FloatType::kFloat32:
       return binary_weight_linear_tc_typed(static_cast<const float*>(x), w_bits, m_rows, n_rows, k, epilogue,
-                                           static_cast<float*>(out), sm_count, chosen, stream);
+                                           static_cast<float*>(out), sm_count, chosen, workspace, workspace_bytes, stream);
     case FloatType::kFloat16:
       return binary_weight_linear_tc_typed(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue,
-                                           static_cast<__half*>(out), sm_count, chosen, stream);
+                                           static_cast<__half*>(out), sm_count, chosen, workspace, workspace_bytes, stream);
     case FloatType::kBFloat16:
       return binary_weight_linear_tc_typed(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
-                                           static_cast<__nv_bfloat16*>(out), sm_count, chosen, stream);
+                                           static_cast<__nv_bfloat16*>(out), sm_count, chosen, workspace, workspace_bytes, stream);
   }
   return cudaErrorInvalidValue;
 }
