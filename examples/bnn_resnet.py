@@ -198,7 +198,8 @@ def main():
     print(f"{'float, inductor':>20}  {results['float']:9.1f}  {1.0:6.2f}x")
     print(f"{'binary, bitcompile':>20}  {results['binary']:9.1f}  {results['binary'] / results['float']:6.2f}x")
     print(f"max |compiled - eager| of the binary model (logits up to {scale:.3e}):")
-    print(f"  bitcompile, rest of the graph eager  {exact:.3e}  (tolerance 0: {'exact' if exact == 0 else 'NOT EXACT'})")
+    verdict = "exact" if exact == 0 else "NOT EXACT"
+    print(f"  bitcompile, rest of the graph eager  {exact:.3e}  (tolerance 0: {verdict})")
     print(f"  bitcompile + inductor (timed)        {timed:.3e}  (inductor's rounding and the sign flips it causes)")
     if exact != 0:
         raise SystemExit("bitcompile's binary convs do not reproduce the eager model exactly")
