@@ -44,6 +44,16 @@ def test_llm_decode():
     assert "tokens/s" in out and "MiB" in summary
 
 
+def test_bnn_resnet():
+    out = run_example("bnn_resnet.py", "--tiny")
+    # explain: the 16 binary 3x3 convs of layer1-4 on binary_conv2d; stem, downsample and fc left float
+    assert "binary 3x3 convs rewritten to binary_conv2d: 16 of 16; other layers rewritten: 0" in out
+    assert "bitcompile: 16 of 21 layers rewritten" in out
+    summary = out.split("summary", 1)[1]
+    assert "float, inductor" in summary and "binary, bitcompile" in summary and "images/s" in summary
+    # the rewrite alone (rest of the graph eager) reproduces the eager binary model bit for bit
+    assert "bitcompile, rest of the graph eager  0.000e+00  (tolerance 0: exact)" in summary
+
 def test_export_deploy():
     out = run_example("export_deploy.py", "--tiny")
     assert "binary_linear" in out
