@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -754,101 +755,373 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
   return out.view(out_sizes).to(x.scalar_type());
 }
 
-// The patch matrix of binary_conv2d: row (b, oh, ow) holds, tap by tap in w_packed's [KH, KW] order,
-// the C/32 sign words of the input pixel the tap reads. A padded tap holds pad_value's signs: all
-// valid bits for +1, none for -1, and for 0 a cleared nonzero plane so that it counts 0.
-PackedRows conv_patches(const PackedRows& pixels, const ConvGeometry& g, double pad_value, bool sign_zero) {
-  const int64_t channel_words = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
-  const int64_t stride32 = round_up_even(taps * channel_words);
-  const int64_t patches = g.batch * g.out_height * g.out_width;
-  const bool any_padding = g.pad_h > 0 || g.pad_w > 0;
-  const bool with_nonzero = sign_zero || (pad_value == 0.0 && any_padding);
-  auto int_options = pixels.bits.options();
-  PackedRows out;
-  out.bits = at::zeros({patches, stride32}, int_options);
-  if (with_nonzero) {
-    out.nonzero = at::zeros({patches, stride32}, int_options);
-    out.nonzero_count = at::empty({patches}, int_options);
-    out.has_zero = at::empty({patches}, int_options.dtype(at::kByte));
-  }
-  // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
-  std::vector<uint32_t> all_valid(channel_words, 0xFFFFFFFFu);
-  if (channel_words > 0) all_valid.back() = low_bits(g.channels - 32 * (channel_words - 1));
-  const auto* pixel_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
-  const auto* pixel_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
-  const uint8_t* pixel_has_zero = sign_zero ? pixels.has_zero.data_ptr<uint8_t>() : nullptr;
-  auto* bits = reinterpret_cast<uint32_t*>(out.bits.data_ptr<int32_t>());
-  auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(out.nonzero.data_ptr<int32_t>()) : nullptr;
-  const size_t tap_bytes = channel_words * sizeof(uint32_t);
+// ------------------------------------------------------------------------------------------------
+// binary_conv2d: an implicit XOR/popcount GEMM over the packed, padded input
+// ------------------------------------------------------------------------------------------------
+// The input is packed once, one row of C/32 words per pixel, into an image grown by the padding
+// whose border pixels hold pad_value's signs (all valid bits for +1, none for -1 and 0). Output
+// pixel (b, oh, ow) reads tap (kh, kw) at a fixed word offset from its first pixel: no patch
+// matrix, no branch per tap. A zero-padded tap then counts -1 per channel where it must count 0,
+// so the dot gets + sum_c s(w[oc, tap, c]) for each tap in the padding (one table row per pattern
+// of padded taps). Rows with a zero under sign_zero take the masked path (nonzero plane, 0 there).
+// The weights are re-laid in panels of kLanes output channels interleaved word by word,
+// panel[p][k][lane] = w[kLanes p + lane][k] (0 past OC): one vector holds word k of kLanes
+// outputs, the popcounts add up per lane, and no output pays a horizontal sum.
+#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
+struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
+  static constexpr int kLanes = 16, kRows = 4, kPanels = 4, kFlushSteps = 0;  // 16 accumulators of 32 zmm
+  using Vec = __m512i;
+  static Vec zero() { return _mm512_setzero_si512(); }
+  static Vec load(const uint32_t* p) { return _mm512_loadu_si512(p); }
+  static Vec broadcast(uint32_t v) { return _mm512_set1_epi32(int(v)); }
+  static Vec count(Vec acc, Vec diff) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff)); }
+  static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
 
-  at::parallel_for(0, patches, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t b = p / (g.out_height * g.out_width), oh = p / g.out_width % g.out_height, ow = p % g.out_width;
-      uint32_t* row = bits + p * stride32;
-      uint32_t* row_nonzero = with_nonzero ? nonzero + p * stride32 : nullptr;
-      bool has_zero = false;
-      for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-        for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-          const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
-          const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
-          const int64_t offset = (kh * g.kernel_w + kw) * channel_words;
-          if (ih >= 0 && ih < g.height && iw >= 0 && iw < g.width) {
-            const int64_t pixel = (b * g.height + ih) * g.width + iw;
-            std::memcpy(row + offset, pixel_bits + pixel * channel_words, tap_bytes);
-            if (!with_nonzero) continue;
-            const uint32_t* source = sign_zero ? pixel_nonzero + pixel * channel_words : all_valid.data();
-            std::memcpy(row_nonzero + offset, source, tap_bytes);
-            has_zero = has_zero || (sign_zero && pixel_has_zero[pixel]);
-          } else {
-            if (pad_value > 0) std::memcpy(row + offset, all_valid.data(), tap_bytes);
-            if (!with_nonzero) continue;
-            if (pad_value != 0.0) std::memcpy(row_nonzero + offset, all_valid.data(), tap_bytes);
-            else has_zero = true;  // the row's nonzero plane stays cleared here
-          }
-        }
-      }
-      if (with_nonzero) {
-        out.nonzero_count.data_ptr<int32_t>()[p] = popcount_words(row_nonzero, taps * channel_words);
-        out.has_zero.data_ptr<uint8_t>()[p] = has_zero;
+  // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
+                    int64_t m, int64_t col, int64_t n) {
+    const __mmask16 lanes = n - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - col)) - 1);
+    __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total, 1));
+    if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction));
+    __m512 value = _mm512_cvtepi32_ps(dot);
+    if (epilogue.row_factor) value = _mm512_mul_ps(value, _mm512_set1_ps(epilogue.row_factor[m]));
+    if (epilogue.scale)
+      value = _mm512_mul_ps(value, epilogue.scale_stride ? _mm512_maskz_loadu_ps(lanes, epilogue.scale + col)
+                                                          : _mm512_set1_ps(epilogue.scale[0]));
+    if (epilogue.bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, epilogue.bias + col));
+    float* row = out.row(m);
+    if (out.col_stride == 1) return _mm512_mask_storeu_ps(row + col, lanes, value);
+    alignas(64) float values[16];
+    _mm512_store_ps(values, value);
+    for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * out.col_stride] = values[lane];
+  }
+};
+#else
+// Epilogue::apply lane by lane on dot = ones - 2 count [+ correction].
+inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const int32_t* correction,
+                        const Epilogue& epilogue, const Output& out, int64_t m, int64_t col, int64_t n) {
+  float* row = out.row(m);
+  for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
+    const int32_t dot = ones - 2 * counts[lane] + (correction ? correction[lane] : 0);
+    row[(col + lane) * out.col_stride] = epilogue.apply(float(dot), m, col + lane);
+  }
+}
+#if defined(__AVX2__)
+struct ConvLanes {  // AVX2: 8 outputs a vector, byte counts from nibble lookups widened every 31 steps
+  static constexpr int kLanes = 8, kRows = 2, kPanels = 3, kFlushSteps = 31;  // 31 * 8 < 256 per byte
+  using Vec = __m256i;
+  static Vec zero() { return _mm256_setzero_si256(); }
+  static Vec load(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Vec broadcast(uint32_t v) { return _mm256_set1_epi32(int(v)); }
+  static Vec count(Vec acc, Vec diff) {
+    const __m256i nibble_counts =
+        _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+    const __m256i low = _mm256_and_si256(diff, low_nibble);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(diff, 4), low_nibble);
+    return _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_shuffle_epi8(nibble_counts, low),
+                                                _mm256_shuffle_epi8(nibble_counts, high)));
+  }
+  // The 4 byte counts of each 32-bit lane of `bytes` added to `total`.
+  static Vec flush(Vec total, Vec bytes) {
+    const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1));
+    return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
+                    int64_t m, int64_t col, int64_t n) {
+    alignas(32) int32_t counts[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
+    store_lanes(counts, 8, ones, correction, epilogue, out, m, col, n);
+  }
+};
+#else
+struct ConvLanes {  // POPCNT: one output a lane
+  static constexpr int kLanes = 1, kRows = 2, kPanels = 4, kFlushSteps = 0;  // 8 accumulators of 16 GPRs
+  using Vec = uint32_t;
+  static Vec zero() { return 0; }
+  static Vec load(const uint32_t* p) { return *p; }
+  static Vec broadcast(uint32_t v) { return v; }
+  static Vec count(Vec acc, Vec diff) { return acc + uint32_t(__builtin_popcount(diff)); }
+  static Vec flush(Vec total, Vec acc) { return total + acc; }
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
+                    int64_t m, int64_t col, int64_t n) {
+    const int32_t counts[1] = {int32_t(total)};
+    store_lanes(counts, 1, ones, correction, epilogue, out, m, col, n);
+  }
+};
+#endif
+#endif
+
+// What output pixel m of the conv reads and how its dot is finished.
+struct ConvRow {
+  int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
+  int32_t nonzero_count;   // masked rows: nonzero input values under its taps
+  int32_t correction;      // row of the padding correction table, -1 for none
+  uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
+};
+
+// The packed input grown by the padding, and the rows of the implicit GEMM over it.
+struct ConvInput {
+  at::Tensor bits, nonzero;              // int32 [B * HP * WP, C/32]; nonzero only under sign_zero
+  std::vector<int64_t> tap_offsets;      // word offset of tap (kh, kw) from a row's offset
+  std::vector<ConvRow> rows;             // one per output pixel (b, oh, ow)
+  at::Tensor corrections;                // int32 [patterns, panels * kLanes]
+  int64_t channel_words = 0;
+};
+
+// The valid taps of output coordinate o along one axis: [first, last) with input o*s - p + k*d in [0, size).
+inline std::pair<int64_t, int64_t> valid_taps(int64_t o, int64_t size, int64_t kernel, int64_t stride, int64_t pad,
+                                              int64_t dilation) {
+  int64_t first = 0, last = kernel;
+  while (first < kernel && o * stride - pad + first * dilation < 0) ++first;
+  while (last > first && o * stride - pad + (last - 1) * dilation >= size) --last;
+  return {first, last};
+}
+
+ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint32_t* weight, int64_t weight_stride,
+                     int64_t padded_oc, double pad_value, bool sign_zero) {
+  const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
+  const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
+  ConvInput in;
+  in.channel_words = cw;
+  // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
+  std::vector<uint32_t> all_valid(cw, 0xFFFFFFFFu), none(cw, 0);
+  all_valid.back() = low_bits(g.channels - 32 * (cw - 1));
+  const uint32_t* pad_bits = pad_value > 0 ? all_valid.data() : none.data();
+  const uint32_t* pad_nonzero = pad_value != 0.0 ? all_valid.data() : none.data();
+  const int32_t pad_count = pad_value != 0.0 ? int32_t(g.channels) : 0;
+
+  const auto int_options = pixels.bits.options();
+  in.bits = at::empty({g.batch * hp * wp, cw}, int_options);
+  if (sign_zero) in.nonzero = at::empty({g.batch * hp * wp, cw}, int_options);
+  std::vector<int32_t> pixel_count(sign_zero ? g.batch * hp * wp : 0, pad_count);
+  std::vector<uint8_t> pixel_has_zero(sign_zero ? g.batch * hp * wp : 0, 0);
+  const auto* source_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
+  const auto* source_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
+  auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
+  auto* nonzero = sign_zero ? reinterpret_cast<uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
+  const size_t pixel_bytes = cw * sizeof(uint32_t);
+  at::parallel_for(0, g.batch * hp, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t image_row = begin; image_row < end; ++image_row) {
+      const int64_t b = image_row / hp, ih = image_row % hp - g.pad_h;
+      for (int64_t x = 0; x < wp; ++x) {
+        const int64_t iw = x - g.pad_w, pixel = image_row * wp + x;
+        const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
+        const int64_t source = (b * g.height + ih) * g.width + iw;
+        std::memcpy(bits + pixel * cw, inside ? source_bits + source * cw : pad_bits, pixel_bytes);
+        if (!sign_zero) continue;
+        std::memcpy(nonzero + pixel * cw, inside ? source_nonzero + source * cw : pad_nonzero, pixel_bytes);
+        if (!inside) continue;
+        pixel_count[pixel] = pixels.nonzero_count.data_ptr<int32_t>()[source];
+        pixel_has_zero[pixel] = pixels.has_zero.data_ptr<uint8_t>()[source];
       }
     }
   });
+
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) in.tap_offsets.push_back((kh * g.dilation_h * wp + kw * g.dilation_w) * cw);
+
+  // Patterns of padded taps: the valid taps of a row are a rectangle [h0, h1) x [w0, w1).
+  const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
+  std::vector<std::pair<int64_t, int64_t>> ranges_h, ranges_w;
+  std::vector<int32_t> class_h(g.out_height), class_w(g.out_width);
+  const auto class_of = [](std::vector<std::pair<int64_t, int64_t>>& ranges, std::pair<int64_t, int64_t> range) {
+    const auto found = std::find(ranges.begin(), ranges.end(), range);
+    if (found != ranges.end()) return int32_t(found - ranges.begin());
+    ranges.push_back(range);
+    return int32_t(ranges.size() - 1);
+  };
+  for (int64_t oh = 0; oh < g.out_height; ++oh)
+    class_h[oh] = class_of(ranges_h, valid_taps(oh, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h));
+  for (int64_t ow = 0; ow < g.out_width; ++ow)
+    class_w[ow] = class_of(ranges_w, valid_taps(ow, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w));
+  if (correct) {
+    // corrections[(ch, cw)][oc] = sum over the taps outside the rectangle of sum_c s(w[oc, tap, c]).
+    const int64_t patterns = int64_t(ranges_h.size() * ranges_w.size());
+    in.corrections = at::zeros({patterns, padded_oc}, int_options);
+    auto* table = in.corrections.data_ptr<int32_t>();
+    for (int64_t oc = 0; oc < g.out_channels; ++oc) {
+      std::vector<int32_t> tap_sum(taps);
+      for (int64_t t = 0; t < taps; ++t)
+        tap_sum[t] = 2 * popcount_words(weight + oc * weight_stride + t * cw, cw) - int32_t(g.channels);
+      for (size_t ph = 0; ph < ranges_h.size(); ++ph)
+        for (size_t pw = 0; pw < ranges_w.size(); ++pw) {
+          int32_t sum = 0;
+          for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+            for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+              const bool valid = kh >= ranges_h[ph].first && kh < ranges_h[ph].second && kw >= ranges_w[pw].first &&
+                                 kw < ranges_w[pw].second;
+              if (!valid) sum += tap_sum[kh * g.kernel_w + kw];
+            }
+          table[(ph * ranges_w.size() + pw) * padded_oc + oc] = sum;
+        }
+    }
+  }
+
+  const int64_t pixels_out = g.out_height * g.out_width;
+  in.rows.resize(g.batch * pixels_out);
+  at::parallel_for(0, g.batch * pixels_out, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t m = begin; m < end; ++m) {
+      const int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
+      ConvRow& row = in.rows[m];
+      const int64_t first_pixel = (b * hp + oh * g.stride_h) * wp + ow * g.stride_w;
+      row.offset = first_pixel * cw;
+      const auto& range_h = ranges_h[class_h[oh]];
+      const auto& range_w = ranges_w[class_w[ow]];
+      const bool full = range_h == std::make_pair(int64_t(0), g.kernel_h) && range_w == std::make_pair(int64_t(0), g.kernel_w);
+      row.correction = correct && !full ? int32_t(class_h[oh] * ranges_w.size() + class_w[ow]) : -1;
+      row.masked = 0;
+      row.nonzero_count = 0;
+      for (int64_t t = 0; sign_zero && t < taps; ++t) {
+        const int64_t pixel = first_pixel + in.tap_offsets[t] / cw;
+        row.masked |= pixel_has_zero[pixel];
+        row.nonzero_count += pixel_count[pixel];
+      }
+    }
+  });
+  return in;
+}
+
+// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
+// tap_offsets) against NP weight panels, per lane.
+template <int MR, int NP, bool MASKED>
+inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
+                        int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
+  using L = ConvLanes;
+  L::Vec acc[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) acc[i][q] = total[i][q] = L::zero();
+  const uint32_t* b[NP];
+  for (int q = 0; q < NP; ++q) b[q] = panels[q];
+  [[maybe_unused]] int steps = 0;
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t offset = tap_offsets[t];
+    for (int64_t w = offset; w < offset + tap_words; ++w) {
+      L::Vec bv[NP];
+      for (int q = 0; q < NP; ++q) {
+        bv[q] = L::load(b[q]);
+        b[q] += L::kLanes;
+      }
+      for (int i = 0; i < MR; ++i) {
+        const L::Vec av = L::broadcast(a[i][w]);
+        [[maybe_unused]] L::Vec mask;
+        if constexpr (MASKED) mask = L::broadcast(nz[i][w]);
+        for (int q = 0; q < NP; ++q) {
+          L::Vec diff = av ^ bv[q];
+          if constexpr (MASKED) diff = diff & mask;
+          acc[i][q] = L::count(acc[i][q], diff);
+        }
+      }
+      if constexpr (L::kFlushSteps > 0) {
+        if (++steps == L::kFlushSteps) {
+          for (int i = 0; i < MR; ++i)
+            for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]), acc[i][q] = L::zero();
+          steps = 0;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]);
+}
+
+struct ConvTile {
+  const ConvInput& in;
+  const uint32_t* panels;  // [panels][taps * channel_words][kLanes]
+  int64_t valid, n;        // values a row holds (taps * C), output channels
+  const Epilogue& epilogue;
+  const Output& out;
+
+  template <int MR, int NP>
+  void run(int64_t m0, int64_t p0) const {
+    bool masked = false;
+    for (int i = 0; i < MR; ++i) masked = masked || in.rows[m0 + i].masked;
+    if (masked) compute<MR, NP, true>(m0, p0);
+    else compute<MR, NP, false>(m0, p0);
+  }
+
+  template <int MR, int NP, bool MASKED>
+  void compute(int64_t m0, int64_t p0) const {
+    using L = ConvLanes;
+    const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words;
+    const auto* bits = reinterpret_cast<const uint32_t*>(in.bits.data_ptr<int32_t>());
+    const auto* nonzero = MASKED ? reinterpret_cast<const uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
+    const uint32_t *a[MR], *nz[MR], *panel[NP];
+    for (int i = 0; i < MR; ++i) {
+      a[i] = bits + in.rows[m0 + i].offset;
+      nz[i] = MASKED ? nonzero + in.rows[m0 + i].offset : nullptr;
+    }
+    for (int q = 0; q < NP; ++q) panel[q] = panels + (p0 + q) * k_words * L::kLanes;
+    L::Vec total[MR][NP];
+    conv_counts<MR, NP, MASKED>(a, nz, in.tap_offsets.data(), taps, in.channel_words, panel, total);
+    for (int i = 0; i < MR; ++i) {
+      // dot = taps * C - 2 popc(a ^ w) [+ padding correction], or popc(nz) - 2 popc((a ^ w) & nz)
+      // when masked (a padded tap has nz 0 there, so it needs no correction).
+      const ConvRow& row = in.rows[m0 + i];
+      const int32_t ones = MASKED ? row.nonzero_count : int32_t(valid);
+      const int32_t* correction =
+          !MASKED && row.correction >= 0 ? in.corrections.data_ptr<int32_t>() + row.correction * in.corrections.size(1)
+                                         : nullptr;
+      for (int q = 0; q < NP; ++q) {
+        const int64_t col = (p0 + q) * L::kLanes;
+        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out, m0 + i, col, n);
+      }
+    }
+  }
+};
+
+// The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above).
+at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
+  constexpr int64_t lanes = ConvLanes::kLanes;
+  const int64_t panels = (n + lanes - 1) / lanes;
+  at::Tensor out = at::zeros({panels * k_words * lanes}, at::TensorOptions().dtype(at::kInt));
+  auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
+  for (int64_t oc = 0; oc < n; ++oc)
+    for (int64_t k = 0; k < k_words; ++k) dst[((oc / lanes) * k_words + k) * lanes + oc % lanes] = weight[oc * stride + k];
   return out;
 }
 
-// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias, as
-// binary_gemm(conv_patches(x), w_packed viewed as [OC, KH * KW * C/32]).
+// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias.
 at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
                              at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                              at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                              const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
   const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
                                              bias, pad_value);
-  const int64_t out_channels = g.out_channels;
+  const int64_t n = g.out_channels;
 
-  // The GEMM writes straight into a fresh tensor of the input's memory format (strides as the
+  // The kernel writes straight into a fresh tensor of the input's memory format (strides as the
   // fake kernel's): rows (b, oh, ow), columns the output channels.
   const at::MemoryFormat memory_format = x.suggest_memory_format();
-  at::Tensor result = at::empty({g.batch, out_channels, g.out_height, g.out_width},
-                                x.options().dtype(at::kFloat).memory_format(memory_format));
-  const int64_t pixels_out = g.out_height * g.out_width, patches = g.batch * pixels_out;
-  if (patches > 0 && out_channels > 0) {
+  at::Tensor result =
+      at::empty({g.batch, n, g.out_height, g.out_width}, x.options().dtype(at::kFloat).memory_format(memory_format));
+  const int64_t pixels_out = g.out_height * g.out_width, m = g.batch * pixels_out;
+  if (m > 0 && n > 0) {
     // One row per input pixel (NHWC order), packed along the channels.
     const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
-    const PackedRows pixels =
-        channels_last ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
-                                  packed_words(g.channels), sign_zero)
-                      : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
-    const PackedRows patch_rows = conv_patches(pixels, g, pad_value, sign_zero);
-    const at::Tensor weight =
-        weight_rows(w_packed.reshape({out_channels, -1}), packed_words(g.channels), g.channels);
+    const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
+    const PackedRows pixels = channels_last
+                                  ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
+                                              cw, sign_zero)
+                                  : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
+    const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
+    const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
+    constexpr int64_t lanes = ConvLanes::kLanes;
+    const int64_t panels = (n + lanes - 1) / lanes;
+    const ConvInput in = conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero);
+    const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
     const Epilogue epilogue(scale, bias);
-    const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
     float* data = result.data_ptr<float>();
-    const Output output = channels_last ? Output::matrix(data, out_channels)
-                              : Output{data, pixels_out, out_channels * pixels_out, 1, pixels_out};
-    binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
-                out_channels, epilogue, output);
+    const Output output =
+        channels_last ? Output::matrix(data, n) : Output{data, pixels_out, n * pixels_out, 1, pixels_out};
+    const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
+                        g.kernel_h * g.kernel_w * g.channels, n, epilogue, output};
+    // Blocks of 32 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
+    const int64_t block_panels = std::max<int64_t>(1, 128 / lanes);
+    for_each_block(m, panels, 32, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
+                   [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+                     tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, tile);
+                   });
   }
   return result.to(x.scalar_type());
 }
