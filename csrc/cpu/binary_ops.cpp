@@ -778,32 +778,29 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
-                    int64_t m, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
     const __mmask16 lanes = n - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - col)) - 1);
     __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total, 1));
     if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction));
     __m512 value = _mm512_cvtepi32_ps(dot);
-    if (epilogue.row_factor) value = _mm512_mul_ps(value, _mm512_set1_ps(epilogue.row_factor[m]));
     if (epilogue.scale)
       value = _mm512_mul_ps(value, epilogue.scale_stride ? _mm512_maskz_loadu_ps(lanes, epilogue.scale + col)
                                                           : _mm512_set1_ps(epilogue.scale[0]));
     if (epilogue.bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, epilogue.bias + col));
-    float* row = out.row(m);
-    if (out.col_stride == 1) return _mm512_mask_storeu_ps(row + col, lanes, value);
+    if (col_stride == 1) return _mm512_mask_storeu_ps(row + col, lanes, value);
     alignas(64) float values[16];
     _mm512_store_ps(values, value);
-    for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * out.col_stride] = values[lane];
+    for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * col_stride] = values[lane];
   }
 };
 #else
 // Epilogue::apply lane by lane on dot = ones - 2 count [+ correction].
 inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const int32_t* correction,
-                        const Epilogue& epilogue, const Output& out, int64_t m, int64_t col, int64_t n) {
-  float* row = out.row(m);
+                        const Epilogue& epilogue, float* row, int64_t col_stride, int64_t col, int64_t n) {
   for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
     const int32_t dot = ones - 2 * counts[lane] + (correction ? correction[lane] : 0);
-    row[(col + lane) * out.col_stride] = epilogue.apply(float(dot), m, col + lane);
+    row[(col + lane) * col_stride] = epilogue.apply(float(dot), 0, col + lane);
   }
 }
 #if defined(__AVX2__)
@@ -827,11 +824,11 @@ struct ConvLanes {  // AVX2: 8 outputs a vector, byte counts from nibble lookups
     const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1));
     return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
-                    int64_t m, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
     alignas(32) int32_t counts[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
-    store_lanes(counts, 8, ones, correction, epilogue, out, m, col, n);
+    store_lanes(counts, 8, ones, correction, epilogue, row, col_stride, col, n);
   }
 };
 #else
@@ -843,10 +840,10 @@ struct ConvLanes {  // POPCNT: one output a lane
   static Vec broadcast(uint32_t v) { return v; }
   static Vec count(Vec acc, Vec diff) { return acc + uint32_t(__builtin_popcount(diff)); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, const Output& out,
-                    int64_t m, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
-    store_lanes(counts, 1, ones, correction, epilogue, out, m, col, n);
+    store_lanes(counts, 1, ones, correction, epilogue, row, col_stride, col, n);
   }
 };
 #endif
@@ -855,6 +852,7 @@ struct ConvLanes {  // POPCNT: one output a lane
 // What output pixel m of the conv reads and how its dot is finished.
 struct ConvRow {
   int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
+  int64_t out_offset;      // float offset of its output channel 0
   int32_t nonzero_count;   // masked rows: nonzero input values under its taps
   int32_t correction;      // row of the padding correction table, -1 for none
   uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
@@ -879,7 +877,7 @@ inline std::pair<int64_t, int64_t> valid_taps(int64_t o, int64_t size, int64_t k
 }
 
 ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint32_t* weight, int64_t weight_stride,
-                     int64_t padded_oc, double pad_value, bool sign_zero) {
+                     int64_t padded_oc, double pad_value, bool sign_zero, const Output& out) {
   const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
   ConvInput in;
@@ -966,6 +964,7 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
       ConvRow& row = in.rows[m];
       const int64_t first_pixel = (b * hp + oh * g.stride_h) * wp + ow * g.stride_w;
       row.offset = first_pixel * cw;
+      row.out_offset = out.row(m) - out.data;
       const auto& range_h = ranges_h[class_h[oh]];
       const auto& range_w = ranges_w[class_w[ow]];
       const bool full = range_h == std::make_pair(int64_t(0), g.kernel_h) && range_w == std::make_pair(int64_t(0), g.kernel_w);
@@ -1064,7 +1063,8 @@ struct ConvTile {
                                          : nullptr;
       for (int q = 0; q < NP; ++q) {
         const int64_t col = (p0 + q) * L::kLanes;
-        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out, m0 + i, col, n);
+        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out.data + row.out_offset,
+                 out.col_stride, col, n);
       }
     }
   }
@@ -1108,12 +1108,13 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
     const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
-    const ConvInput in = conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero);
-    const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
-    const Epilogue epilogue(scale, bias);
     float* data = result.data_ptr<float>();
     const Output output =
         channels_last ? Output::matrix(data, n) : Output{data, pixels_out, n * pixels_out, 1, pixels_out};
+    const ConvInput in =
+        conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, output);
+    const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
+    const Epilogue epilogue(scale, bias);
     const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
                         g.kernel_h * g.kernel_w * g.channels, n, epilogue, output};
     // Blocks of 32 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
