@@ -1,3 +1,13 @@
+
+
+
+
+
+
+
+
+
+
 // CPU kernels of the binary ops (SPEC 2.1-2.4): pack_signs, binary_linear, binary_weight_linear,
 // binary_conv2d. Schemas, fake kernels and autograd are in bitcompile/ops.py; the float64 math these
 // kernels reproduce is in bitcompile/reference.py.
@@ -53,7 +63,11 @@ inline int64_t round_up_even(int64_t words) { return words + (words & 1); }
 // NaN gives 0 for x >= 0 and 1 for x != 0, as the scalar comparisons do.
 template <bool NONZERO>
 inline uint32_t pack32(const float* x) {
-#ifdef __AVX2__
+#if defined(__AVX512F__)
+  const __m512 zero = _mm512_setzero_ps(), low = _mm512_loadu_ps(x), high = _mm512_loadu_ps(x + 16);
+  constexpr int predicate = NONZERO ? _CMP_NEQ_UQ : _CMP_GE_OQ;
+  return uint32_t(_mm512_cmp_ps_mask(low, zero, predicate)) | uint32_t(_mm512_cmp_ps_mask(high, zero, predicate)) << 16;
+#elif defined(__AVX2__)
   const __m256 zero = _mm256_setzero_ps();
   uint32_t bits = 0;
   for (int chunk = 0; chunk < 4; ++chunk) {
@@ -876,8 +890,14 @@ inline std::pair<int64_t, int64_t> valid_taps(int64_t o, int64_t size, int64_t k
   return {first, last};
 }
 
+// `count` pixels of `words` words each set to `pattern`.
+inline void fill_pixels(uint32_t* dst, int64_t count, const uint32_t* pattern, int64_t words) {
+  for (int64_t p = 0; p < count; ++p)
+    for (int64_t w = 0; w < words; ++w) dst[p * words + w] = pattern[w];
+}
+
 ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint32_t* weight, int64_t weight_stride,
-                     int64_t padded_oc, double pad_value, bool sign_zero, const Output& out) {
+                     int64_t padded_oc, double pad_value, bool sign_zero, bool channels_last) {
   const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
   ConvInput in;
@@ -898,20 +918,22 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const auto* source_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
   auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
   auto* nonzero = sign_zero ? reinterpret_cast<uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
-  const size_t pixel_bytes = cw * sizeof(uint32_t);
+  // A padded image row: pad pixels, and inside the image the W source pixels between pad_w on each side.
+  const auto copy_row = [&](uint32_t* dst, const uint32_t* src, const uint32_t* pad, int64_t ih) {
+    if (ih < 0 || ih >= g.height) return fill_pixels(dst, wp, pad, cw);
+    fill_pixels(dst, g.pad_w, pad, cw);
+    std::memcpy(dst + g.pad_w * cw, src, g.width * cw * sizeof(uint32_t));
+    fill_pixels(dst + (g.pad_w + g.width) * cw, g.pad_w, pad, cw);
+  };
   at::parallel_for(0, g.batch * hp, 16, [&](int64_t begin, int64_t end) {
     for (int64_t image_row = begin; image_row < end; ++image_row) {
-      const int64_t b = image_row / hp, ih = image_row % hp - g.pad_h;
-      for (int64_t x = 0; x < wp; ++x) {
-        const int64_t iw = x - g.pad_w, pixel = image_row * wp + x;
-        const bool inside = ih >= 0 && ih < g.height && iw >= 0 && iw < g.width;
-        const int64_t source = (b * g.height + ih) * g.width + iw;
-        std::memcpy(bits + pixel * cw, inside ? source_bits + source * cw : pad_bits, pixel_bytes);
-        if (!sign_zero) continue;
-        std::memcpy(nonzero + pixel * cw, inside ? source_nonzero + source * cw : pad_nonzero, pixel_bytes);
-        if (!inside) continue;
-        pixel_count[pixel] = pixels.nonzero_count.data_ptr<int32_t>()[source];
-        pixel_has_zero[pixel] = pixels.has_zero.data_ptr<uint8_t>()[source];
+      const int64_t b = image_row / hp, ih = image_row % hp - g.pad_h, source = (b * g.height + ih) * g.width;
+      copy_row(bits + image_row * wp * cw, source_bits + source * cw, pad_bits, ih);
+      if (!sign_zero) continue;
+      copy_row(nonzero + image_row * wp * cw, source_nonzero + source * cw, pad_nonzero, ih);
+      for (int64_t iw = 0; ih >= 0 && ih < g.height && iw < g.width; ++iw) {
+        pixel_count[image_row * wp + g.pad_w + iw] = pixels.nonzero_count.data_ptr<int32_t>()[source + iw];
+        pixel_has_zero[image_row * wp + g.pad_w + iw] = pixels.has_zero.data_ptr<uint8_t>()[source + iw];
       }
     }
   });
@@ -920,7 +942,6 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
     for (int64_t kw = 0; kw < g.kernel_w; ++kw) in.tap_offsets.push_back((kh * g.dilation_h * wp + kw * g.dilation_w) * cw);
 
   // Patterns of padded taps: the valid taps of a row are a rectangle [h0, h1) x [w0, w1).
-  const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
   std::vector<std::pair<int64_t, int64_t>> ranges_h, ranges_w;
   std::vector<int32_t> class_h(g.out_height), class_w(g.out_width);
   const auto class_of = [](std::vector<std::pair<int64_t, int64_t>>& ranges, std::pair<int64_t, int64_t> range) {
@@ -933,48 +954,51 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
     class_h[oh] = class_of(ranges_h, valid_taps(oh, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h));
   for (int64_t ow = 0; ow < g.out_width; ++ow)
     class_w[ow] = class_of(ranges_w, valid_taps(ow, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w));
+  const int64_t patterns_w = int64_t(ranges_w.size());
+  const auto full = [](const std::pair<int64_t, int64_t>& range, int64_t kernel) { return range.first == 0 && range.second == kernel; };
+  const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
   if (correct) {
-    // corrections[(ch, cw)][oc] = sum over the taps outside the rectangle of sum_c s(w[oc, tap, c]).
-    const int64_t patterns = int64_t(ranges_h.size() * ranges_w.size());
-    in.corrections = at::zeros({patterns, padded_oc}, int_options);
-    auto* table = in.corrections.data_ptr<int32_t>();
-    for (int64_t oc = 0; oc < g.out_channels; ++oc) {
-      std::vector<int32_t> tap_sum(taps);
+    // corrections[pattern][oc] = sum over the taps outside its rectangle of sum_c s(w[oc, tap, c]).
+    std::vector<int32_t> tap_sum(taps * padded_oc, 0);
+    for (int64_t oc = 0; oc < g.out_channels; ++oc)
       for (int64_t t = 0; t < taps; ++t)
-        tap_sum[t] = 2 * popcount_words(weight + oc * weight_stride + t * cw, cw) - int32_t(g.channels);
-      for (size_t ph = 0; ph < ranges_h.size(); ++ph)
-        for (size_t pw = 0; pw < ranges_w.size(); ++pw) {
-          int32_t sum = 0;
-          for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-            for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-              const bool valid = kh >= ranges_h[ph].first && kh < ranges_h[ph].second && kw >= ranges_w[pw].first &&
-                                 kw < ranges_w[pw].second;
-              if (!valid) sum += tap_sum[kh * g.kernel_w + kw];
-            }
-          table[(ph * ranges_w.size() + pw) * padded_oc + oc] = sum;
-        }
-    }
+        tap_sum[t * padded_oc + oc] = 2 * popcount_words(weight + oc * weight_stride + t * cw, cw) - int32_t(g.channels);
+    in.corrections = at::zeros({int64_t(ranges_h.size()) * patterns_w, padded_oc}, int_options);
+    int32_t* table = in.corrections.data_ptr<int32_t>();
+    for (size_t ph = 0; ph < ranges_h.size(); ++ph)
+      for (int64_t pw = 0; pw < patterns_w; ++pw)
+        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+            if (kh >= ranges_h[ph].first && kh < ranges_h[ph].second && kw >= ranges_w[pw].first &&
+                kw < ranges_w[pw].second)
+              continue;
+            int32_t* row = table + (ph * patterns_w + pw) * padded_oc;
+            const int32_t* sums = tap_sum.data() + (kh * g.kernel_w + kw) * padded_oc;
+            for (int64_t oc = 0; oc < padded_oc; ++oc) row[oc] += sums[oc];
+          }
   }
 
   const int64_t pixels_out = g.out_height * g.out_width;
   in.rows.resize(g.batch * pixels_out);
-  at::parallel_for(0, g.batch * pixels_out, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t m = begin; m < end; ++m) {
-      const int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
-      ConvRow& row = in.rows[m];
-      const int64_t first_pixel = (b * hp + oh * g.stride_h) * wp + ow * g.stride_w;
-      row.offset = first_pixel * cw;
-      row.out_offset = out.row(m) - out.data;
-      const auto& range_h = ranges_h[class_h[oh]];
-      const auto& range_w = ranges_w[class_w[ow]];
-      const bool full = range_h == std::make_pair(int64_t(0), g.kernel_h) && range_w == std::make_pair(int64_t(0), g.kernel_w);
-      row.correction = correct && !full ? int32_t(class_h[oh] * ranges_w.size() + class_w[ow]) : -1;
-      row.masked = 0;
-      row.nonzero_count = 0;
-      for (int64_t t = 0; sign_zero && t < taps; ++t) {
-        const int64_t pixel = first_pixel + in.tap_offsets[t] / cw;
-        row.masked |= pixel_has_zero[pixel];
-        row.nonzero_count += pixel_count[pixel];
+  at::parallel_for(0, g.batch * g.out_height, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t output_row = begin; output_row < end; ++output_row) {
+      const int64_t b = output_row / g.out_height, oh = output_row % g.out_height;
+      const bool full_h = full(ranges_h[class_h[oh]], g.kernel_h);
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const int64_t m = output_row * g.out_width + ow;
+        ConvRow& row = in.rows[m];
+        const int64_t first_pixel = (b * hp + oh * g.stride_h) * wp + ow * g.stride_w;
+        row.offset = first_pixel * cw;
+        row.out_offset = channels_last ? m * g.out_channels : b * g.out_channels * pixels_out + oh * g.out_width + ow;
+        const bool padded = !full_h || !full(ranges_w[class_w[ow]], g.kernel_w);
+        row.correction = correct && padded ? int32_t(class_h[oh] * patterns_w + class_w[ow]) : -1;
+        row.masked = 0;
+        row.nonzero_count = 0;
+        for (int64_t t = 0; sign_zero && t < taps; ++t) {
+          const int64_t pixel = first_pixel + in.tap_offsets[t] / cw;
+          row.masked |= pixel_has_zero[pixel];
+          row.nonzero_count += pixel_count[pixel];
+        }
       }
     }
   });
@@ -1112,7 +1136,7 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
     const Output output =
         channels_last ? Output::matrix(data, n) : Output{data, pixels_out, n * pixels_out, 1, pixels_out};
     const ConvInput in =
-        conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, output);
+        conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, channels_last);
     const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
     const Epilogue epilogue(scale, bias);
     const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
