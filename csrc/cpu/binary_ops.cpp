@@ -1,13 +1,3 @@
-
-
-
-
-
-
-
-
-
-
 // CPU kernels of the binary ops (SPEC 2.1-2.4): pack_signs, binary_linear, binary_weight_linear,
 // binary_conv2d. Schemas, fake kernels and autograd are in bitcompile/ops.py; the float64 math these
 // kernels reproduce is in bitcompile/reference.py.
@@ -15,12 +5,15 @@
 // Layout of the work:
 // - x is converted to contiguous fp32 rows once (fp16/bf16 convert exactly) and packed here with
 //   the stored sign format (bit j of int32 word w = value 32*w + j, 1 for x >= 0, tail bits 0).
-// - binary_linear and binary_conv2d are one XOR/popcount GEMM (binary_gemm). The conv becomes a
-//   GEMM by gathering, per output pixel, the packed words of every tap in w_packed's
-//   [KH, KW, C/32] order (a bit-level im2col, 32x smaller than a float one).
-// - Rows are padded to an even number of int32 words so the inner loops run on 64-bit words.
-// - torch.sign zeros and zero padding use a second bit plane `nonzero`; only rows that have a
-//   zero take the masked path.
+// - binary_linear is an XOR/popcount GEMM (binary_gemm). binary_conv2d is the same GEMM done
+//   implicitly: the input packed once, one row of C/32 words per pixel, in an image grown by the
+//   padding; each output pixel reads its taps at fixed word offsets in w_packed's [KH, KW, C/32]
+//   order, with no patch matrix.
+// - binary_gemm's rows are padded to an even number of int32 words so its loops run on 64-bit
+//   words; the conv's run on 32-bit words, 16 (8) output channels a vector.
+// - torch.sign zeros (sign_zero) use a second bit plane `nonzero`; only rows that have a zero take
+//   the masked path. The conv's zero padding reads as -1 and its dots are corrected per pattern of
+//   padded taps.
 // - binary_gemm's micro-kernel is picked by what the compiler targets (-march=native): with
 //   AVX-512 VPOPCNTDQ and M >= 4, a panel kernel with 8 outputs a vector (no horizontal sums);
 //   otherwise 4 or 8 words a vector (VPOPCNTDQ, or AVX2 nibble lookups), or POPCNT for short rows.
@@ -809,7 +802,7 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   }
 };
 #else
-// Epilogue::apply lane by lane on dot = ones - 2 count [+ correction].
+// Epilogue::apply lane by lane on dot = ones - 2 count [+ correction] (the conv has no row factor).
 inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const int32_t* correction,
                         const Epilogue& epilogue, float* row, int64_t col_stride, int64_t col, int64_t n) {
   for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
