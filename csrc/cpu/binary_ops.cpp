@@ -1091,10 +1091,11 @@ struct ConvTile {
 at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
   constexpr int64_t lanes = ConvLanes::kLanes;
   const int64_t panels = (n + lanes - 1) / lanes;
-  at::Tensor out = at::zeros({panels * k_words * lanes}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor out = at::empty({panels * k_words * lanes}, at::TensorOptions().dtype(at::kInt));
   auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
-  for (int64_t oc = 0; oc < n; ++oc)
-    for (int64_t k = 0; k < k_words; ++k) dst[((oc / lanes) * k_words + k) * lanes + oc % lanes] = weight[oc * stride + k];
+  for (int64_t p = 0; p < panels; ++p)  // written in order, read from `lanes` rows at a time
+    for (int64_t k = 0; k < k_words; ++k)
+      for (int64_t lane = 0; lane < lanes; ++lane, ++dst) *dst = p * lanes + lane < n ? weight[(p * lanes + lane) * stride + k] : 0;
   return out;
 }
 
