@@ -242,14 +242,13 @@ struct Epilogue {
   }
 };
 
-// Where output (m, n) of a GEMM goes: a row-major [M, N] matrix, or, for the conv, rows
-// m = (b, pixel) of an NCHW tensor (one image every `image_rows` rows, channels `col_stride` apart).
+// Where output (m, n) of a linear goes: a row-major [M, N] matrix.
 struct Output {
   float* data;
-  int64_t image_rows, image_stride, row_stride, col_stride;
+  int64_t row_stride;
 
-  static Output matrix(float* data, int64_t n) { return {data, 1, n, 0, 1}; }
-  float* row(int64_t m) const { return data + (m / image_rows) * image_stride + (m % image_rows) * row_stride; }
+  static Output matrix(float* data, int64_t n) { return {data, n}; }
+  float* row(int64_t m) const { return data + m * row_stride; }
 };
 
 // Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel, in chunks
@@ -445,7 +444,7 @@ struct BinaryGemmTile {
       float* row = out.row(m0 + i);
       for (int j = 0; j < NR; ++j) {
         const int64_t dot = ones - 2 * count[i][j];
-        row[(n0 + j) * out.col_stride] = epilogue.apply(float(dot), m0 + i, n0 + j);
+        row[n0 + j] = epilogue.apply(float(dot), m0 + i, n0 + j);
       }
     }
   }
@@ -538,12 +537,7 @@ struct PanelGemmTile {
       value = _mm256_mul_ps(value, epilogue.scale_stride ? _mm256_maskz_loadu_ps(lanes, epilogue.scale + col)
                                                           : _mm256_set1_ps(epilogue.scale[0]));
     if (epilogue.bias) value = _mm256_add_ps(value, _mm256_maskz_loadu_ps(lanes, epilogue.bias + col));
-    float* row = out.row(m);
-    if (out.col_stride == 1) return _mm256_mask_storeu_ps(row + col, lanes, value);
-    alignas(32) float values[8];
-    _mm256_store_ps(values, value);
-    for (int lane = 0; lane < 8; ++lane)
-      if (lanes >> lane & 1) row[(col + lane) * out.col_stride] = values[lane];
+    _mm256_mask_storeu_ps(out.row(m) + col, lanes, value);
   }
 };
 
@@ -691,7 +685,7 @@ struct SignDotTile {
     sign_dot_tile<MR, NR>(x_rows, w_rows, words, acc);
     for (int i = 0; i < MR; ++i) {
       float* row = out.row(m0 + i);
-      for (int j = 0; j < NR; ++j) row[(n0 + j) * out.col_stride] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
+      for (int j = 0; j < NR; ++j) row[n0 + j] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
     }
   }
 };
@@ -1046,7 +1040,8 @@ struct ConvTile {
   const uint32_t* panels;  // [panels][taps * channel_words][kLanes]
   int64_t valid, n;        // values a row holds (taps * C), output channels
   const Epilogue& epilogue;
-  const Output& out;
+  float* out;              // output channel 0 of pixel 0; pixel m's at out + rows[m].out_offset
+  int64_t col_stride;      // between output channels: 1 for channels_last, OH * OW for NCHW
 
   template <int MR, int NP>
   void run(int64_t m0, int64_t p0) const {
@@ -1080,8 +1075,8 @@ struct ConvTile {
                                          : nullptr;
       for (int q = 0; q < NP; ++q) {
         const int64_t col = (p0 + q) * L::kLanes;
-        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out.data + row.out_offset,
-                 out.col_stride, col, n);
+        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out + row.out_offset, col_stride,
+                 col, n);
       }
     }
   }
@@ -1126,15 +1121,13 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
     const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
-    float* data = result.data_ptr<float>();
-    const Output output =
-        channels_last ? Output::matrix(data, n) : Output{data, pixels_out, n * pixels_out, 1, pixels_out};
     const ConvInput in =
         conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, channels_last);
     const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
     const Epilogue epilogue(scale, bias);
     const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
-                        g.kernel_h * g.kernel_w * g.channels, n, epilogue, output};
+                        g.kernel_h * g.kernel_w * g.channels, n, epilogue, result.data_ptr<float>(),
+                        channels_last ? 1 : pixels_out};
     // Blocks of 32 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
     const int64_t block_panels = std::max<int64_t>(1, 128 / lanes);
     for_each_block(m, panels, 32, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
