@@ -151,7 +151,7 @@ ROWS = [
     ("binary_linear W1A1 M=64 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_linear", 64, 4096, 4096, "cpu"), 6),
     ("binary_weight_linear M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_weight_linear", 1, 4096, 4096, "cpu"), 4),
     ("apot_linear apot4 M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("apot_linear", 1, 4096, 4096, "cpu"), None),
-    ("binary_conv2d 3x3 pad 1 B=8 C=128 14x14 (CPU)", "cpu", lambda: conv_problem(8, 128, 14, "cpu"), None),
+    ("binary_conv2d 3x3 pad 1 B=8 C=128 14x14 (CPU)", "cpu", lambda: conv_problem(8, 128, 14, "cpu"), 8),
 ]
 
 

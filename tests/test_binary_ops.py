@@ -727,6 +727,50 @@ def test_conv2d_channel_edges(device, c, sign_zero):
         assert_matches(actual, expected, torch.float32, True, f"conv c={c} pad={pad_value} sign_zero={sign_zero}")
 
 
+# The CPU conv computes tiles of 4 output pixels x 4 panels of 16 output channels (8 with AVX2, 1
+# without), in blocks of 32 pixels x 128 channels, over an input image grown by the padding.
+# (batch, height, width, kernel, stride, padding, dilation): output pixels around 4 and 32.
+CONV_EDGE_GEOMETRIES = [
+    (1, 1, 3, 1, 1, 0, 1),  # 3 output pixels
+    (1, 2, 2, 3, 1, 1, 1),  # 4
+    (1, 1, 5, 1, 1, 0, 1),  # 5
+    (1, 4, 8, 3, 1, 1, 1),  # 32
+    (1, 3, 11, 3, 1, 1, 1),  # 33
+    (3, 7, 5, 5, 2, 2, 1),  # 5x5 kernel, stride 2: 36
+    (2, 6, 7, 1, 2, 0, 1),  # 1x1 kernel, stride 2: 24
+    (1, 1, 1, 1, 1, 1, 1),  # 9, all but the centre read only padding
+    (2, 5, 6, 3, 2, 3, 2),  # padding wider than the kernel reaches, stride 2, dilation 2: 32
+]
+
+
+@pytest.mark.parametrize("geometry", CONV_EDGE_GEOMETRIES)
+@pytest.mark.parametrize("sign_zero", [False, True])
+def test_conv2d_tile_edges(device, geometry, sign_zero):
+    batch, height, width, kernel, stride, padding, dilation = geometry
+    cases = [(c, oc) for c in (1, 31, 33, 65) for oc in (1, 15, 16, 17, 63, 64, 65, 129)]
+    for index, (c, oc) in enumerate(cases):
+        pad_value = (0.0, 1.0, -1.0)[index % 3]
+        memory_format = (torch.channels_last, torch.contiguous_format)[index % 2]
+        x = random_input((batch, c, height, width), device=device, zeros=sign_zero)
+        x[0, :, 0, 0] = 0.0  # a pixel of zeros (counts 0 under sign_zero, +1 otherwise)
+        x = x.contiguous(memory_format=memory_format)
+        weight = torch.randn(oc, c, kernel, kernel, device=device)
+        actual, expected = run_conv(x, weight, (stride, stride), (padding, padding), (dilation, dilation),
+                                    pad_value=pad_value, sign_zero=sign_zero)
+        assert_matches(actual, expected, torch.float32, True,
+                       f"conv {geometry} c={c} oc={oc} pad={pad_value} sign_zero={sign_zero}")
+
+
+@pytest.mark.parametrize("c", [992, 993, 1984, 1985])
+@pytest.mark.parametrize("sign_zero", [False, True])
+def test_conv2d_long_rows(device, c, sign_zero):
+    """31, 32, 62 and 63 words a row around the AVX2 kernel's widening of its byte counters every 31 words."""
+    x = random_input((2, c, 3, 3), device=device, zeros=sign_zero)
+    weight = torch.randn(20, c, 1, 1, device=device)
+    actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1), sign_zero=sign_zero)
+    assert_matches(actual, expected, torch.float32, True, f"conv c={c} sign_zero={sign_zero}")
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("k", [32, 64, 96, 2048, 8192])
 def test_pack_signs_whole_words(device, dtype, k):

@@ -5,12 +5,15 @@
 // Layout of the work:
 // - x is converted to contiguous fp32 rows once (fp16/bf16 convert exactly) and packed here with
 //   the stored sign format (bit j of int32 word w = value 32*w + j, 1 for x >= 0, tail bits 0).
-// - binary_linear and binary_conv2d are one XOR/popcount GEMM (binary_gemm). The conv becomes a
-//   GEMM by gathering, per output pixel, the packed words of every tap in w_packed's
-//   [KH, KW, C/32] order (a bit-level im2col, 32x smaller than a float one).
-// - Rows are padded to an even number of int32 words so the inner loops run on 64-bit words.
-// - torch.sign zeros and zero padding use a second bit plane `nonzero`; only rows that have a
-//   zero take the masked path.
+// - binary_linear is an XOR/popcount GEMM (binary_gemm). binary_conv2d is the same GEMM done
+//   implicitly: the input packed once, one row of C/32 words per pixel, in an image grown by the
+//   padding; each output pixel reads its taps at fixed word offsets in w_packed's [KH, KW, C/32]
+//   order, with no patch matrix.
+// - binary_gemm's rows are padded to an even number of int32 words so its loops run on 64-bit
+//   words; the conv's run on 32-bit words, 16 (8) output channels a vector.
+// - torch.sign zeros (sign_zero) use a second bit plane `nonzero`; only rows that have a zero take
+//   the masked path. The conv's zero padding reads as -1 and its dots are corrected per pattern of
+//   padded taps.
 // - binary_gemm's micro-kernel is picked by what the compiler targets (-march=native): with
 //   AVX-512 VPOPCNTDQ and M >= 4, a panel kernel with 8 outputs a vector (no horizontal sums);
 //   otherwise 4 or 8 words a vector (VPOPCNTDQ, or AVX2 nibble lookups), or POPCNT for short rows.
@@ -23,6 +26,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX2__) || defined(__AVX512F__)
@@ -52,7 +56,11 @@ inline int64_t round_up_even(int64_t words) { return words + (words & 1); }
 // NaN gives 0 for x >= 0 and 1 for x != 0, as the scalar comparisons do.
 template <bool NONZERO>
 inline uint32_t pack32(const float* x) {
-#ifdef __AVX2__
+#if defined(__AVX512F__)
+  const __m512 zero = _mm512_setzero_ps(), low = _mm512_loadu_ps(x), high = _mm512_loadu_ps(x + 16);
+  constexpr int predicate = NONZERO ? _CMP_NEQ_UQ : _CMP_GE_OQ;
+  return uint32_t(_mm512_cmp_ps_mask(low, zero, predicate)) | uint32_t(_mm512_cmp_ps_mask(high, zero, predicate)) << 16;
+#elif defined(__AVX2__)
   const __m256 zero = _mm256_setzero_ps();
   uint32_t bits = 0;
   for (int chunk = 0; chunk < 4; ++chunk) {
@@ -234,14 +242,13 @@ struct Epilogue {
   }
 };
 
-// Where output (m, n) of a GEMM goes: a row-major [M, N] matrix, or, for the conv, rows
-// m = (b, pixel) of an NCHW tensor (one image every `image_rows` rows, channels `col_stride` apart).
+// Where output (m, n) of a linear goes: a row-major [M, N] matrix.
 struct Output {
   float* data;
-  int64_t image_rows, image_stride, row_stride, col_stride;
+  int64_t row_stride;
 
-  static Output matrix(float* data, int64_t n) { return {data, 1, n, 0, 1}; }
-  float* row(int64_t m) const { return data + (m / image_rows) * image_stride + (m % image_rows) * row_stride; }
+  static Output matrix(float* data, int64_t n) { return {data, n}; }
+  float* row(int64_t m) const { return data + m * row_stride; }
 };
 
 // Splits an [M, N] output into blocks and runs fn(m0, m1, n0, n1) on them in parallel, in chunks
@@ -437,7 +444,7 @@ struct BinaryGemmTile {
       float* row = out.row(m0 + i);
       for (int j = 0; j < NR; ++j) {
         const int64_t dot = ones - 2 * count[i][j];
-        row[(n0 + j) * out.col_stride] = epilogue.apply(float(dot), m0 + i, n0 + j);
+        row[n0 + j] = epilogue.apply(float(dot), m0 + i, n0 + j);
       }
     }
   }
@@ -530,12 +537,7 @@ struct PanelGemmTile {
       value = _mm256_mul_ps(value, epilogue.scale_stride ? _mm256_maskz_loadu_ps(lanes, epilogue.scale + col)
                                                           : _mm256_set1_ps(epilogue.scale[0]));
     if (epilogue.bias) value = _mm256_add_ps(value, _mm256_maskz_loadu_ps(lanes, epilogue.bias + col));
-    float* row = out.row(m);
-    if (out.col_stride == 1) return _mm256_mask_storeu_ps(row + col, lanes, value);
-    alignas(32) float values[8];
-    _mm256_store_ps(values, value);
-    for (int lane = 0; lane < 8; ++lane)
-      if (lanes >> lane & 1) row[(col + lane) * out.col_stride] = values[lane];
+    _mm256_mask_storeu_ps(out.row(m) + col, lanes, value);
   }
 };
 
@@ -683,7 +685,7 @@ struct SignDotTile {
     sign_dot_tile<MR, NR>(x_rows, w_rows, words, acc);
     for (int i = 0; i < MR; ++i) {
       float* row = out.row(m0 + i);
-      for (int j = 0; j < NR; ++j) row[(n0 + j) * out.col_stride] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
+      for (int j = 0; j < NR; ++j) row[n0 + j] = epilogue.apply(acc[i][j], m0 + i, n0 + j);
     }
   }
 };
@@ -754,101 +756,384 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
   return out.view(out_sizes).to(x.scalar_type());
 }
 
-// The patch matrix of binary_conv2d: row (b, oh, ow) holds, tap by tap in w_packed's [KH, KW] order,
-// the C/32 sign words of the input pixel the tap reads. A padded tap holds pad_value's signs: all
-// valid bits for +1, none for -1, and for 0 a cleared nonzero plane so that it counts 0.
-PackedRows conv_patches(const PackedRows& pixels, const ConvGeometry& g, double pad_value, bool sign_zero) {
-  const int64_t channel_words = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
-  const int64_t stride32 = round_up_even(taps * channel_words);
-  const int64_t patches = g.batch * g.out_height * g.out_width;
-  const bool any_padding = g.pad_h > 0 || g.pad_w > 0;
-  const bool with_nonzero = sign_zero || (pad_value == 0.0 && any_padding);
-  auto int_options = pixels.bits.options();
-  PackedRows out;
-  out.bits = at::zeros({patches, stride32}, int_options);
-  if (with_nonzero) {
-    out.nonzero = at::zeros({patches, stride32}, int_options);
-    out.nonzero_count = at::empty({patches}, int_options);
-    out.has_zero = at::empty({patches}, int_options.dtype(at::kByte));
-  }
-  // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
-  std::vector<uint32_t> all_valid(channel_words, 0xFFFFFFFFu);
-  if (channel_words > 0) all_valid.back() = low_bits(g.channels - 32 * (channel_words - 1));
-  const auto* pixel_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
-  const auto* pixel_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
-  const uint8_t* pixel_has_zero = sign_zero ? pixels.has_zero.data_ptr<uint8_t>() : nullptr;
-  auto* bits = reinterpret_cast<uint32_t*>(out.bits.data_ptr<int32_t>());
-  auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(out.nonzero.data_ptr<int32_t>()) : nullptr;
-  const size_t tap_bytes = channel_words * sizeof(uint32_t);
+// ------------------------------------------------------------------------------------------------
+// binary_conv2d: an implicit XOR/popcount GEMM over the packed, padded input
+// ------------------------------------------------------------------------------------------------
+// The input is packed once, one row of C/32 words per pixel, into an image grown by the padding
+// whose border pixels hold pad_value's signs (all valid bits for +1, none for -1 and 0). Output
+// pixel (b, oh, ow) reads tap (kh, kw) at a fixed word offset from its first pixel: no patch
+// matrix, no branch per tap. A zero-padded tap then counts -1 per channel where it must count 0,
+// so the dot gets + sum_c s(w[oc, tap, c]) for each tap in the padding (one table row per pattern
+// of padded taps). Rows with a zero under sign_zero take the masked path (nonzero plane, 0 there).
+// The weights are re-laid in panels of kLanes output channels interleaved word by word,
+// panel[p][k][lane] = w[kLanes p + lane][k] (0 past OC): one vector holds word k of kLanes
+// outputs, the popcounts add up per lane, and no output pays a horizontal sum.
+#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
+struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
+  static constexpr int kLanes = 16, kRows = 4, kPanels = 4, kFlushSteps = 0;  // 16 accumulators of 32 zmm
+  using Vec = __m512i;
+  static Vec zero() { return _mm512_setzero_si512(); }
+  static Vec load(const uint32_t* p) { return _mm512_loadu_si512(p); }
+  static Vec broadcast(uint32_t v) { return _mm512_set1_epi32(int(v)); }
+  static Vec count(Vec acc, Vec diff) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff)); }
+  static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
 
-  at::parallel_for(0, patches, 16, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      const int64_t b = p / (g.out_height * g.out_width), oh = p / g.out_width % g.out_height, ow = p % g.out_width;
-      uint32_t* row = bits + p * stride32;
-      uint32_t* row_nonzero = with_nonzero ? nonzero + p * stride32 : nullptr;
-      bool has_zero = false;
-      for (int64_t kh = 0; kh < g.kernel_h; ++kh) {
-        for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-          const int64_t ih = oh * g.stride_h - g.pad_h + kh * g.dilation_h;
-          const int64_t iw = ow * g.stride_w - g.pad_w + kw * g.dilation_w;
-          const int64_t offset = (kh * g.kernel_w + kw) * channel_words;
-          if (ih >= 0 && ih < g.height && iw >= 0 && iw < g.width) {
-            const int64_t pixel = (b * g.height + ih) * g.width + iw;
-            std::memcpy(row + offset, pixel_bits + pixel * channel_words, tap_bytes);
-            if (!with_nonzero) continue;
-            const uint32_t* source = sign_zero ? pixel_nonzero + pixel * channel_words : all_valid.data();
-            std::memcpy(row_nonzero + offset, source, tap_bytes);
-            has_zero = has_zero || (sign_zero && pixel_has_zero[pixel]);
-          } else {
-            if (pad_value > 0) std::memcpy(row + offset, all_valid.data(), tap_bytes);
-            if (!with_nonzero) continue;
-            if (pad_value != 0.0) std::memcpy(row_nonzero + offset, all_valid.data(), tap_bytes);
-            else has_zero = true;  // the row's nonzero plane stays cleared here
-          }
-        }
-      }
-      if (with_nonzero) {
-        out.nonzero_count.data_ptr<int32_t>()[p] = popcount_words(row_nonzero, taps * channel_words);
-        out.has_zero.data_ptr<uint8_t>()[p] = has_zero;
+  // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
+    const __mmask16 lanes = n - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - col)) - 1);
+    __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total, 1));
+    if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction));
+    __m512 value = _mm512_cvtepi32_ps(dot);
+    if (epilogue.scale)
+      value = _mm512_mul_ps(value, epilogue.scale_stride ? _mm512_maskz_loadu_ps(lanes, epilogue.scale + col)
+                                                          : _mm512_set1_ps(epilogue.scale[0]));
+    if (epilogue.bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, epilogue.bias + col));
+    if (col_stride == 1) return _mm512_mask_storeu_ps(row + col, lanes, value);
+    alignas(64) float values[16];
+    _mm512_store_ps(values, value);
+    for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * col_stride] = values[lane];
+  }
+};
+#else
+// Epilogue::apply lane by lane on dot = ones - 2 count [+ correction] (the conv has no row factor).
+inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const int32_t* correction,
+                        const Epilogue& epilogue, float* row, int64_t col_stride, int64_t col, int64_t n) {
+  for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
+    const int32_t dot = ones - 2 * counts[lane] + (correction ? correction[lane] : 0);
+    row[(col + lane) * col_stride] = epilogue.apply(float(dot), 0, col + lane);
+  }
+}
+#if defined(__AVX2__)
+struct ConvLanes {  // AVX2: 8 outputs a vector, byte counts from nibble lookups widened every 31 steps
+  static constexpr int kLanes = 8, kRows = 2, kPanels = 3, kFlushSteps = 31;  // 31 * 8 < 256 per byte
+  using Vec = __m256i;
+  static Vec zero() { return _mm256_setzero_si256(); }
+  static Vec load(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static Vec broadcast(uint32_t v) { return _mm256_set1_epi32(int(v)); }
+  static Vec count(Vec acc, Vec diff) {
+    const __m256i nibble_counts =
+        _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    const __m256i low_nibble = _mm256_set1_epi8(0x0F);
+    const __m256i low = _mm256_and_si256(diff, low_nibble);
+    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(diff, 4), low_nibble);
+    return _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_shuffle_epi8(nibble_counts, low),
+                                                _mm256_shuffle_epi8(nibble_counts, high)));
+  }
+  // The 4 byte counts of each 32-bit lane of `bytes` added to `total`.
+  static Vec flush(Vec total, Vec bytes) {
+    const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1));
+    return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
+    alignas(32) int32_t counts[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
+    store_lanes(counts, 8, ones, correction, epilogue, row, col_stride, col, n);
+  }
+};
+#else
+struct ConvLanes {  // POPCNT: one output a lane
+  static constexpr int kLanes = 1, kRows = 2, kPanels = 4, kFlushSteps = 0;  // 8 accumulators of 16 GPRs
+  using Vec = uint32_t;
+  static Vec zero() { return 0; }
+  static Vec load(const uint32_t* p) { return *p; }
+  static Vec broadcast(uint32_t v) { return v; }
+  static Vec count(Vec acc, Vec diff) { return acc + uint32_t(__builtin_popcount(diff)); }
+  static Vec flush(Vec total, Vec acc) { return total + acc; }
+  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+                    int64_t col_stride, int64_t col, int64_t n) {
+    const int32_t counts[1] = {int32_t(total)};
+    store_lanes(counts, 1, ones, correction, epilogue, row, col_stride, col, n);
+  }
+};
+#endif
+#endif
+
+// What output pixel m of the conv reads and how its dot is finished.
+struct ConvRow {
+  int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
+  int64_t out_offset;      // float offset of its output channel 0
+  int32_t nonzero_count;   // masked rows: nonzero input values under its taps
+  int32_t correction;      // row of the padding correction table, -1 for none
+  uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
+};
+
+// The packed input grown by the padding, and the rows of the implicit GEMM over it.
+struct ConvInput {
+  at::Tensor bits, nonzero;              // int32 [B * HP * WP, C/32]; nonzero only under sign_zero
+  std::vector<int64_t> tap_offsets;      // word offset of tap (kh, kw) from a row's offset
+  std::vector<ConvRow> rows;             // one per output pixel (b, oh, ow)
+  at::Tensor corrections;                // int32 [patterns, panels * kLanes]
+  int64_t channel_words = 0;
+};
+
+// The valid taps of output coordinate o along one axis: [first, last) with input o*s - p + k*d in [0, size).
+inline std::pair<int64_t, int64_t> valid_taps(int64_t o, int64_t size, int64_t kernel, int64_t stride, int64_t pad,
+                                              int64_t dilation) {
+  int64_t first = 0, last = kernel;
+  while (first < kernel && o * stride - pad + first * dilation < 0) ++first;
+  while (last > first && o * stride - pad + (last - 1) * dilation >= size) --last;
+  return {first, last};
+}
+
+// `count` pixels of `words` words each set to `pattern`.
+inline void fill_pixels(uint32_t* dst, int64_t count, const uint32_t* pattern, int64_t words) {
+  for (int64_t p = 0; p < count; ++p)
+    for (int64_t w = 0; w < words; ++w) dst[p * words + w] = pattern[w];
+}
+
+ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint32_t* weight, int64_t weight_stride,
+                     int64_t padded_oc, double pad_value, bool sign_zero, bool channels_last) {
+  const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
+  const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
+  ConvInput in;
+  in.channel_words = cw;
+  // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
+  std::vector<uint32_t> all_valid(cw, 0xFFFFFFFFu), none(cw, 0);
+  all_valid.back() = low_bits(g.channels - 32 * (cw - 1));
+  const uint32_t* pad_bits = pad_value > 0 ? all_valid.data() : none.data();
+  const uint32_t* pad_nonzero = pad_value != 0.0 ? all_valid.data() : none.data();
+  const int32_t pad_count = pad_value != 0.0 ? int32_t(g.channels) : 0;
+
+  const auto int_options = pixels.bits.options();
+  in.bits = at::empty({g.batch * hp * wp, cw}, int_options);
+  if (sign_zero) in.nonzero = at::empty({g.batch * hp * wp, cw}, int_options);
+  std::vector<int32_t> pixel_count(sign_zero ? g.batch * hp * wp : 0, pad_count);
+  std::vector<uint8_t> pixel_has_zero(sign_zero ? g.batch * hp * wp : 0, 0);
+  const auto* source_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
+  const auto* source_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
+  auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
+  auto* nonzero = sign_zero ? reinterpret_cast<uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
+  // A padded image row: pad pixels, and inside the image the W source pixels between pad_w on each side.
+  const auto copy_row = [&](uint32_t* dst, const uint32_t* src, const uint32_t* pad, int64_t ih) {
+    if (ih < 0 || ih >= g.height) return fill_pixels(dst, wp, pad, cw);
+    fill_pixels(dst, g.pad_w, pad, cw);
+    std::memcpy(dst + g.pad_w * cw, src, g.width * cw * sizeof(uint32_t));
+    fill_pixels(dst + (g.pad_w + g.width) * cw, g.pad_w, pad, cw);
+  };
+  at::parallel_for(0, g.batch * hp, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t image_row = begin; image_row < end; ++image_row) {
+      const int64_t b = image_row / hp, ih = image_row % hp - g.pad_h, source = (b * g.height + ih) * g.width;
+      copy_row(bits + image_row * wp * cw, source_bits + source * cw, pad_bits, ih);
+      if (!sign_zero) continue;
+      copy_row(nonzero + image_row * wp * cw, source_nonzero + source * cw, pad_nonzero, ih);
+      for (int64_t iw = 0; ih >= 0 && ih < g.height && iw < g.width; ++iw) {
+        pixel_count[image_row * wp + g.pad_w + iw] = pixels.nonzero_count.data_ptr<int32_t>()[source + iw];
+        pixel_has_zero[image_row * wp + g.pad_w + iw] = pixels.has_zero.data_ptr<uint8_t>()[source + iw];
       }
     }
   });
+
+  for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) in.tap_offsets.push_back((kh * g.dilation_h * wp + kw * g.dilation_w) * cw);
+
+  // Patterns of padded taps: the valid taps of a row are a rectangle [h0, h1) x [w0, w1).
+  std::vector<std::pair<int64_t, int64_t>> ranges_h, ranges_w;
+  std::vector<int32_t> class_h(g.out_height), class_w(g.out_width);
+  const auto class_of = [](std::vector<std::pair<int64_t, int64_t>>& ranges, std::pair<int64_t, int64_t> range) {
+    const auto found = std::find(ranges.begin(), ranges.end(), range);
+    if (found != ranges.end()) return int32_t(found - ranges.begin());
+    ranges.push_back(range);
+    return int32_t(ranges.size() - 1);
+  };
+  for (int64_t oh = 0; oh < g.out_height; ++oh)
+    class_h[oh] = class_of(ranges_h, valid_taps(oh, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h));
+  for (int64_t ow = 0; ow < g.out_width; ++ow)
+    class_w[ow] = class_of(ranges_w, valid_taps(ow, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w));
+  const int64_t patterns_w = int64_t(ranges_w.size());
+  const auto full = [](const std::pair<int64_t, int64_t>& range, int64_t kernel) { return range.first == 0 && range.second == kernel; };
+  const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
+  if (correct) {
+    // corrections[pattern][oc] = sum over the taps outside its rectangle of sum_c s(w[oc, tap, c]).
+    std::vector<int32_t> tap_sum(taps * padded_oc, 0);
+    for (int64_t oc = 0; oc < g.out_channels; ++oc)
+      for (int64_t t = 0; t < taps; ++t)
+        tap_sum[t * padded_oc + oc] = 2 * popcount_words(weight + oc * weight_stride + t * cw, cw) - int32_t(g.channels);
+    in.corrections = at::zeros({int64_t(ranges_h.size()) * patterns_w, padded_oc}, int_options);
+    int32_t* table = in.corrections.data_ptr<int32_t>();
+    for (size_t ph = 0; ph < ranges_h.size(); ++ph)
+      for (int64_t pw = 0; pw < patterns_w; ++pw)
+        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+            if (kh >= ranges_h[ph].first && kh < ranges_h[ph].second && kw >= ranges_w[pw].first &&
+                kw < ranges_w[pw].second)
+              continue;
+            int32_t* row = table + (ph * patterns_w + pw) * padded_oc;
+            const int32_t* sums = tap_sum.data() + (kh * g.kernel_w + kw) * padded_oc;
+            for (int64_t oc = 0; oc < padded_oc; ++oc) row[oc] += sums[oc];
+          }
+  }
+
+  const int64_t pixels_out = g.out_height * g.out_width;
+  in.rows.resize(g.batch * pixels_out);
+  at::parallel_for(0, g.batch * g.out_height, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t output_row = begin; output_row < end; ++output_row) {
+      const int64_t b = output_row / g.out_height, oh = output_row % g.out_height;
+      const bool full_h = full(ranges_h[class_h[oh]], g.kernel_h);
+      for (int64_t ow = 0; ow < g.out_width; ++ow) {
+        const int64_t m = output_row * g.out_width + ow;
+        ConvRow& row = in.rows[m];
+        const int64_t first_pixel = (b * hp + oh * g.stride_h) * wp + ow * g.stride_w;
+        row.offset = first_pixel * cw;
+        row.out_offset = channels_last ? m * g.out_channels : b * g.out_channels * pixels_out + oh * g.out_width + ow;
+        const bool padded = !full_h || !full(ranges_w[class_w[ow]], g.kernel_w);
+        row.correction = correct && padded ? int32_t(class_h[oh] * patterns_w + class_w[ow]) : -1;
+        row.masked = 0;
+        row.nonzero_count = 0;
+        for (int64_t t = 0; sign_zero && t < taps; ++t) {
+          const int64_t pixel = first_pixel + in.tap_offsets[t] / cw;
+          row.masked |= pixel_has_zero[pixel];
+          row.nonzero_count += pixel_count[pixel];
+        }
+      }
+    }
+  });
+  return in;
+}
+
+// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
+// tap_offsets) against NP weight panels, per lane.
+template <int MR, int NP, bool MASKED>
+inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
+                        int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
+  using L = ConvLanes;
+  L::Vec acc[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) acc[i][q] = total[i][q] = L::zero();
+  const uint32_t* b[NP];
+  for (int q = 0; q < NP; ++q) b[q] = panels[q];
+  [[maybe_unused]] int steps = 0;
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t offset = tap_offsets[t];
+    for (int64_t w = offset; w < offset + tap_words; ++w) {
+      L::Vec bv[NP];
+      for (int q = 0; q < NP; ++q) {
+        bv[q] = L::load(b[q]);
+        b[q] += L::kLanes;
+      }
+      for (int i = 0; i < MR; ++i) {
+        const L::Vec av = L::broadcast(a[i][w]);
+        [[maybe_unused]] L::Vec mask;
+        if constexpr (MASKED) mask = L::broadcast(nz[i][w]);
+        for (int q = 0; q < NP; ++q) {
+          L::Vec diff = av ^ bv[q];
+          if constexpr (MASKED) diff = diff & mask;
+          acc[i][q] = L::count(acc[i][q], diff);
+        }
+      }
+      if constexpr (L::kFlushSteps > 0) {
+        if (++steps == L::kFlushSteps) {
+          for (int i = 0; i < MR; ++i)
+            for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]), acc[i][q] = L::zero();
+          steps = 0;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]);
+}
+
+struct ConvTile {
+  const ConvInput& in;
+  const uint32_t* panels;  // [panels][taps * channel_words][kLanes]
+  int64_t valid, n;        // values a row holds (taps * C), output channels
+  const Epilogue& epilogue;
+  float* out;              // output channel 0 of pixel 0; pixel m's at out + rows[m].out_offset
+  int64_t col_stride;      // between output channels: 1 for channels_last, OH * OW for NCHW
+
+  template <int MR, int NP>
+  void run(int64_t m0, int64_t p0) const {
+    bool masked = false;
+    for (int i = 0; i < MR; ++i) masked = masked || in.rows[m0 + i].masked;
+    if (masked) compute<MR, NP, true>(m0, p0);
+    else compute<MR, NP, false>(m0, p0);
+  }
+
+  template <int MR, int NP, bool MASKED>
+  void compute(int64_t m0, int64_t p0) const {
+    using L = ConvLanes;
+    const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words;
+    const auto* bits = reinterpret_cast<const uint32_t*>(in.bits.data_ptr<int32_t>());
+    const auto* nonzero = MASKED ? reinterpret_cast<const uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
+    const uint32_t *a[MR], *nz[MR], *panel[NP];
+    for (int i = 0; i < MR; ++i) {
+      a[i] = bits + in.rows[m0 + i].offset;
+      nz[i] = MASKED ? nonzero + in.rows[m0 + i].offset : nullptr;
+    }
+    for (int q = 0; q < NP; ++q) panel[q] = panels + (p0 + q) * k_words * L::kLanes;
+    L::Vec total[MR][NP];
+    conv_counts<MR, NP, MASKED>(a, nz, in.tap_offsets.data(), taps, in.channel_words, panel, total);
+    for (int i = 0; i < MR; ++i) {
+      // dot = taps * C - 2 popc(a ^ w) [+ padding correction], or popc(nz) - 2 popc((a ^ w) & nz)
+      // when masked (a padded tap has nz 0 there, so it needs no correction).
+      const ConvRow& row = in.rows[m0 + i];
+      const int32_t ones = MASKED ? row.nonzero_count : int32_t(valid);
+      const int32_t* correction =
+          !MASKED && row.correction >= 0 ? in.corrections.data_ptr<int32_t>() + row.correction * in.corrections.size(1)
+                                         : nullptr;
+      for (int q = 0; q < NP; ++q) {
+        const int64_t col = (p0 + q) * L::kLanes;
+        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out + row.out_offset, col_stride,
+                 col, n);
+      }
+    }
+  }
+};
+
+// The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above).
+at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
+  constexpr int64_t lanes = ConvLanes::kLanes;
+  const int64_t panels = (n + lanes - 1) / lanes;
+  at::Tensor out = at::empty({panels * k_words * lanes}, at::TensorOptions().dtype(at::kInt));
+  auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
+  for (int64_t p = 0; p < panels; ++p)  // written in order, read from `lanes` rows at a time
+    for (int64_t k = 0; k < k_words; ++k)
+      for (int64_t lane = 0; lane < lanes; ++lane, ++dst) *dst = p * lanes + lane < n ? weight[(p * lanes + lane) * stride + k] : 0;
   return out;
 }
 
-// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias, as
-// binary_gemm(conv_patches(x), w_packed viewed as [OC, KH * KW * C/32]).
+// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias.
 at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
                              at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                              at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                              const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
   const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
                                              bias, pad_value);
-  const int64_t out_channels = g.out_channels;
+  const int64_t n = g.out_channels;
 
-  // The GEMM writes straight into a fresh tensor of the input's memory format (strides as the
+  // The kernel writes straight into a fresh tensor of the input's memory format (strides as the
   // fake kernel's): rows (b, oh, ow), columns the output channels.
   const at::MemoryFormat memory_format = x.suggest_memory_format();
-  at::Tensor result = at::empty({g.batch, out_channels, g.out_height, g.out_width},
-                                x.options().dtype(at::kFloat).memory_format(memory_format));
-  const int64_t pixels_out = g.out_height * g.out_width, patches = g.batch * pixels_out;
-  if (patches > 0 && out_channels > 0) {
+  at::Tensor result =
+      at::empty({g.batch, n, g.out_height, g.out_width}, x.options().dtype(at::kFloat).memory_format(memory_format));
+  const int64_t pixels_out = g.out_height * g.out_width, m = g.batch * pixels_out;
+  if (m > 0 && n > 0) {
     // One row per input pixel (NHWC order), packed along the channels.
     const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
-    const PackedRows pixels =
-        channels_last ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
-                                  packed_words(g.channels), sign_zero)
-                      : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
-    const PackedRows patch_rows = conv_patches(pixels, g, pad_value, sign_zero);
-    const at::Tensor weight =
-        weight_rows(w_packed.reshape({out_channels, -1}), packed_words(g.channels), g.channels);
+    const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
+    const PackedRows pixels = channels_last
+                                  ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
+                                              cw, sign_zero)
+                                  : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
+    const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
+    const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
+    constexpr int64_t lanes = ConvLanes::kLanes;
+    const int64_t panels = (n + lanes - 1) / lanes;
+    const ConvInput in =
+        conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, channels_last);
+    const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
     const Epilogue epilogue(scale, bias);
-    const int64_t valid = g.kernel_h * g.kernel_w * g.channels;
-    float* data = result.data_ptr<float>();
-    const Output output = channels_last ? Output::matrix(data, out_channels)
-                              : Output{data, pixels_out, out_channels * pixels_out, 1, pixels_out};
-    binary_gemm(bit_matrix(patch_rows, valid), patches, reinterpret_cast<const uint64_t*>(weight.data_ptr<int32_t>()),
-                out_channels, epilogue, output);
+    const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
+                        g.kernel_h * g.kernel_w * g.channels, n, epilogue, result.data_ptr<float>(),
+                        channels_last ? 1 : pixels_out};
+    // Blocks of 32 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
+    const int64_t block_panels = std::max<int64_t>(1, 128 / lanes);
+    for_each_block(m, panels, 32, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
+                   [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
+                     tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, tile);
+                   });
   }
   return result.to(x.scalar_type());
 }
