@@ -595,7 +595,7 @@ def test_device_mismatch_raises():
 
 # ------------------------------------------------------------------------------------------------
 # Tile edges of the tensor-core CUDA paths (W1A16 one-pass kernel with its split of K, dequantize +
-# cuBLAS above 256 rows; b1 MMA binary_linear; implicit-GEMM conv with two bit planes). They run on
+# cuBLAS above 128 rows (bf16/fp16); b1 MMA binary_linear; implicit-GEMM conv with two bit planes). They run on
 # CPU too, against the CPU kernels.
 # ------------------------------------------------------------------------------------------------
 EDGE_N = [1, 127, 129]
@@ -613,10 +613,11 @@ def test_weight_linear_tile_edges(device, m):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [1, 2, 4, 5, 8, 9, 16, 17, 32, 33, 300])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 128, 129, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
-    """bf16/fp16 x: M <= 2 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 256 the
-    tensor-core kernel, 300 the dequantize + cuBLAS path; K spans several 512-bit chunks (several blocks
+    """bf16/fp16 x: M <= 2 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 128 the
+    tensor-core kernel, 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
+    K spans several 512-bit chunks (several blocks
     of one cluster, or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set,
     scale and bias."""
     for n, k in ((129, 4100), (300, 1000), (5, 33), (70, 512), (64, 16384)):

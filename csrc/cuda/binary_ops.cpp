@@ -59,10 +59,12 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   return value;
 }
 
-// binary_weight_linear's largest M on its tensor-core kernel (fp32 x: 8 times as many); above, W is dequantized to
-// x's dtype and cuBLAS runs the GEMM. Not yet placed by a sweep: at M = 64 the tensor-core kernel is 0.58x of
-// bf16 F.linear (benchmarks/NOTES.md), so the switch belongs lower.
-constexpr int64_t kWeightLinearTensorCoreRows = 256;
+// binary_weight_linear's largest M on its tensor-core kernels; above, W is dequantized to x's dtype and cuBLAS runs
+// the GEMM. bf16/fp16, placed by a sweep (H200, N = K = 8192, do_bench us, 2026-12-01): the tensor-core kernel 94.7
+// at M = 128 and 164.9 at M = 160; dequantize + cuBLAS 117.7 at M = 257, i.e. ~64 of dequantization + the GEMM
+// (46.9 at M = 128 and 160). fp32 x (three-way split on the tensor cores): 2048, not placed by a sweep.
+constexpr int64_t kWeightLinearTensorCoreRows = 128;
+constexpr int64_t kWeightLinearTensorCoreRowsFp32 = 2048;
 
 // Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
 int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
@@ -155,7 +157,7 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   const int64_t tensor_core_rows =
-      x.scalar_type() == at::kFloat ? 8 * kWeightLinearTensorCoreRows : kWeightLinearTensorCoreRows;
+      x.scalar_type() == at::kFloat ? kWeightLinearTensorCoreRowsFp32 : kWeightLinearTensorCoreRows;
   if (m <= tensor_core_rows) {
     // Tensor cores, W read once per pass of up to 32 rows of x; exact +-1 weights, fp32 sums and epilogue.
     const size_t workspace_bytes = kernels::binary_weight_linear_workspace_bytes(float_type(input), m, k);
