@@ -27,7 +27,6 @@ import argparse
 import datetime
 import math
 import os
-import statistics
 import sys
 from pathlib import Path
 
@@ -39,7 +38,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # bitcompile from this checkout, b
 
 import bitcompile  # noqa: E402
 from bitcompile import ops, reference  # noqa: E402
-from bench_ops import time_cuda  # noqa: E402  (L2-flushed do_bench median, us)
+from bench_ops import time_cuda, time_cuda_graph  # noqa: E402  (us: L2-flushed do_bench median; per call in a graph)
 
 SHAPES = [(1, 8192), (16, 8192), (128, 8192), (1, 16384)]  # (M, N = K)
 ROTATE_BYTES = 192 << 20
@@ -47,29 +46,17 @@ METHODS = ["fp16", "bitcompile", "gemlite 1b", "gemlite 4b g128", "humming 1b"]
 
 
 def time_graph(fns, replays: int) -> float:
-    """bench_ops.time_cuda_graph over a list: one graph of `replays` calls cycling over `fns` (distinct weights)."""
-    replays = math.ceil(max(replays, len(fns)) / len(fns)) * len(fns)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in fns:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(replays):
-            fns[i % len(fns)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    samples = []
-    for _ in range(5):
-        start.record()
-        graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end) * 1e3 / replays)
-    return statistics.median(samples)
+    """bench_ops.time_cuda_graph of one graph cycling over `fns` (one call a distinct weight), each called once
+    before the capture, at least one call of each in the graph."""
+    for fn in fns:
+        fn()
+    state = {"i": 0}
+
+    def next_call():
+        fns[state["i"] % len(fns)]()
+        state["i"] += 1
+
+    return time_cuda_graph(next_call, max(replays, len(fns)))
 
 
 def make_problem(m: int, n: int, device: str) -> dict:
