@@ -497,7 +497,7 @@ constexpr int kNonFinite = 1000;    // PlaneGroup::shift of a chunk with an Inf 
 struct __align__(16) PlaneGroup {  // one row of x, one chunk
   long long x_sum;                 // sum of the fixed-point values
   int shift;                       // xq = rint(x * 2^shift); kNonFinite: the row's outputs become NaN
-  int unused;
+  int padding;                     // to 16 bytes: one cp.async a group
 };
 
 __device__ __forceinline__ void launch_dependents() {
