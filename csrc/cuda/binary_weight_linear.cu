@@ -474,8 +474,8 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 //   sum_k x[k] s(w[k]) = 2^-shift (2 sum_p coef_p popc(w & plane_p) - sum_k xq[k]),  coef_p = 2^p (-2^(P-1) at P-1)
 // exactly in integers: the weight bits feed mma.sync m16n8k256 AND.POPC as they are, 4096 weights in 2
 // instructions per 8 planes (the fp16 expansion of the tensor-core pass kernel takes ~0.75 integer ops a weight), and the
-// chunks add up in fp64. A bf16/fp16 value within 2^-15 of its chunk's largest is exact; smaller ones are
-// rounded at 2^-23 of it. binary_weight_planes_kernel starts before x_planes_kernel ends (programmatic
+// chunks add up in fp64. A value of at least 2^-14 of its chunk's largest |x| is exact (bf16; fp16: 2^-11), a
+// smaller one is rounded by less than 2^-22 of the largest. binary_weight_planes_kernel starts before x_planes_kernel ends (programmatic
 // dependent launch, sm_90): it issues its W loads, then waits for the planes (griddepcontrol.wait).
 // Blocks of 4 warps and 64 W rows (a warp: one m16 tile, lane rows g, g + 8, words 4t..4t+3 of each 512-bit
 // chunk), K split over a cluster reduced by store_tile.
