@@ -325,6 +325,13 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
 }
 
 
+// cp_async_16 to a shared-state-space byte address (computed once per thread, not per copy).
+__device__ __forceinline__ void cp_async_16_shared(unsigned shared_dst, const uint32_t* global_src, bool fill) {
+  const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(src_bytes)
+               : "memory");
+}
+
 // binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, channel_words % 4 == 0) on
 // the cp.async pipeline of binary_linear_mma_pipelined_kernel. The gather is a plain 16-byte copy: an
 // in-bounds tap copies 4 channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
@@ -344,16 +351,15 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   constexpr int kVecsPerRow = kMmaStageWords / 4;
   constexpr int kVecsA = BM * kVecsPerRow;
   constexpr int kVecsB = BN * kVecsPerRow;
-  static_assert(kVecsA % kThreads == 0 && kVecsB % kThreads == 0, "whole vectors per thread");
+  static_assert(kVecsA % kThreads == 0 && kVecsB == kThreads, "whole A vectors per thread, one B vector per thread");
   constexpr int kLoadsA = kVecsA / kThreads;
-  constexpr int kLoadsB = kVecsB / kThreads;
   constexpr int kStageWordsA = BM * kMmaRowStride;
   constexpr int kStageWordsAll = (BM + BN) * kMmaRowStride;
 
   extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [kPipeStages][A rows, B rows][kMmaRowStride]
-  __shared__ int64_t pixel_image[BM];
-  __shared__ int pixel_top[BM];
-  __shared__ int pixel_left[BM];
+  __shared__ int64_t row_source[BM];  // word offset of the row's (image, top, left) pixel (may lie outside the input)
+  __shared__ uint32_t row_inside[BM];  // the row's taps inside the image (bit t), 0 past the last output pixel
+  __shared__ int64_t tap_offset[kOnePlaneMaxTaps];  // word offset of tap t = (kh, kw) from the (top, left) pixel
   __shared__ int row_pop[BM];
   __shared__ int tap_d[BN * kOnePlaneMaxTaps];
   __shared__ int all_taps_d[BN];
@@ -375,21 +381,31 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   const int dilation_h = static_cast<int>(shape.dilation_h);
   const int dilation_w = static_cast<int>(shape.dilation_w);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
-  const int64_t stages = ceil_div(reduction_words, kMmaStageWords);
+  const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
 
   for (int r = tid; r < BM; r += kThreads) {
     const int64_t p = m0 + r;
     row_pop[r] = 0;
+    uint32_t inside = 0;
+    int64_t source = 0;
     if (p < total_pixels) {
       const int64_t image = p / out_plane;
       const int64_t rest = p % out_plane;
-      pixel_image[r] = image * shape.height * shape.width;
-      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
-      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
-    } else {
-      pixel_image[r] = -1;
-      pixel_top[r] = pixel_left[r] = 0;
+      const int top = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
+      const int left = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
+      source = ((image * shape.height + top) * shape.width + left) * channel_words;
+      for (int t = 0; t < taps; ++t) {
+        const int iy = top + (t / kernel_w) * dilation_h;
+        const int ix = left + (t % kernel_w) * dilation_w;
+        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
+      }
     }
+    row_source[r] = source;
+    row_inside[r] = inside;
+  }
+  for (int t = tid; t < taps; t += kThreads) {
+    tap_offset[t] = (static_cast<int64_t>(t / kernel_w) * dilation_h * shape.width + (t % kernel_w) * dilation_w) *
+                    channel_words;
   }
   for (int e = tid; e < BN * taps; e += kThreads) {  // D_t = C - 2 popc(B_t) over real channels
     const int c = e / taps;
@@ -410,36 +426,53 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   }
   // (all_taps_d is read only in the epilogue, after the main loop's barriers)
 
-  auto issue_stage = [&](int64_t stage) {
+  // The gather, per thread: its A vectors are rows tid / kVecsPerRow + i * kThreads / kVecsPerRow and its B
+  // vector row tid / kVecsPerRow, all at the same column vector of every stage, so the stage's word (tap,
+  // channel word) is one per thread, advanced by kMmaStageWords each issued stage without a division; the
+  // row's source offset and inside-taps mask are read once. word < reduction_words <=> tap < taps.
+  static_assert(kThreads % kVecsPerRow == 0, "one column vector per thread");
+  static_assert((kPipeStages & (kPipeStages - 1)) == 0, "ring slot by mask");
+  constexpr unsigned kStageBytes = kStageWordsAll * sizeof(uint32_t);
+  const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_pipe_smem));
+  const int vec_word = (tid % kVecsPerRow) * 4;
+  uint64_t a_source[kLoadsA];  // global byte address of the row's (image, top, left) pixel, integer arithmetic
+  uint32_t a_inside[kLoadsA];
+  unsigned a_dst[kLoadsA];  // shared byte addresses in ring slot 0
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) {
+    const int r = (tid + i * kThreads) / kVecsPerRow;
+    a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(row_source[r] * 4);
+    a_inside[i] = row_inside[r];
+    a_dst[i] = smem + (r * kMmaRowStride + vec_word) * 4;
+  }
+  const unsigned b_dst = smem + (kStageWordsA + (tid / kVecsPerRow) * kMmaRowStride + vec_word) * 4;
+  const bool b_row_valid = n0 + tid / kVecsPerRow < n_rows;
+  int64_t b_source = (b_row_valid ? (n0 + tid / kVecsPerRow) * reduction_words : 0) + vec_word;
+  const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
+  const int word_step = kMmaStageWords % channel_words;
+  int tap = vec_word / channel_words;  // of the next stage to issue
+  int channel_word = vec_word % channel_words;
+
+  auto issue_stage = [&](int stage) {
     if (stage < stages) {
-      uint32_t* base = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+      const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
+      const bool in_taps = tap < taps;
+      const uint64_t offset = in_taps ? static_cast<uint64_t>((tap_offset[tap] + channel_word) * 4) : 0;
 #pragma unroll
       for (int i = 0; i < kLoadsA; ++i) {
-        const int e = tid + i * kThreads;
-        const int r = e / kVecsPerRow;
-        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
-        const uint32_t* source = plus_bits;
-        bool fill = false;
-        if (word < reduction_words && pixel_image[r] >= 0) {
-          const int tap = word / channel_words;  // channel_words % 4 == 0: the 4 words share one tap
-          const int channel_word = word - tap * channel_words;
-          const int iy = pixel_top[r] + (tap / kernel_w) * dilation_h;
-          const int ix = pixel_left[r] + (tap % kernel_w) * dilation_w;
-          if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
-            fill = true;
-            source = plus_bits + (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
-          }
-        }
-        cp_async_16(base + r * kMmaRowStride + (e % kVecsPerRow) * 4, source, fill);
+        // funnel shift: the shift clamps at 32 (tap may pass 31 in the last stage; then in_taps is false)
+        const bool fill = in_taps && (__funnelshift_rc(a_inside[i], 0u, tap) & 1u) != 0;
+        cp_async_16_shared(a_dst[i] + slot, fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits,
+                           fill);
       }
-#pragma unroll
-      for (int i = 0; i < kLoadsB; ++i) {
-        const int e = tid + i * kThreads;
-        const int64_t row = n0 + e / kVecsPerRow;
-        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
-        const bool fill = row < n_rows && word < reduction_words;
-        cp_async_16(base + kStageWordsA + (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4,
-                    fill ? w_bits + row * reduction_words + word : w_bits, fill);
+      const bool b_fill = b_row_valid && in_taps;
+      cp_async_16_shared(b_dst + slot, b_fill ? w_bits + b_source : w_bits, b_fill);
+      b_source += kMmaStageWords;
+      tap += tap_step;
+      channel_word += word_step;
+      if (channel_word >= channel_words) {
+        channel_word -= channel_words;
+        ++tap;
       }
     }
     cp_async_commit();
@@ -457,11 +490,11 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
 
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
-  for (int64_t stage = 0; stage < stages; ++stage) {
+  for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
     issue_stage(stage + kPipeStages - 1);
-    const uint32_t* a_tile = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+    const uint32_t* a_tile = conv_pipe_smem + (stage & (kPipeStages - 1)) * kStageWordsAll;
     const uint32_t* b_tile = a_tile + kStageWordsA;
 #pragma unroll
     for (int i = 0; i < kLoadsA; ++i) {
@@ -488,12 +521,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       const float factor = row_factor(ep, p);
       const int64_t image = p / out_plane;
       const int64_t position = p % out_plane;
-      uint32_t inside = 0;  // the taps of this pixel inside the image (bit t)
-      for (int t = 0; t < taps; ++t) {
-        const int iy = pixel_top[local_row] + (t / kernel_w) * dilation_h;
-        const int ix = pixel_left[local_row] + (t % kernel_w) * dilation_w;
-        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
-      }
+      const uint32_t inside = row_inside[local_row];
       const int pop_p = row_pop[local_row];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
