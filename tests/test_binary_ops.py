@@ -254,6 +254,13 @@ CONV_CASES = [
     (300, 3, 2, 1, 1, 0.0),
     (300, 5, 1, 0, 2, -1.0),
     (32, 7, 2, 1, 2, 0.0),
+    # channel words % 4 == 0 (the cp.async / 16-byte CUDA paths): 4, 8, 12, 20 words a pixel (a stage of 16
+    # words spans 4, 2, 1.33, 0.8 taps), and 49 taps (two planes)
+    (128, 3, 1, 1, 1, 0.0),
+    (256, 3, 2, 1, 2, -1.0),
+    (384, 1, 1, 0, 1, 0.0),
+    (640, 3, 1, 1, 1, 1.0),
+    (128, 7, 1, 3, 1, 0.0),
 ]
 
 
@@ -267,7 +274,7 @@ def test_conv2d_geometry_exact(device, c, kernel, stride, padding, dilation, pad
 
 
 @pytest.mark.parametrize("pad_value", [0.0, 1.0, -1.0])
-@pytest.mark.parametrize("c", [3, 33, 64])
+@pytest.mark.parametrize("c", [3, 33, 64, 128])
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_conv2d_sign_zero(device, pad_value, c, memory_format):
     x = torch.sign(random_input((2, c, 9, 7), device=device, zeros=True))

@@ -105,26 +105,41 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   }
   __syncthreads();
 
+  // All A vectors of a thread sit at one column vector of every stage (kThreads % kVecsPerRow == 0), so the
+  // stage's word is one per thread: its tap, channel word and (kh, kw) are advanced by kMmaStageWords words
+  // per load_stage call (calls are sequential: stage 0, 1, ...) without a division. word < reduction_words
+  // <=> tap < taps.
+  static_assert(kThreads % kVecsPerRow == 0, "one column vector per thread");
+  const int vec_word = (tid % kVecsPerRow) * VW;
+  const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
+  const int word_step = kMmaStageWords % channel_words;
+  const int kh_step = tap_step / kernel_w;
+  const int kw_step = tap_step % kernel_w;
+  int tap = vec_word / channel_words;  // of the next stage to load
+  int channel_word = vec_word % channel_words;
+  int kh = tap / kernel_w;
+  int kw = tap % kernel_w;
+
   Words<VW> next_p[kLoadsA];
   Words<VW> next_n[kLoadsA];
   Words<VW> next_b[kLoadsB];
   auto load_stage = [&](int64_t stage) {
+    // VW = 4 only when channel_words % 4 == 0: the four words share one tap.
+    const bool in_taps = tap < taps;
+    const int dy = kh * static_cast<int>(shape.dilation_h);
+    const int dx = kw * static_cast<int>(shape.dilation_w);
+    uint32_t valid[VW];
+#pragma unroll
+    for (int j = 0; j < VW; ++j) valid[j] = valid_bits(shape.channels, channel_word + j);
 #pragma unroll
     for (int i = 0; i < kLoadsA; ++i) {
       const int e = tid + i * kThreads;
       const int r = e / kVecsPerRow;
-      const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * VW;
       next_p[i].zero();
       next_n[i].zero();
-      if (e < kVecsA && word < reduction_words && pixel_image[r] >= 0) {
-        // VW = 4 only when channel_words % 4 == 0: the four words share one tap.
-        const int tap = word / channel_words;
-        const int channel_word = word - tap * channel_words;
-        const int iy = pixel_top[r] + (tap / kernel_w) * static_cast<int>(shape.dilation_h);
-        const int ix = pixel_left[r] + (tap % kernel_w) * static_cast<int>(shape.dilation_w);
-        uint32_t valid[VW];
-#pragma unroll
-        for (int j = 0; j < VW; ++j) valid[j] = valid_bits(shape.channels, channel_word + j);
+      if (e < kVecsA && in_taps && pixel_image[r] >= 0) {
+        const int iy = pixel_top[r] + dy;
+        const int ix = pixel_left[r] + dx;
         if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
           const int64_t index = (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
           next_p[i].load(plus_bits + index);
@@ -144,6 +159,19 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
           next_n[i].set(valid);
         }
       }
+    }
+    tap += tap_step;  // tap = kh * kernel_w + kw stays true; kw + kw_step + 1 < 2 * kernel_w
+    kh += kh_step;
+    kw += kw_step;
+    channel_word += word_step;
+    if (channel_word >= channel_words) {
+      channel_word -= channel_words;
+      ++tap;
+      ++kw;
+    }
+    if (kw >= kernel_w) {
+      kw -= kernel_w;
+      ++kh;
     }
 #pragma unroll
     for (int i = 0; i < kLoadsB; ++i) {
@@ -325,11 +353,72 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
 }
 
 
+// cp_async_16 to a shared-state-space byte address (computed once per thread, not per copy).
+__device__ __forceinline__ void cp_async_16_shared(unsigned shared_dst, const uint32_t* global_src, bool fill) {
+  const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(src_bytes)
+               : "memory");
+}
+
+// 16 bytes from a shared-state-space byte address.
+__device__ __forceinline__ uint4 ld_shared_16(unsigned shared_address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(shared_address));
+  return v;
+}
+
+// The pipelined kernel's shared rows: 16 words + 4 padding, so that the 8 rows of one ldmatrix 8x8 matrix
+// (16 bytes each, 80 bytes apart) fall in 8 distinct 4-bank groups (24 words would pair rows r and r + 4).
+constexpr int kConvRowStride = 20;
+
+// ldmatrix .x4: lane l gives the row address of matrix l / 8, row l % 8 (16 bytes); register j receives
+// word l % 4 of row l / 4 of matrix j (PTX ISA: ldmatrix; b16 pairs moved as 32-bit words).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&d)[4], unsigned shared_address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(shared_address));
+}
+
+// mma_shared_stage with ldmatrix fragments (rows kConvRowStride words apart): per 8-word step s, lane (g, t)
+// holds a0 = A[g][8s + t], a1 = A[g + 8][8s + t], a2 = A[g][8s + 4 + t], a3 = A[g + 8][8s + 4 + t] and
+// b0 = B[g][8s + t], b1 = B[g][8s + 4 + t]: the same pairing as mma_shared_stage (a0, a1 with b0; a2, a3 with
+// b1; same word in A and B), only the word order within the step differs (t, 4 + t instead of 2t, 2t + 1),
+// which the K sum does not see. One ldmatrix .x4 per m tile and per two n tiles, fragments land in the
+// registers the MMA reads (no moves). a_lane / b_lane: shared byte addresses of lane l's ldmatrix row at
+// m tile 0 / n tiles 0-1, step 0 (A: row l % 8 + 8 * (l / 8 % 2), word 4 * (l / 16): matrices a0..a3;
+// B: row l % 8 + 8 * (l / 16), word 4 * (l / 8 % 2): matrices b0, b1 of n tile 0, then of n tile 1).
+template <int MT, int NT>
+__device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsigned a_lane, unsigned b_lane) {
+  static_assert(NT % 2 == 0, "B fragments of two n tiles per ldmatrix");
+#pragma unroll
+  for (int step = 0; step < kMmaStageWords / 8; ++step) {
+    uint32_t a_frag[MT][4];
+    uint32_t b_frag[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(a_frag[mt], a_lane + (mt * 16 * kConvRowStride + step * 8) * 4);
+#pragma unroll
+    for (int pair = 0; pair < NT / 2; ++pair) {
+      uint32_t d[4];
+      ldmatrix_x4(d, b_lane + (pair * 16 * kConvRowStride + step * 8) * 4);
+      b_frag[2 * pair][0] = d[0];
+      b_frag[2 * pair][1] = d[1];
+      b_frag[2 * pair + 1][0] = d[2];
+      b_frag[2 * pair + 1][1] = d[3];
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag[mt], b_frag[nt]);
+    }
+  }
+}
+
 // binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, channel_words % 4 == 0) on
 // the cp.async pipeline of binary_linear_mma_pipelined_kernel. The gather is a plain 16-byte copy: an
 // in-bounds tap copies 4 channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
 // anything past the end are zero-filled. Row popcounts of P once per copied vector; the epilogue is
-// binary_conv2d_mma_kernel's one-plane epilogue.
+// binary_conv2d_mma_kernel's one-plane epilogue. Main loop, offline SASS (nvcc 13.0, sm_90a): 110
+// instructions per stage of 16 BMMA (351 with per-stage divisions in the gather and LDS.64 fragments).
 template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
@@ -344,16 +433,15 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   constexpr int kVecsPerRow = kMmaStageWords / 4;
   constexpr int kVecsA = BM * kVecsPerRow;
   constexpr int kVecsB = BN * kVecsPerRow;
-  static_assert(kVecsA % kThreads == 0 && kVecsB % kThreads == 0, "whole vectors per thread");
+  static_assert(kVecsA % kThreads == 0 && kVecsB == kThreads, "whole A vectors per thread, one B vector per thread");
   constexpr int kLoadsA = kVecsA / kThreads;
-  constexpr int kLoadsB = kVecsB / kThreads;
-  constexpr int kStageWordsA = BM * kMmaRowStride;
-  constexpr int kStageWordsAll = (BM + BN) * kMmaRowStride;
+  constexpr int kStageWordsA = BM * kConvRowStride;
+  constexpr int kStageWordsAll = (BM + BN) * kConvRowStride;
 
-  extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [kPipeStages][A rows, B rows][kMmaRowStride]
-  __shared__ int64_t pixel_image[BM];
-  __shared__ int pixel_top[BM];
-  __shared__ int pixel_left[BM];
+  extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [kPipeStages][A rows, B rows][kConvRowStride]
+  __shared__ int64_t row_source[BM];  // word offset of the row's (image, top, left) pixel (may lie outside the input)
+  __shared__ uint32_t row_inside[BM];  // the row's taps inside the image (bit t), 0 past the last output pixel
+  __shared__ int64_t tap_offset[kOnePlaneMaxTaps];  // word offset of tap t = (kh, kw) from the (top, left) pixel
   __shared__ int row_pop[BM];
   __shared__ int tap_d[BN * kOnePlaneMaxTaps];
   __shared__ int all_taps_d[BN];
@@ -375,21 +463,31 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   const int dilation_h = static_cast<int>(shape.dilation_h);
   const int dilation_w = static_cast<int>(shape.dilation_w);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
-  const int64_t stages = ceil_div(reduction_words, kMmaStageWords);
+  const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
 
   for (int r = tid; r < BM; r += kThreads) {
     const int64_t p = m0 + r;
     row_pop[r] = 0;
+    uint32_t inside = 0;
+    int64_t source = 0;
     if (p < total_pixels) {
       const int64_t image = p / out_plane;
       const int64_t rest = p % out_plane;
-      pixel_image[r] = image * shape.height * shape.width;
-      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
-      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
-    } else {
-      pixel_image[r] = -1;
-      pixel_top[r] = pixel_left[r] = 0;
+      const int top = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
+      const int left = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
+      source = ((image * shape.height + top) * shape.width + left) * channel_words;
+      for (int t = 0; t < taps; ++t) {
+        const int iy = top + (t / kernel_w) * dilation_h;
+        const int ix = left + (t % kernel_w) * dilation_w;
+        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
+      }
     }
+    row_source[r] = source;
+    row_inside[r] = inside;
+  }
+  for (int t = tid; t < taps; t += kThreads) {
+    tap_offset[t] = (static_cast<int64_t>(t / kernel_w) * dilation_h * shape.width + (t % kernel_w) * dilation_w) *
+                    channel_words;
   }
   for (int e = tid; e < BN * taps; e += kThreads) {  // D_t = C - 2 popc(B_t) over real channels
     const int c = e / taps;
@@ -410,41 +508,62 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   }
   // (all_taps_d is read only in the epilogue, after the main loop's barriers)
 
-  auto issue_stage = [&](int64_t stage) {
+  // The gather, per thread: its A vectors are rows tid / kVecsPerRow + i * kThreads / kVecsPerRow and its B
+  // vector row tid / kVecsPerRow, all at the same column vector of every stage, so the stage's word (tap,
+  // channel word) is one per thread, advanced by kMmaStageWords each issued stage without a division; the
+  // row's source offset and inside-taps mask are read once. word < reduction_words <=> tap < taps.
+  static_assert(kThreads % kVecsPerRow == 0, "one column vector per thread");
+  static_assert((kPipeStages & (kPipeStages - 1)) == 0, "ring slot by mask");
+  constexpr unsigned kStageBytes = kStageWordsAll * sizeof(uint32_t);
+  const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_pipe_smem));
+  const int vec_word = (tid % kVecsPerRow) * 4;
+  uint64_t a_source[kLoadsA];  // global byte address of the row's (image, top, left) pixel, integer arithmetic
+  uint32_t a_inside[kLoadsA];
+  unsigned a_dst[kLoadsA];  // shared byte addresses in ring slot 0
+#pragma unroll
+  for (int i = 0; i < kLoadsA; ++i) {
+    const int r = (tid + i * kThreads) / kVecsPerRow;
+    a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(row_source[r] * 4);
+    a_inside[i] = row_inside[r];
+    a_dst[i] = smem + (r * kConvRowStride + vec_word) * 4;
+  }
+  const unsigned b_dst = smem + (kStageWordsA + (tid / kVecsPerRow) * kConvRowStride + vec_word) * 4;
+  const bool b_row_valid = n0 + tid / kVecsPerRow < n_rows;
+  int64_t b_source = (b_row_valid ? (n0 + tid / kVecsPerRow) * reduction_words : 0) + vec_word;
+  const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
+  const int word_step = kMmaStageWords % channel_words;
+  int tap = vec_word / channel_words;  // of the next stage to issue
+  int channel_word = vec_word % channel_words;
+
+  auto issue_stage = [&](int stage) {
     if (stage < stages) {
-      uint32_t* base = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
+      const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
+      const bool in_taps = tap < taps;
+      const uint64_t offset = static_cast<uint64_t>((tap_offset[min(tap, taps - 1)] + channel_word) * 4);
 #pragma unroll
       for (int i = 0; i < kLoadsA; ++i) {
-        const int e = tid + i * kThreads;
-        const int r = e / kVecsPerRow;
-        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
-        const uint32_t* source = plus_bits;
-        bool fill = false;
-        if (word < reduction_words && pixel_image[r] >= 0) {
-          const int tap = word / channel_words;  // channel_words % 4 == 0: the 4 words share one tap
-          const int channel_word = word - tap * channel_words;
-          const int iy = pixel_top[r] + (tap / kernel_w) * dilation_h;
-          const int ix = pixel_left[r] + (tap % kernel_w) * dilation_w;
-          if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
-            fill = true;
-            source = plus_bits + (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
-          }
-        }
-        cp_async_16(base + r * kMmaRowStride + (e % kVecsPerRow) * 4, source, fill);
+        // funnel shift: the shift clamps at 32 (tap may pass 31 in the last stage; then in_taps is false)
+        const bool fill = in_taps && (__funnelshift_rc(a_inside[i], 0u, tap) & 1u) != 0;
+        cp_async_16_shared(a_dst[i] + slot, fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits,
+                           fill);
       }
-#pragma unroll
-      for (int i = 0; i < kLoadsB; ++i) {
-        const int e = tid + i * kThreads;
-        const int64_t row = n0 + e / kVecsPerRow;
-        const int word = static_cast<int>(stage * kMmaStageWords) + (e % kVecsPerRow) * 4;
-        const bool fill = row < n_rows && word < reduction_words;
-        cp_async_16(base + kStageWordsA + (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4,
-                    fill ? w_bits + row * reduction_words + word : w_bits, fill);
+      const bool b_fill = b_row_valid && in_taps;
+      cp_async_16_shared(b_dst + slot, b_fill ? w_bits + b_source : w_bits, b_fill);
+      b_source += kMmaStageWords;
+      tap += tap_step;
+      channel_word += word_step;
+      if (channel_word >= channel_words) {
+        channel_word -= channel_words;
+        ++tap;
       }
     }
     cp_async_commit();
   };
 
+  const unsigned a_lane =
+      smem + ((warp_m * kWarpRows + (lane & 7) + ((lane >> 3) & 1) * 8) * kConvRowStride + (lane >> 4) * 4) * 4;
+  const unsigned b_lane =
+      smem + (kStageWordsA + (warp_n * kWarpCols + (lane & 7) + (lane >> 4) * 8) * kConvRowStride + ((lane >> 3) & 1) * 4) * 4;
   int acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -457,20 +576,17 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
 
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
-  for (int64_t stage = 0; stage < stages; ++stage) {
+  for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
     issue_stage(stage + kPipeStages - 1);
-    const uint32_t* a_tile = conv_pipe_smem + (stage % kPipeStages) * kStageWordsAll;
-    const uint32_t* b_tile = a_tile + kStageWordsA;
+    const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kLoadsA; ++i) {
-      const int e = tid + i * kThreads;
-      const uint4 v = *reinterpret_cast<const uint4*>(&a_tile[(e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * 4]);
+      const uint4 v = ld_shared_16(a_dst[i] + slot);  // the vector this thread copied
       pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
     }
-    mma_shared_stage<MT, NT>(acc, a_tile + warp_m * kWarpRows * kMmaRowStride, b_tile + warp_n * kWarpCols * kMmaRowStride,
-                             group, thread_in_group);
+    mma_ldmatrix_stage<MT, NT>(acc, a_lane + slot, b_lane + slot);
   }
   cp_async_wait<0>();
 #pragma unroll
@@ -488,12 +604,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       const float factor = row_factor(ep, p);
       const int64_t image = p / out_plane;
       const int64_t position = p % out_plane;
-      uint32_t inside = 0;  // the taps of this pixel inside the image (bit t)
-      for (int t = 0; t < taps; ++t) {
-        const int iy = pixel_top[local_row] + (t / kernel_w) * dilation_h;
-        const int ix = pixel_left[local_row] + (t % kernel_w) * dilation_w;
-        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
-      }
+      const uint32_t inside = row_inside[local_row];
       const int pop_p = row_pop[local_row];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -531,7 +642,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
     return cudaErrorInvalidValue;
   }
-  constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kMmaRowStride * sizeof(uint32_t);
+  constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kConvRowStride * sizeof(uint32_t);
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, OutT>;
   static unsigned long long smem_devices = 0;
   const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
