@@ -38,7 +38,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]  # bitcompile from this checkout, b
 
 import bitcompile  # noqa: E402
 from bitcompile import ops, reference  # noqa: E402
-from bench_ops import time_cuda, time_cuda_graph  # noqa: E402  (us: L2-flushed do_bench median; per call in a graph)
+from bench_ops import cycling, time_cuda, time_cuda_graph  # noqa: E402  (us: L2-flushed do_bench median; per call in a graph)
 
 SHAPES = [(1, 8192), (16, 8192), (128, 8192), (1, 16384)]  # (M, N = K)
 ROTATE_BYTES = 192 << 20
@@ -50,13 +50,7 @@ def time_graph(fns, replays: int) -> float:
     before the capture, at least one call of each in the graph."""
     for fn in fns:
         fn()
-    state = {"i": 0}
-
-    def next_call():
-        fns[state["i"] % len(fns)]()
-        state["i"] += 1
-
-    return time_cuda_graph(next_call, max(replays, len(fns)))
+    return time_cuda_graph(cycling(lambda fn: fn(), fns), max(replays, len(fns)))
 
 
 def make_problem(m: int, n: int, device: str) -> dict:
