@@ -10,6 +10,8 @@
 //   apot   m n k dtype bits=4                            apot linear_small_batch (codes through a level table)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
+//          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
+//          scale, bias) outoff=0 (the output pointer that many elements past an aligned one)
 //   pack   m k dtype                                     pack_signs
 // Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
 // float ones), microseconds per launch (cudaEvent, L2 flushed by writing a 128 MiB buffer before each timed
@@ -455,7 +457,7 @@ Row run_w1a1(const Args& args) {
   return row;
 }
 
-// ---- conv: binary_conv2d, zero padding, packed NHWC input, channels_last output ----------------------------
+// ---- conv: binary_conv2d on packed NHWC input ----------------------------------------------------------------
 Row run_conv(const Args& args) {
   bk::ConvShape s;
   s.batch = args.num("b", 64);
@@ -467,9 +469,13 @@ Row run_conv(const Args& args) {
   s.kernel_w = args.num("kw", s.kernel_h);
   s.stride_h = s.stride_w = args.num("stride", 1);
   s.pad_h = s.pad_w = args.num("pad", 1);
+  s.pad_value = static_cast<int>(args.num("padv", 0));
   s.out_height = (s.height + 2 * s.pad_h - s.kernel_h) / s.stride_h + 1;
   s.out_width = (s.width + 2 * s.pad_w - s.kernel_w) / s.stride_w + 1;
   const FloatType out = parse_type(args.str("out", "fp16"));
+  const bool nchw = args.num("nchw", 0) != 0;
+  const int epi = static_cast<int>(args.num("epi", 0));
+  const int64_t out_offset = args.num("outoff", 0);
   Random random(static_cast<uint64_t>(args.num("seed", 1)));
   const int64_t cw = (s.channels + 31) / 32, taps = s.kernel_h * s.kernel_w;
   Row row;
@@ -478,49 +484,101 @@ Row run_conv(const Args& args) {
                      (long long)s.height, (long long)s.width, (long long)s.out_channels, (long long)s.kernel_h,
                      (long long)s.stride_h, (long long)s.pad_h, args.str("out", "fp16").c_str());
   row.config = "auto";
+  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0) {
+    row.config = format("%s%s%s%s", nchw ? "nchw " : "", epi != 0 ? format("epi=%d ", epi).c_str() : "",
+                        s.pad_value != 0 ? format("padv=%d ", s.pad_value).c_str() : "",
+                        out_offset != 0 ? format("off=%lld", (long long)out_offset).c_str() : "");
+  }
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, s.batch * s.height * s.width, s.channels);
   const std::vector<uint32_t> w_bits = random_bits(random, s.out_channels * taps, s.channels);
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
-  const int64_t pixels = s.batch * s.out_height * s.out_width;
+  const int64_t pixels = s.batch * s.out_height * s.out_width, plane = s.out_height * s.out_width;
+  // epi: y = dot * factor[pixel] * scale[oc or 0] + bias[oc]
+  std::vector<float> scale, bias, factor;
+  if (epi != 0) {
+    scale.resize(epi == 2 ? 1 : s.out_channels);
+    bias.resize(s.out_channels);
+    for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    for (auto& v : bias) v = 50.f * random.uniform();
+    if (epi == 1) {
+      factor.resize(pixels);
+      for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    }
+  }
   std::vector<double> want(pixels * s.out_channels), magnitude(want.size(), 0.0);
   std::vector<int64_t> checked;
   for (int64_t p = 0; p < pixels; ++p) {
-    const int64_t b = p / (s.out_height * s.out_width), oh = p / s.out_width % s.out_height, ow = p % s.out_width;
+    const int64_t b = p / plane, oh = p / s.out_width % s.out_height, ow = p % s.out_width;
     for (int64_t o = 0; o < s.out_channels; ++o) {
       int64_t dot = 0;
       for (int64_t t = 0; t < taps; ++t) {
         const int64_t ih = oh * s.stride_h - s.pad_h + t / s.kernel_w, iw = ow * s.stride_w - s.pad_w + t % s.kernel_w;
-        if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) continue;  // zero padding contributes 0
-        const uint32_t* a = &x_bits[((b * s.height + ih) * s.width + iw) * cw];
         const uint32_t* wt = &ref_w[(o * taps + t) * cw];
+        if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) {  // padded: s(x) = pad_value on every channel
+          int64_t ones = 0;
+          for (int64_t w = 0; w < cw; ++w) ones += __builtin_popcount(wt[w] & tail_mask(s.channels, w));
+          dot += s.pad_value * (2 * ones - s.channels);
+          continue;
+        }
+        const uint32_t* a = &x_bits[((b * s.height + ih) * s.width + iw) * cw];
         int64_t differ = 0;
         for (int64_t w = 0; w < cw; ++w) differ += __builtin_popcount((a[w] ^ wt[w]) & tail_mask(s.channels, w));
         dot += s.channels - 2 * differ;
       }
-      want[p * s.out_channels + o] = static_cast<double>(dot);
-      checked.push_back(p * s.out_channels + o);
+      const int64_t index = nchw ? (b * s.out_channels + o) * plane + p % plane : p * s.out_channels + o;
+      double y = static_cast<double>(dot);
+      if (epi != 0) {
+        const double product = y * (factor.empty() ? 1.0 : factor[p]) * scale[scale.size() == 1 ? 0 : o];
+        y = product + bias[o];
+        magnitude[index] = std::fabs(product) + std::fabs(bias[o]);  // fp32 rounding of the epilogue
+      }
+      want[index] = y;
+      checked.push_back(index);
     }
   }
   const size_t input_bytes = x_bits.size() * 4;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
   Copies inputs(x_bits.data(), input_bytes, copies);
-  Buffer weights(w_bits.size() * 4), y(want.size() * type_size(out));
+  constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
+  const size_t size = type_size(out), out_bytes = want.size() * size;
+  Buffer weights(w_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
+  Buffer scale_d(scale.size() * 4), bias_d(bias.size() * 4), factor_d(factor.size() * 4);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
+  for (const auto* v : {&scale, &bias, &factor}) {
+    Buffer& to = v == &scale ? scale_d : (v == &bias ? bias_d : factor_d);
+    if (!v->empty()) CHECK_CUDA(cudaMemcpy(to.ptr, v->data(), v->size() * 4, cudaMemcpyHostToDevice));
+  }
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
+  uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
+  bk::Epilogue ep;
+  if (epi != 0) {
+    ep.scale = scale_d.as<float>();
+    ep.scale_count = static_cast<int64_t>(scale.size());
+    ep.bias = bias_d.as<float>();
+    ep.row_factor = factor.empty() ? nullptr : factor_d.as<float>();
+  }
   auto launch = [&](int copy, cudaStream_t stream) {
-    return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s,
-                                    bk::Epilogue{}, y.ptr, out, /*out_channels_last=*/true, stream);
+    return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s, ep,
+                                    out_ptr, out, /*out_channels_last=*/!nchw, stream);
   };
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint8_t> y_bytes(y.bytes);
-  CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  std::vector<uint8_t> all_bytes(y.bytes);
+  CHECK_CUDA(cudaMemcpy(all_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  const size_t head = (kGuard + out_offset) * size;
+  const std::vector<uint8_t> y_bytes(all_bytes.begin() + head, all_bytes.begin() + head + out_bytes);
   row.ok = check_values(decode(y_bytes, out), want, magnitude, checked, out, row.check);
+  size_t guard_hits = 0;
+  for (size_t i = 0; i < all_bytes.size(); ++i) guard_hits += (i < head || i >= head + out_bytes) && all_bytes[i] != 0xff;
+  if (guard_hits != 0) {
+    row.ok = false;
+    row.check += format("; %zu bytes written outside the output", guard_hits);
+  }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * pixels * s.out_channels * taps * s.channels;
-  const double bytes = input_bytes + weights.bytes + y.bytes;
+  const double bytes = input_bytes + weights.bytes + out_bytes;
   row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
   row.rate = ops / row.timing.us / 1e9;
   return row;

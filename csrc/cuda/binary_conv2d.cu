@@ -24,9 +24,335 @@ namespace {
 // ONE_PLANE (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps): only P, 0 at padded taps, one accumulator.
 // At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
 // D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
-// gives pad_value * (-D_t). The block tabulates D_t of its columns; a row sums D_t over its in-bounds taps
-// (all of them for interior pixels). Half the MMAs and accumulators of the two-plane form.
+// gives pad_value * (-D_t). The block tabulates D_t of its columns; a row takes their sum over all taps less
+// the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
+// Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
+// staged in shared memory and stored in coalesced vectors of up to 16 bytes.
 constexpr int kOnePlaneMaxTaps = 32;
+
+// ---- Shared by the two kernels: the prologue's per-row values, the D_t table, the epilogue ----
+
+// Output pixel p as (image, position in its image, oh, ow): 32-bit divisions where the pixel count allows (a
+// uniform branch), int64 ones (a software routine) beyond.
+struct OutPixel {
+  int64_t image, position;
+  int oh, ow;
+};
+__device__ __forceinline__ OutPixel split_out_pixel(int64_t p, int64_t total_pixels, int64_t out_plane,
+                                                    int64_t out_width) {
+  OutPixel px;
+  if (total_pixels <= UINT32_MAX) {
+    const uint32_t q = static_cast<uint32_t>(p);
+    const uint32_t plane = static_cast<uint32_t>(out_plane);
+    const uint32_t w = static_cast<uint32_t>(out_width);
+    const uint32_t image = q / plane;
+    const uint32_t position = q - image * plane;
+    const uint32_t oh = position / w;
+    px.image = image;
+    px.position = position;
+    px.oh = static_cast<int>(oh);
+    px.ow = static_cast<int>(position - oh * w);
+  } else {
+    px.image = p / out_plane;
+    px.position = p - px.image * out_plane;
+    const int64_t oh = px.position / out_width;
+    px.oh = static_cast<int>(oh);
+    px.ow = static_cast<int>(px.position - oh * out_width);
+  }
+  return px;
+}
+
+// The taps (bit kh * kernel_w + kw, taps <= 32) of a pixel whose tap (0, 0) reads input (top, left) that fall
+// inside the image: the mask of the kw inside, shifted in once per kh inside.
+__device__ __forceinline__ uint32_t inside_taps(int top, int left, int kernel_h, int kernel_w, int dilation_h,
+                                                int dilation_w, int height, int width) {
+  uint32_t columns = 0;
+  for (int kw = 0; kw < kernel_w; ++kw) {
+    const int ix = left + kw * dilation_w;
+    columns |= static_cast<uint32_t>(ix >= 0 && ix < width) << kw;
+  }
+  uint32_t inside = 0;
+  for (int kh = 0; kh < kernel_h; ++kh) {
+    const int iy = top + kh * dilation_h;
+    if (iy >= 0 && iy < height) inside |= columns << (kh * kernel_w);
+  }
+  return inside;
+}
+
+// One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
+// epilogue's lanes read neighbouring columns of one tap; t, c by a shift, no division), 0 past the last output
+// channel; all_taps_d[c] += D_t by shared atomics (zeroed by the caller before a barrier; read after the main
+// loop's barriers). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte aligned).
+template <int BN, int kThreads, int VW>
+__device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, const uint32_t* __restrict__ w_bits,
+                                               int64_t n0, int64_t n_rows, int reduction_words, int channel_words,
+                                               int channels, int taps, int tid) {
+  static_assert((BN & (BN - 1)) == 0, "tap and column by shift and mask");
+  const int tail = channels - (channel_words - 1) * 32;  // real channels in the last word, 1..32
+  const uint32_t last_bits = tail >= 32 ? 0xffffffffu : (1u << tail) - 1u;
+  for (int e = tid; e < BN * taps; e += kThreads) {
+    const int t = static_cast<unsigned>(e) / BN;
+    const int c = static_cast<unsigned>(e) % BN;
+    const int64_t n = n0 + c;
+    int d = 0;
+    if (n < n_rows) {
+      const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
+      int count = 0;
+      for (int cw = 0; cw < channel_words; cw += VW) {
+        if (VW == 4) {
+          uint4 v = __ldg(reinterpret_cast<const uint4*>(row + cw));
+          if (cw + 4 == channel_words) v.w &= last_bits;
+          count += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+        } else {
+          const uint32_t v = __ldg(row + cw);
+          count += __popc(cw + 1 == channel_words ? v & last_bits : v);
+        }
+      }
+      d = channels - 2 * count;
+      atomicAdd(&all_taps_d[c], d);
+    }
+    tap_d[t * BN + c] = d;
+  }
+}
+
+// What an absent scale / row factor (1) and bias (0) read.
+__device__ const float kEpilogueUnit[2] = {1.f, 0.f};
+
+// The epilogue's output tile in shared memory (the main loop's tiles, reused), so that the global stores are
+// coalesced. channels_last: BM rows of BN channels, + 8 so that the pair stores of a warp (rows g, columns
+// 2t..2t+1) hit distinct banks; NCHW: BN channels of BM pixels, + 16 bytes (scalar stores of a warp on distinct
+// banks). Lines stay 16-byte aligned.
+template <int BM, int BN, typename OutT>
+struct ConvStaging {
+  static constexpr int kRowStride = BN + 8;
+  static constexpr int kColumnStride = BM + 16 / static_cast<int>(sizeof(OutT));
+  static constexpr int kElements = BM * kRowStride > BN * kColumnStride ? BM * kRowStride : BN * kColumnStride;
+  static constexpr int kBytes = kElements * static_cast<int>(sizeof(OutT));
+  static_assert(kRowStride * sizeof(OutT) % 16 == 0 && kColumnStride * sizeof(OutT) % 16 == 0, "aligned lines");
+};
+
+// Two outputs of neighbouring columns, converted together (fp16 / bf16: one packed conversion, each value rounded
+// as from_float rounds it).
+template <typename OutT>
+struct OutPair;
+template <>
+struct OutPair<float> {
+  using type = float2;
+  static __device__ __forceinline__ type make(float a, float b) { return make_float2(a, b); }
+  static __device__ __forceinline__ float low(type v) { return v.x; }
+  static __device__ __forceinline__ float high(type v) { return v.y; }
+};
+template <>
+struct OutPair<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ type make(float a, float b) { return __floats2half2_rn(a, b); }
+  static __device__ __forceinline__ __half low(type v) { return __low2half(v); }
+  static __device__ __forceinline__ __half high(type v) { return __high2half(v); }
+};
+template <>
+struct OutPair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  static __device__ __forceinline__ __nv_bfloat16 low(type v) { return __low2bfloat16(v); }
+  static __device__ __forceinline__ __nv_bfloat16 high(type v) { return __high2bfloat16(v); }
+};
+template <int BYTES>
+struct VecOf;
+template <>
+struct VecOf<16> {
+  using type = uint4;
+};
+template <>
+struct VecOf<8> {
+  using type = uint2;
+};
+template <>
+struct VecOf<4> {
+  using type = uint32_t;
+};
+template <>
+struct VecOf<2> {
+  using type = uint16_t;
+};
+
+// Copies the staged tile out in vectors of V elements along its lines (channels_last: rows, contiguous channels;
+// NCHW: channels, contiguous pixels of one image), V dividing the line's global stride and the output's
+// alignment. A thread's vector sits at the same place of every line it copies (kThreads is a multiple of the
+// vectors per line), so its NCHW row offset is read once.
+template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT>
+__device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict__ out, const int64_t* row_out,
+                                             int64_t m0, int64_t n0, int64_t n_rows, int64_t out_plane,
+                                             int rows_valid, int cols_valid, int tid) {
+  using Staging = ConvStaging<BM, BN, OutT>;
+  using Vec = typename VecOf<V * static_cast<int>(sizeof(OutT))>::type;
+  constexpr int kLines = CHANNELS_LAST ? BM : BN;
+  constexpr int kLineLength = CHANNELS_LAST ? BN : BM;
+  constexpr int kStride = CHANNELS_LAST ? Staging::kRowStride : Staging::kColumnStride;
+  constexpr int kVecsPerLine = kLineLength / V;
+  static_assert(kThreads % kVecsPerLine == 0 && kLines % (kThreads / kVecsPerLine) == 0, "whole lines per pass");
+  constexpr int kLineStep = kThreads / kVecsPerLine;
+  const int first = (tid % kVecsPerLine) * V;  // element of the line
+  if (first >= (CHANNELS_LAST ? cols_valid : rows_valid)) return;
+  const int lines = CHANNELS_LAST ? rows_valid : cols_valid;
+  int line = tid / kVecsPerLine;
+  const OutT* src = stage + line * kStride + first;
+  // channels_last: element (row m0 + line, channel n0 + first); NCHW: (row m0 + first, channel n0 + line)
+  OutT* dst = CHANNELS_LAST ? out + (m0 + line) * n_rows + n0 + first : out + row_out[first] + (n0 + line) * out_plane;
+  const int64_t dst_step = kLineStep * (CHANNELS_LAST ? n_rows : out_plane);
+  constexpr int kPasses = kLines / kLineStep;
+#pragma unroll(kPasses <= 4 ? kPasses : 2)
+  for (int i = 0; i < kPasses; ++i) {
+    if (line >= lines) break;
+    *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src);
+    line += kLineStep;
+    src += kLineStep * kStride;
+    dst += dst_step;
+  }
+}
+template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT>
+__device__ __forceinline__ void store_staged_as(int vec, const OutT* stage, OutT* __restrict__ out,
+                                                const int64_t* row_out, int64_t m0, int64_t n0, int64_t n_rows,
+                                                int64_t out_plane, int rows_valid, int cols_valid, int tid) {
+  if constexpr (V > 1) {
+    if (vec < V) {
+      store_staged_as<CHANNELS_LAST, V / 2, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane,
+                                                              rows_valid, cols_valid, tid);
+      return;
+    }
+  }
+  store_staged<CHANNELS_LAST, V, BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
+                                                   cols_valid, tid);
+}
+
+// The epilogue of both kernels, part 1: this thread's MT x NT mma tiles (rows warp_row + 16 mt + g + 8h, columns
+// warp_col + 8 nt + 2t + e, at dot[mt][nt][2h + e]) into the staged output tile. dot holds the part of the integer
+// dot known per row (one-plane: 4 popc(P & B) - 2 popc(P); two-plane: all of it); the one-plane form adds
+// sum_in D_t - pad_value * sum_padded D_t, visiting only the padded taps (none for interior pixels). Then
+// y = dot * row_factor * scale + bias (epilogue_value, fp32). Per-column values are read once, per-row ones once
+// per row; no division. row_inside: bit t for the taps inside the image (one-plane). `stage` must be free (a
+// barrier after the main loop's last read of it).
+template <int BM, int BN, int MT, int NT, bool ONE_PLANE, typename OutT>
+__device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
+                                                    const uint32_t* row_inside, const int* tap_d,
+                                                    const int* all_taps_d, int taps, int pad_value, int64_t m0,
+                                                    int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
+                                                    bool out_channels_last, OutT* stage) {
+  using Staging = ConvStaging<BM, BN, OutT>;
+  using Pair = OutPair<OutT>;
+  const int group = lane >> 2;
+  const int lane_col = warp_col + 2 * (lane & 3);  // column of (nt, e): lane_col + 8 nt + e
+  // Absent epilogue vectors read kEpilogueUnit with a zero step: loads without null checks, the same values as
+  // column_scale / column_bias / row_factor.
+  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr, has_factor = ep.row_factor != nullptr;
+  const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
+  const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
+  const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
+  const float* factors = has_factor ? ep.row_factor + m0 : &kEpilogueUnit[0];
+  float col_scale[NT][2], col_bias[NT][2];
+  int col_all_d[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int col = lane_col + nt * 8 + e;
+      const bool valid = col < cols_valid;
+      col_scale[nt][e] = valid ? scale[col * scale_step] : 0.f;
+      col_bias[nt][e] = valid ? bias[has_bias ? col : 0] : 0.f;
+      col_all_d[nt][e] = ONE_PLANE ? all_taps_d[col] : 0;
+    }
+  }
+  // Per row: the factor and the padded taps (none past the last output pixel).
+  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+  float factor[MT][2];
+  uint32_t padded[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row + mt * 16 + group + 8 * h;
+      const bool valid = row < rows_valid;
+      factor[mt][h] = valid ? factors[has_factor ? row : 0] : 0.f;
+      padded[mt][h] = ONE_PLANE && valid ? ~row_inside[row] & all_taps : 0u;
+    }
+  }
+  // sum_in D_t - pad_value * sum_padded D_t = all_taps_d - (1 + pad_value) * sum_padded D_t (integers: exact)
+  const int padded_weight = 1 + pad_value;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row + mt * 16 + group + 8 * h;
+      int value[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        value[nt][0] = dot[mt][nt][2 * h] + col_all_d[nt][0];
+        value[nt][1] = dot[mt][nt][2 * h + 1] + col_all_d[nt][1];
+      }
+      if (ONE_PLANE) {
+        for (uint32_t left = padded[mt][h]; left != 0; left &= left - 1) {
+          const int* d = tap_d + (__ffs(left) - 1) * BN + lane_col;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            value[nt][0] -= padded_weight * d[nt * 8];
+            value[nt][1] -= padded_weight * d[nt * 8 + 1];
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const typename Pair::type y =
+            Pair::make(epilogue_value(static_cast<float>(value[nt][0]), factor[mt][h], col_scale[nt][0], col_bias[nt][0]),
+                       epilogue_value(static_cast<float>(value[nt][1]), factor[mt][h], col_scale[nt][1], col_bias[nt][1]));
+        const int col = lane_col + nt * 8;
+        if (out_channels_last) {
+          *reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]) = y;
+        } else {
+          stage[col * Staging::kColumnStride + row] = Pair::low(y);
+          stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(y);
+        }
+      }
+    }
+  }
+}
+
+// The epilogue of both kernels, part 2 (after a barrier): the staged tile out in the widest vectors (up to 16
+// bytes) that divide the line's global stride (channels_last: out_channels; NCHW: out_plane) and the output's
+// alignment. row_out: the NCHW offset of row r's channel 0 (image * out_channels * out_plane + position).
+template <int BM, int BN, int kThreads, typename OutT>
+__device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __restrict__ out, const int64_t* row_out,
+                                                    int64_t m0, int64_t n0, int64_t n_rows, int64_t out_plane,
+                                                    int rows_valid, int cols_valid, bool out_channels_last, int tid) {
+  constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
+  const int64_t line_stride = out_channels_last ? n_rows : out_plane;
+  const uintptr_t address = reinterpret_cast<uintptr_t>(out);
+  int vec = kMaxVec;
+  while (vec > 1 && ((line_stride & (vec - 1)) != 0 || (address & (vec * sizeof(OutT) - 1)) != 0)) vec >>= 1;
+  if (out_channels_last) {
+    store_staged_as<true, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
+                                                     cols_valid, tid);
+  } else {
+    store_staged_as<false, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
+                                                      cols_valid, tid);
+  }
+}
+
+// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage).
+template <int BM, int BN, int kThreads, int MT, int NT, bool ONE_PLANE, typename OutT>
+__device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
+                                              int tid, const uint32_t* row_inside, const int* tap_d,
+                                              const int* all_taps_d, const int64_t* row_out, int taps, int pad_value,
+                                              int64_t m0, int64_t n0, int64_t total_pixels, int64_t n_rows,
+                                              int64_t out_plane, const Epilogue& ep, OutT* __restrict__ out,
+                                              bool out_channels_last, OutT* stage) {
+  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
+  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
+  conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps,
+                                                 pad_value, m0, n0, rows_valid, cols_valid, ep, out_channels_last,
+                                                 stage);
+  __syncthreads();
+  conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
+                                        out_channels_last, tid);
+}
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_kernel(
@@ -45,15 +371,23 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
   constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
 
-  __shared__ __align__(16) uint32_t plus_tile[BM * kMmaRowStride];
   static_assert(!(ONE_PLANE && SIGN_ZERO), "one plane needs s(x) in {-1, +1}");
-  __shared__ __align__(16) uint32_t minus_tile[ONE_PLANE ? 4 : BM * kMmaRowStride];
-  __shared__ __align__(16) uint32_t b_tile[BN * kMmaRowStride];
-  __shared__ int tap_d[ONE_PLANE ? BN * kOnePlaneMaxTaps : 1];  // D_t of column c at [c * 32 + t]
+  using Staging = ConvStaging<BM, BN, OutT>;
+  constexpr int kPlusWords = BM * kMmaRowStride;
+  constexpr int kMinusWords = ONE_PLANE ? 0 : BM * kMmaRowStride;
+  constexpr int kTileWords = kPlusWords + kMinusWords + BN * kMmaRowStride;
+  constexpr int kSharedWords = kTileWords > Staging::kBytes / 4 ? kTileWords : Staging::kBytes / 4;
+  __shared__ __align__(16) uint32_t tiles[kSharedWords];  // plus, minus, B tiles; after the main loop the output tile
+  uint32_t* const plus_tile = tiles;
+  uint32_t* const minus_tile = tiles + kPlusWords;
+  uint32_t* const b_tile = tiles + kPlusWords + kMinusWords;
+  __shared__ int tap_d[ONE_PLANE ? kOnePlaneMaxTaps * BN : 1];  // D_t of column c at [t * BN + c]
   __shared__ int all_taps_d[ONE_PLANE ? BN : 1];                // sum over t of D_t
+  __shared__ uint32_t row_inside[ONE_PLANE ? BM : 1];           // the row's taps inside the image (bit t)
   __shared__ int64_t pixel_image[BM];  // first input pixel of the image, or -1 past the last output pixel
   __shared__ int pixel_top[BM];        // oh * stride_h - pad_h
   __shared__ int pixel_left[BM];       // ow * stride_w - pad_w
+  __shared__ int64_t row_out[BM];      // NCHW output offset of the row's channel 0
 
   const int tid = threadIdx.x;
   const int lane = tid & 31;
@@ -62,48 +396,46 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   const int warp_n = warp % WARPS_N;
   const int group = lane >> 2;
   const int thread_in_group = lane & 3;
-  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  // blocks <= INT_MAX (the launchers), so m_tiles fits 32 bits
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(m_tiles)) * BM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(m_tiles)) * BN;
   const int64_t out_plane = shape.out_height * shape.out_width;
   const int64_t n_rows = shape.out_channels;
   const int kernel_w = static_cast<int>(shape.kernel_w);
   const int height = static_cast<int>(shape.height);
   const int width = static_cast<int>(shape.width);
-
-  for (int r = tid; r < BM; r += kThreads) {
-    const int64_t p = m0 + r;
-    if (p < total_pixels) {
-      const int64_t image = p / out_plane;
-      const int64_t rest = p % out_plane;
-      pixel_image[r] = image * shape.height * shape.width;
-      pixel_top[r] = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
-      pixel_left[r] = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
-    } else {
-      pixel_image[r] = -1;
-      pixel_top[r] = pixel_left[r] = 0;
-    }
-  }
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
-  if (ONE_PLANE) {
-    for (int e = tid; e < BN * taps; e += kThreads) {
-      const int c = e / taps;
-      const int t = e - c * taps;
-      const int64_t n = n0 + c;
-      int count = 0;
-      if (n < n_rows) {
-        const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
-        for (int cw = 0; cw < channel_words; ++cw) count += __popc(__ldg(row + cw) & valid_bits(shape.channels, cw));
+
+  static_assert(kThreads >= BM && kThreads >= BN, "one row and one column per thread");
+  if (tid < BM) {
+    const int r = tid;
+    const int64_t p = m0 + r;
+    int64_t image_pixel = -1, out_offset = 0;
+    int top = 0, left = 0;
+    uint32_t inside = 0;
+    if (p < total_pixels) {
+      const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
+      image_pixel = px.image * shape.height * shape.width;
+      top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
+      left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
+      out_offset = px.image * n_rows * out_plane + px.position;
+      if (ONE_PLANE) {
+        inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), kernel_w, static_cast<int>(shape.dilation_h),
+                             static_cast<int>(shape.dilation_w), height, width);
       }
-      tap_d[c * kOnePlaneMaxTaps + t] = n < n_rows ? static_cast<int>(shape.channels) - 2 * count : 0;
     }
-    __syncthreads();
-    for (int c = tid; c < BN; c += kThreads) {
-      int total = 0;
-      for (int t = 0; t < taps; ++t) total += tap_d[c * kOnePlaneMaxTaps + t];
-      all_taps_d[c] = total;
-    }
+    pixel_image[r] = image_pixel;
+    pixel_top[r] = top;
+    pixel_left[r] = left;
+    row_out[r] = out_offset;
+    if (ONE_PLANE) row_inside[r] = inside;
   }
+  if (ONE_PLANE && tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
+  if (ONE_PLANE) {
+    tabulate_tap_d<BN, kThreads, VW>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words, channel_words,
+                                     static_cast<int>(shape.channels), taps, tid);
+  }
 
   // All A vectors of a thread sit at one column vector of every stage (kThreads % kVecsPerRow == 0), so the
   // stage's word is one per thread: its tap, channel word and (kh, kw) are advanced by kMmaStageWords words
@@ -273,63 +605,29 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
       pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 2);
     }
   }
-  float col_scales[NT][2], col_biases[NT][2];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
-      col_scales[nt][e] = n < n_rows ? column_scale(ep, n) : 0.f;
-      col_biases[nt][e] = n < n_rows ? column_bias(ep, n) : 0.f;
-    }
-  }
+  // The per-row part of the dot (one-plane: the padding term is added per column in conv_epilogue).
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
-      const int64_t p = m0 + local_row;
-      if (p >= total_pixels) continue;
-      const float factor = row_factor(ep, p);
-      const int64_t image = p / out_plane;
-      const int64_t position = p % out_plane;
-      // ONE_PLANE: the taps of this pixel inside the image (bit t)
-      uint32_t inside = 0;
-      const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
-      if (ONE_PLANE) {
-        for (int t = 0; t < taps; ++t) {
-          const int iy = pixel_top[local_row] + (t / kernel_w) * static_cast<int>(shape.dilation_h);
-          const int ix = pixel_left[local_row] + (t % kernel_w) * static_cast<int>(shape.dilation_w);
-          inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
-        }
-      }
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int64_t n = n0 + warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
-          if (n >= n_rows) continue;
-          int dot;
-          if (ONE_PLANE) {
-            const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
-            int inside_d = all_taps_d[local_col];
-            if (inside != all_taps) {
-              inside_d = 0;
-              for (int t = 0; t < taps; ++t) inside_d += (inside >> t) & 1u ? tap_d[local_col * kOnePlaneMaxTaps + t] : 0;
-            }
-            // 4 popc(P & B) - 2 popc(P) + sum_in D_t - pad_value * sum_padded D_t
-            dot = 4 * acc_p[mt][nt][2 * h + e] - 2 * pop_p[mt][h] + inside_d -
-                  shape.pad_value * (all_taps_d[local_col] - inside_d);
-          } else {
-            // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
-            dot = 2 * acc_p[mt][nt][2 * h + e] - pop_p[mt][h] - 2 * acc_n[mt][nt][2 * h + e] + pop_n[mt][h];
-          }
-          const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
-          out[index] = from_float<OutT>(epilogue_value(static_cast<float>(dot), factor, col_scales[nt][e], col_biases[nt][e]));
+      for (int c = 0; c < 4; ++c) {
+        const int h = c / 2;
+        if (ONE_PLANE) {
+          // 4 popc(P & B) - 2 popc(P)
+          acc_p[mt][nt][c] = 4 * acc_p[mt][nt][c] - 2 * pop_p[mt][h];
+        } else {
+          // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
+          acc_p[mt][nt][c] = 2 * acc_p[mt][nt][c] - pop_p[mt][h] - 2 * acc_n[mt][nt][c] + pop_n[mt][h];
         }
       }
     }
   }
+  // (the main loop's last barrier is behind every read of the tiles)
+  conv_epilogue<BM, BN, kThreads, MT, NT, ONE_PLANE>(
+      acc_p, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside, tap_d, all_taps_d, row_out, taps,
+      shape.pad_value, m0, n0, total_pixels, n_rows, out_plane, ep, out, out_channels_last,
+      reinterpret_cast<OutT*>(tiles));
 }
 
 template <int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
@@ -416,9 +714,11 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, channel_words % 4 == 0) on
 // the cp.async pipeline of binary_linear_mma_pipelined_kernel. The gather is a plain 16-byte copy: an
 // in-bounds tap copies 4 channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
-// anything past the end are zero-filled. Row popcounts of P once per copied vector; the epilogue is
-// binary_conv2d_mma_kernel's one-plane epilogue. Main loop, offline SASS (nvcc 13.0, sm_90a): 110
-// instructions per stage of 16 BMMA (351 with per-stage divisions in the gather and LDS.64 fragments).
+// anything past the end are zero-filled. Row popcounts of P once per copied vector; D_t tabulated while the
+// first stages are in flight; the epilogue is conv_epilogue (one-plane), its output tile in the ring. Main loop,
+// offline SASS (nvcc 13.0, sm_90a): 110 instructions per stage of 16 BMMA (351 with per-stage divisions in the
+// gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static instructions (8233 with the
+// per-element epilogue: int64 index division, null checks and taps loop per output, scattered 2-byte stores).
 template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
@@ -443,7 +743,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   __shared__ uint32_t row_inside[BM];  // the row's taps inside the image (bit t), 0 past the last output pixel
   __shared__ int64_t tap_offset[kOnePlaneMaxTaps];  // word offset of tap t = (kh, kw) from the (top, left) pixel
   __shared__ int row_pop[BM];
-  __shared__ int tap_d[BN * kOnePlaneMaxTaps];
+  __shared__ int64_t row_out[BM];  // NCHW output offset of the row's channel 0
+  __shared__ int tap_d[kOnePlaneMaxTaps * BN];  // D_t of column c at [t * BN + c]
   __shared__ int all_taps_d[BN];
 
   const int tid = threadIdx.x;
@@ -451,62 +752,44 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   const int warp = tid >> 5;
   const int warp_m = warp / WARPS_N;
   const int warp_n = warp % WARPS_N;
-  const int group = lane >> 2;
-  const int thread_in_group = lane & 3;
-  const int64_t m0 = (static_cast<int64_t>(blockIdx.x) % m_tiles) * BM;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) / m_tiles) * BN;
+  // blocks <= INT_MAX (the launchers), so m_tiles fits 32 bits
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(m_tiles)) * BM;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(m_tiles)) * BN;
   const int64_t out_plane = shape.out_height * shape.out_width;
   const int64_t n_rows = shape.out_channels;
   const int kernel_w = static_cast<int>(shape.kernel_w);
-  const int height = static_cast<int>(shape.height);
-  const int width = static_cast<int>(shape.width);
   const int dilation_h = static_cast<int>(shape.dilation_h);
   const int dilation_w = static_cast<int>(shape.dilation_w);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
   const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
 
-  for (int r = tid; r < BM; r += kThreads) {
+  static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
+  if (tid < BM) {
+    const int r = tid;
     const int64_t p = m0 + r;
-    row_pop[r] = 0;
     uint32_t inside = 0;
-    int64_t source = 0;
+    int64_t source = 0, out_offset = 0;
     if (p < total_pixels) {
-      const int64_t image = p / out_plane;
-      const int64_t rest = p % out_plane;
-      const int top = static_cast<int>((rest / shape.out_width) * shape.stride_h - shape.pad_h);
-      const int left = static_cast<int>((rest % shape.out_width) * shape.stride_w - shape.pad_w);
-      source = ((image * shape.height + top) * shape.width + left) * channel_words;
-      for (int t = 0; t < taps; ++t) {
-        const int iy = top + (t / kernel_w) * dilation_h;
-        const int ix = left + (t % kernel_w) * dilation_w;
-        inside |= static_cast<uint32_t>(iy >= 0 && iy < height && ix >= 0 && ix < width) << t;
-      }
+      const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
+      const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
+      const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
+      source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
+      inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), kernel_w, dilation_h, dilation_w,
+                           static_cast<int>(shape.height), static_cast<int>(shape.width));
+      out_offset = px.image * n_rows * out_plane + px.position;
     }
     row_source[r] = source;
     row_inside[r] = inside;
+    row_out[r] = out_offset;
+    row_pop[r] = 0;
   }
-  for (int t = tid; t < taps; t += kThreads) {
-    tap_offset[t] = (static_cast<int64_t>(t / kernel_w) * dilation_h * shape.width + (t % kernel_w) * dilation_w) *
-                    channel_words;
+  if (tid < taps) {
+    const int kh = tid / kernel_w;
+    tap_offset[tid] = (static_cast<int64_t>(kh) * dilation_h * shape.width + (tid - kh * kernel_w) * dilation_w) *
+                      channel_words;
   }
-  for (int e = tid; e < BN * taps; e += kThreads) {  // D_t = C - 2 popc(B_t) over real channels
-    const int c = e / taps;
-    const int t = e - c * taps;
-    const int64_t n = n0 + c;
-    int count = 0;
-    if (n < n_rows) {
-      const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
-      for (int cw = 0; cw < channel_words; ++cw) count += __popc(__ldg(row + cw) & valid_bits(shape.channels, cw));
-    }
-    tap_d[c * kOnePlaneMaxTaps + t] = n < n_rows ? static_cast<int>(shape.channels) - 2 * count : 0;
-  }
+  if (tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
-  for (int c = tid; c < BN; c += kThreads) {
-    int total = 0;
-    for (int t = 0; t < taps; ++t) total += tap_d[c * kOnePlaneMaxTaps + t];
-    all_taps_d[c] = total;
-  }
-  // (all_taps_d is read only in the epilogue, after the main loop's barriers)
 
   // The gather, per thread: its A vectors are rows tid / kVecsPerRow + i * kThreads / kVecsPerRow and its B
   // vector row tid / kVecsPerRow, all at the same column vector of every stage, so the stage's word (tap,
@@ -576,6 +859,9 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
 
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
+  // D_t while the first stages are in flight (the loop's barriers order it before the epilogue)
+  tabulate_tap_d<BN, kThreads, 4>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words, channel_words,
+                                  static_cast<int>(shape.channels), taps, tid);
   for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
@@ -593,41 +879,26 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   for (int i = 0; i < kLoadsA; ++i) atomicAdd(&row_pop[(tid + i * kThreads) / kVecsPerRow], pop[i]);
   __syncthreads();
 
-  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+  // 4 popc(P & B) - 2 popc(P); the barrier above is also behind the last ldmatrix of the ring, which holds the
+  // output tile from here on.
+  const int group = lane >> 2;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int local_row = warp_m * kWarpRows + mt * 16 + group + 8 * h;
-      const int64_t p = m0 + local_row;
-      if (p >= total_pixels) continue;
-      const float factor = row_factor(ep, p);
-      const int64_t image = p / out_plane;
-      const int64_t position = p % out_plane;
-      const uint32_t inside = row_inside[local_row];
-      const int pop_p = row_pop[local_row];
+      const int pop = row_pop[warp_m * kWarpRows + mt * 16 + group + 8 * h];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int local_col = warp_n * kWarpCols + nt * 8 + 2 * thread_in_group + e;
-          const int64_t n = n0 + local_col;
-          if (n >= n_rows) continue;
-          int inside_d = all_taps_d[local_col];
-          if (inside != all_taps) {
-            inside_d = 0;
-            for (int t = 0; t < taps; ++t) inside_d += (inside >> t) & 1u ? tap_d[local_col * kOnePlaneMaxTaps + t] : 0;
-          }
-          // 4 popc(P & B) - 2 popc(P) + sum_in D_t - pad_value * sum_padded D_t
-          const int dot = 4 * acc[mt][nt][2 * h + e] - 2 * pop_p + inside_d -
-                          shape.pad_value * (all_taps_d[local_col] - inside_d);
-          const int64_t index = out_channels_last ? p * n_rows + n : (image * n_rows + n) * out_plane + position;
-          out[index] = from_float<OutT>(
-              epilogue_value(static_cast<float>(dot), factor, column_scale(ep, n), column_bias(ep, n)));
-        }
+        acc[mt][nt][2 * h] = 4 * acc[mt][nt][2 * h] - 2 * pop;
+        acc[mt][nt][2 * h + 1] = 4 * acc[mt][nt][2 * h + 1] - 2 * pop;
       }
     }
   }
+  static_assert(ConvStaging<BM, BN, OutT>::kBytes <= kPipeStages * kStageBytes, "output tile fits the ring");
+  conv_epilogue<BM, BN, kThreads, MT, NT, true>(acc, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside,
+                                                tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
+                                                total_pixels, n_rows, out_plane, ep, out, out_channels_last,
+                                                reinterpret_cast<OutT*>(conv_pipe_smem));
 }
 
 template <typename OutT>
