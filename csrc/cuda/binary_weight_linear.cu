@@ -343,26 +343,51 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
   store_tile<kTcThreads, kTcFeatures>(partial, MB, m0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
-// A launch configuration with clusters of `slices` blocks along x (not copyable: config points at attribute).
+// A launch configuration with clusters of `slices` blocks along x (none for slices = 1) and, with `dependent`,
+// programmatic dependent launch (the kernel may start before the previous one on the stream ends and waits for it
+// with griddepcontrol.wait). Not copyable: config points at the attributes.
 struct ClusterLaunch {
   cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute[1];
+  cudaLaunchAttribute attributes[2];
 
-  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream, int threads = kTcThreads) {
+  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream, int threads = kTcThreads,
+                bool dependent = false) {
     config.gridDim = grid;
     config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
     config.dynamicSmemBytes = smem;
     config.stream = stream;
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    int count = 0;
+    if (slices > 1) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count].val.clusterDim.x = static_cast<unsigned>(slices);
+      attributes[count].val.clusterDim.y = 1;
+      attributes[count].val.clusterDim.z = 1;
+      ++count;
+    }
+    if (dependent) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count].val.programmaticStreamSerializationAllowed = 1;
+      ++count;
+    }
+    config.attrs = attributes;
+    config.numAttrs = count;
   }
   ClusterLaunch(const ClusterLaunch&) = delete;
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
+
+// Compute capability major of the current device, asked once per device (cached like allow_dynamic_smem's flags:
+// 0 = not asked yet; racing callers store the same value).
+inline cudaError_t device_major(int& major) {
+  static int majors[64] = {};
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  if (device < 64 && (major = __atomic_load_n(&majors[device], __ATOMIC_ACQUIRE)) != 0) return cudaSuccess;
+  error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess && device < 64) __atomic_store_n(&majors[device], major, __ATOMIC_RELEASE);
+  return error;
+}
 
 // The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
 // co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
@@ -769,32 +794,13 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
                        kPlaneThreads, 0, stream>>>(x, k, chunks, planes, groups);
   error = cudaGetLastError();
   if (error != cudaSuccess) return error;
-  int device = 0, major = 0;
-  error = cudaGetDevice(&device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  int major = 0;
+  error = device_major(major);
   if (error != cudaSuccess) return error;
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attributes[2];
-  config.gridDim = dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1);
-  config.blockDim = dim3(kPlaneThreads, 1, 1);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  int count = 0;
-  if (slices > 1) {
-    attributes[count].id = cudaLaunchAttributeClusterDimension;
-    attributes[count].val.clusterDim.x = static_cast<unsigned>(slices);
-    attributes[count].val.clusterDim.y = 1;
-    attributes[count].val.clusterDim.z = 1;
-    ++count;
-  }
-  if (major >= 9) {  // programmatic dependent launch: the W loads overlap x_planes_kernel
-    attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  config.attrs = attributes;
-  config.numAttrs = count;
-  error = cudaLaunchKernelEx(&config, kernel, w_bits, static_cast<const uint32_t*>(planes),
+  // programmatic dependent launch (sm_90): the W loads overlap x_planes_kernel
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1), smem,
+                             slices, stream, kPlaneThreads, major >= 9);
+  error = cudaLaunchKernelEx(&launch.config, kernel, w_bits, static_cast<const uint32_t*>(planes),
                              static_cast<const PlaneGroup*>(groups), static_cast<int>(m_rows), n_rows, words,
                              static_cast<int>(slices), plan.slice_chunks, ep, out);
   return error != cudaSuccess ? error : cudaGetLastError();
