@@ -769,6 +769,42 @@ def test_conv2d_tile_edges(device, geometry, sign_zero):
                        f"conv {geometry} c={c} oc={oc} pad={pad_value} sign_zero={sign_zero}")
 
 
+# (batch, channels, out_channels, height, width, kernel, stride, padding, dilation): the CUDA one-plane kernel's
+# narrow cp.async pieces, 2 words a pixel (C = 64, 40, 48: 8-byte copies, a stage of 16 words spans 8 taps) and
+# 1 or 3 words (C = 32, 20, 96: 4-byte copies, 16 or 5.33 taps a stage); batch 1 and 3, stride 2, out_channels
+# not a multiple of 8, more than one tile of 128 pixels or 64 channels, 1x1, 5x5 and dilated kernels.
+NARROW_CONV_CASES = [
+    (1, 64, 33, 11, 13, 3, 2, 1, 1),
+    (3, 64, 64, 9, 7, 3, 1, 1, 1),
+    (3, 64, 70, 8, 9, 1, 1, 0, 1),
+    (3, 40, 70, 10, 9, 3, 2, 1, 1),
+    (1, 48, 9, 12, 11, 5, 1, 2, 2),
+    (1, 32, 17, 11, 13, 3, 1, 1, 1),
+    (3, 32, 129, 7, 9, 3, 2, 2, 1),
+    (3, 20, 65, 9, 11, 3, 2, 2, 1),
+    (1, 20, 7, 13, 12, 5, 1, 2, 1),
+    (3, 96, 33, 7, 8, 3, 1, 1, 1),
+]
+
+
+@pytest.mark.parametrize("pad_value", [0.0, 1.0, -1.0])
+@pytest.mark.parametrize("case", NARROW_CONV_CASES)
+def test_conv2d_narrow_channels(device, case, pad_value):
+    batch, c, oc, height, width, kernel, stride, padding, dilation = case
+    index = NARROW_CONV_CASES.index(case)
+    memory_format = (torch.channels_last, torch.contiguous_format)[index % 2]
+    dtype = FLOAT_DTYPES[index % len(FLOAT_DTYPES)]
+    scale_kind = ("none", "per_channel", "none", "scalar")[index % 4]
+    x = random_input((batch, c, height, width), dtype, device).contiguous(memory_format=memory_format)
+    weight = torch.randn(oc, c, kernel, kernel, device=device)
+    scale, bias = scale_and_bias(scale_kind, oc, device)
+    actual, expected = run_conv(x, weight, (stride, stride), (padding, padding), (dilation, dilation), scale, bias,
+                                pad_value=pad_value)
+    assert actual.is_contiguous(memory_format=memory_format)
+    assert_matches(actual, expected, dtype, scale_kind == "none",
+                   f"conv {case} pad={pad_value} {dtype} {scale_kind} {memory_format}")
+
+
 @pytest.mark.parametrize("c", [992, 993, 1984, 1985])
 @pytest.mark.parametrize("sign_zero", [False, True])
 def test_conv2d_long_rows(device, c, sign_zero):

@@ -2,8 +2,9 @@
 // cores. Torch-free (launcher in binary_kernels.cuh).
 //
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
-// form, on the cp.async pipeline where the channel words allow 16-byte copies; torch.sign inputs
-// (sign_zero) and larger kernels take the two-plane form.
+// form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
+// and the alignment allow); torch.sign inputs (sign_zero) and larger kernels take the two-plane form
+// (binary_conv2d_mma_kernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -21,7 +22,8 @@ namespace {
 // exact for any B tail bits since P and N are 0 outside real channels. Two mma.sync m16n8k256 AND.POPC
 // accumulators a tile (P.B and N.B), row popcounts of P and N from the very fragments, as the binary_linear
 // kernel (same fragment layout, same 24-word padded shared rows, next stage prefetched in registers).
-// ONE_PLANE (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps): only P, 0 at padded taps, one accumulator.
+// One plane (the pipelined kernel; s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps): only P, 0 at padded taps,
+// one accumulator.
 // At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
 // D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
 // gives pad_value * (-D_t). The block tabulates D_t of its columns; a row takes their sum over all taps less
@@ -354,7 +356,7 @@ __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int w
                                         out_channels_last, tid);
 }
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
+template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ minus_bits,
     const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles, int64_t total_pixels, int channel_words,
@@ -371,19 +373,15 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
   constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
 
-  static_assert(!(ONE_PLANE && SIGN_ZERO), "one plane needs s(x) in {-1, +1}");
   using Staging = ConvStaging<BM, BN, OutT>;
   constexpr int kPlusWords = BM * kMmaRowStride;
-  constexpr int kMinusWords = ONE_PLANE ? 0 : BM * kMmaRowStride;
+  constexpr int kMinusWords = BM * kMmaRowStride;
   constexpr int kTileWords = kPlusWords + kMinusWords + BN * kMmaRowStride;
   constexpr int kSharedWords = kTileWords > Staging::kBytes / 4 ? kTileWords : Staging::kBytes / 4;
   __shared__ __align__(16) uint32_t tiles[kSharedWords];  // plus, minus, B tiles; after the main loop the output tile
   uint32_t* const plus_tile = tiles;
   uint32_t* const minus_tile = tiles + kPlusWords;
   uint32_t* const b_tile = tiles + kPlusWords + kMinusWords;
-  __shared__ int tap_d[ONE_PLANE ? kOnePlaneMaxTaps * BN : 1];  // D_t of column c at [t * BN + c]
-  __shared__ int all_taps_d[ONE_PLANE ? BN : 1];                // sum over t of D_t
-  __shared__ uint32_t row_inside[ONE_PLANE ? BM : 1];           // the row's taps inside the image (bit t)
   __shared__ int64_t pixel_image[BM];  // first input pixel of the image, or -1 past the last output pixel
   __shared__ int pixel_top[BM];        // oh * stride_h - pad_h
   __shared__ int pixel_left[BM];       // ow * stride_w - pad_w
@@ -412,30 +410,19 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
     const int64_t p = m0 + r;
     int64_t image_pixel = -1, out_offset = 0;
     int top = 0, left = 0;
-    uint32_t inside = 0;
     if (p < total_pixels) {
       const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
       image_pixel = px.image * shape.height * shape.width;
       top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
       left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
       out_offset = px.image * n_rows * out_plane + px.position;
-      if (ONE_PLANE) {
-        inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), kernel_w, static_cast<int>(shape.dilation_h),
-                             static_cast<int>(shape.dilation_w), height, width);
-      }
     }
     pixel_image[r] = image_pixel;
     pixel_top[r] = top;
     pixel_left[r] = left;
     row_out[r] = out_offset;
-    if (ONE_PLANE) row_inside[r] = inside;
   }
-  if (ONE_PLANE && tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
-  if (ONE_PLANE) {
-    tabulate_tap_d<BN, kThreads, VW>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words, channel_words,
-                                     static_cast<int>(shape.channels), taps, tid);
-  }
 
   // All A vectors of a thread sit at one column vector of every stage (kThreads % kVecsPerRow == 0), so the
   // stage's word is one per thread: its tap, channel word and (kh, kw) are advanced by kMmaStageWords words
@@ -475,16 +462,12 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
         if (iy >= 0 && iy < height && ix >= 0 && ix < width) {
           const int64_t index = (pixel_image[r] + static_cast<int64_t>(iy) * width + ix) * channel_words + channel_word;
           next_p[i].load(plus_bits + index);
-          if (ONE_PLANE) {
-            // N is implied (epilogue)
-          } else if (SIGN_ZERO) {
+          if (SIGN_ZERO) {
             next_n[i].load(minus_bits + index);
           } else {
             next_n[i] = next_p[i];
             next_n[i].invert_within(valid);
           }
-        } else if (ONE_PLANE) {
-          // padded tap: P = 0, the pad value enters through D_t in the epilogue
         } else if (shape.pad_value > 0) {
           next_p[i].set(valid);
         } else if (shape.pad_value < 0) {
@@ -524,7 +507,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
       if (e < kVecsA) {
         const int offset = (e / kVecsPerRow) * kMmaRowStride + (e % kVecsPerRow) * VW;
         next_p[i].store(&plus_tile[offset]);
-        if (!ONE_PLANE) next_n[i].store(&minus_tile[offset]);
+        next_n[i].store(&minus_tile[offset]);
       }
     }
 #pragma unroll
@@ -564,7 +547,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
         b_frag[nt][1] = pair.y;
       }
 #pragma unroll
-      for (int plane = 0; plane < (ONE_PLANE ? 1 : 2); ++plane) {
+      for (int plane = 0; plane < 2; ++plane) {
         const uint32_t* a_tile = plane == 0 ? plus_tile : minus_tile;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -605,7 +588,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
       pop_n[mt][h] += __shfl_xor_sync(kFullMask, pop_n[mt][h], 2);
     }
   }
-  // The per-row part of the dot (one-plane: the padding term is added per column in conv_epilogue).
+  // The dot: (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -613,24 +596,18 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         const int h = c / 2;
-        if (ONE_PLANE) {
-          // 4 popc(P & B) - 2 popc(P)
-          acc_p[mt][nt][c] = 4 * acc_p[mt][nt][c] - 2 * pop_p[mt][h];
-        } else {
-          // (2 popc(P & B) - popc(P)) - (2 popc(N & B) - popc(N))
-          acc_p[mt][nt][c] = 2 * acc_p[mt][nt][c] - pop_p[mt][h] - 2 * acc_n[mt][nt][c] + pop_n[mt][h];
-        }
+        acc_p[mt][nt][c] = 2 * acc_p[mt][nt][c] - pop_p[mt][h] - 2 * acc_n[mt][nt][c] + pop_n[mt][h];
       }
     }
   }
-  // (the main loop's last barrier is behind every read of the tiles)
-  conv_epilogue<BM, BN, kThreads, MT, NT, ONE_PLANE>(
-      acc_p, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside, tap_d, all_taps_d, row_out, taps,
+  // (the main loop's last barrier is behind every read of the tiles; two planes: no inside taps, no D_t)
+  conv_epilogue<BM, BN, kThreads, MT, NT, false>(
+      acc_p, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, nullptr, nullptr, nullptr, row_out, taps,
       shape.pad_value, m0, n0, total_pixels, n_rows, out_plane, ep, out, out_channels_last,
       reinterpret_cast<OutT*>(tiles));
 }
 
-template <int VW, bool SIGN_ZERO, bool ONE_PLANE, typename OutT>
+template <int VW, bool SIGN_ZERO, typename OutT>
 cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                      const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                      cudaStream_t stream) {
@@ -643,7 +620,7 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
   if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
     return cudaErrorInvalidValue;
   }
-  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, ONE_PLANE, OutT>
+  binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, OutT>
       <<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, 0, stream>>>(
           plus_bits, minus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
           static_cast<int>(reduction_words), ep, out, out_channels_last);
@@ -651,11 +628,20 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
 }
 
 
-// cp_async_16 to a shared-state-space byte address (computed once per thread, not per copy).
-__device__ __forceinline__ void cp_async_16_shared(unsigned shared_dst, const uint32_t* global_src, bool fill) {
-  const int src_bytes = fill ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(src_bytes)
-               : "memory");
+// cp.async of BYTES (16, 8 or 4) to a shared-state-space byte address (computed once per thread, not per copy);
+// the global address is BYTES-aligned. 16 bytes bypass L1 (.cg); 8 and 4 only exist as .ca.
+template <int BYTES>
+__device__ __forceinline__ void cp_async_shared(unsigned shared_dst, const uint32_t* global_src, bool fill) {
+  static_assert(BYTES == 16 || BYTES == 8 || BYTES == 4, "cp.async sizes");
+  const int src_bytes = fill ? BYTES : 0;  // 0: the BYTES bytes are zero-filled, nothing is read
+  if constexpr (BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_dst), "l"(global_src), "r"(src_bytes)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_dst), "l"(global_src), "n"(BYTES),
+                 "r"(src_bytes)
+                 : "memory");
+  }
 }
 
 // 16 bytes from a shared-state-space byte address.
@@ -711,30 +697,41 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
   }
 }
 
-// binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, channel_words % 4 == 0) on
-// the cp.async pipeline of binary_linear_mma_pipelined_kernel. The gather is a plain 16-byte copy: an
-// in-bounds tap copies 4 channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
-// anything past the end are zero-filled. Row popcounts of P once per copied vector; D_t tabulated while the
-// first stages are in flight; the epilogue is conv_epilogue (one-plane), its output tile in the ring. Main loop,
-// offline SASS (nvcc 13.0, sm_90a): 110 instructions per stage of 16 BMMA (351 with per-stage divisions in the
-// gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static instructions (8233 with the
-// per-element epilogue: int64 index division, null checks and taps loop per output, scattered 2-byte stores).
-template <int BM, int BN, int WARPS_M, int WARPS_N, typename OutT>
+// binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps)
+// on the cp.async pipeline of binary_linear_mma_pipelined_kernel, for any channel count. The gather copies
+// pieces of PW words (PW = 4, 2, 1: 16-, 8-, 4-byte cp.async), PW dividing channel_words, so that a piece lies
+// within one tap of one pixel: an in-bounds tap copies PW channel words of the input pixel, a padded tap (P = 0
+// in the one-plane form) and anything past the end are zero-filled. A stage is kMmaStageWords words of K as
+// for PW = 4 (16 / channel_words taps for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight
+// rows take the same piece width (their copies zero-filled past the row's last word). Row popcounts of P read
+// the stage in 16-byte vectors whatever PW (every copy of the stage is visible after the loop's barrier); D_t
+// tabulated while the first stages are in flight; the epilogue is conv_epilogue (one-plane), its output tile in
+// the ring. Main loop, offline SASS (nvcc 13.0, sm_90a), PW = 4: 110 instructions per stage of 16 BMMA (351
+// with per-stage divisions in the gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static
+// instructions (8233 with the per-element epilogue: int64 index division, null checks and taps loop per output,
+// scattered 2-byte stores).
+template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
     int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
     bool out_channels_last) {
+  static_assert(PW == 1 || PW == 2 || PW == 4, "4-, 8- or 16-byte pieces");
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kWarpRows = BM / WARPS_M;
   constexpr int kWarpCols = BN / WARPS_N;
   constexpr int MT = kWarpRows / 16;
   constexpr int NT = kWarpCols / 8;
   static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
-  constexpr int kVecsPerRow = kMmaStageWords / 4;
-  constexpr int kVecsA = BM * kVecsPerRow;
-  constexpr int kVecsB = BN * kVecsPerRow;
-  static_assert(kVecsA % kThreads == 0 && kVecsB == kThreads, "whole A vectors per thread, one B vector per thread");
-  constexpr int kLoadsA = kVecsA / kThreads;
+  constexpr int kPiecesPerRow = kMmaStageWords / PW;
+  constexpr int kRowsPerPass = kThreads / kPiecesPerRow;  // rows of a thread's consecutive copies apart
+  static_assert(kThreads % kPiecesPerRow == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0,
+                "whole A and B pieces per thread, one column piece per thread");
+  constexpr int kLoadsA = BM / kRowsPerPass;
+  constexpr int kLoadsB = BN / kRowsPerPass;
+  constexpr int kPopVecsPerRow = kMmaStageWords / 4;  // the row popcounts' 16-byte reads
+  static_assert(kThreads % kPopVecsPerRow == 0 && BM % (kThreads / kPopVecsPerRow) == 0, "whole popcount vectors");
+  constexpr int kPopRowsPerPass = kThreads / kPopVecsPerRow;
+  constexpr int kPopLoads = BM / kPopRowsPerPass;
   constexpr int kStageWordsA = BM * kConvRowStride;
   constexpr int kStageWordsAll = (BM + BN) * kConvRowStride;
 
@@ -791,28 +788,33 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   if (tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
 
-  // The gather, per thread: its A vectors are rows tid / kVecsPerRow + i * kThreads / kVecsPerRow and its B
-  // vector row tid / kVecsPerRow, all at the same column vector of every stage, so the stage's word (tap,
-  // channel word) is one per thread, advanced by kMmaStageWords each issued stage without a division; the
-  // row's source offset and inside-taps mask are read once. word < reduction_words <=> tap < taps.
-  static_assert(kThreads % kVecsPerRow == 0, "one column vector per thread");
+  // The gather, per thread: its A pieces are rows tid / kPiecesPerRow + i * kRowsPerPass and its B pieces rows
+  // tid / kPiecesPerRow + j * kRowsPerPass, all at the same column piece of every stage, so the stage's word
+  // (tap, channel word) is one per thread, advanced by kMmaStageWords each issued stage without a division (PW
+  // divides channel_words and kMmaStageWords, so channel_word stays a multiple of PW and the piece within its
+  // tap); the row's source offset and inside-taps mask are read once. word < reduction_words <=> tap < taps.
   static_assert((kPipeStages & (kPipeStages - 1)) == 0, "ring slot by mask");
+  constexpr int kPieceBytes = PW * 4;
   constexpr unsigned kStageBytes = kStageWordsAll * sizeof(uint32_t);
+  constexpr unsigned kPassBytes = kRowsPerPass * kConvRowStride * sizeof(uint32_t);
   const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_pipe_smem));
-  const int vec_word = (tid % kVecsPerRow) * 4;
+  const int piece_row = tid / kPiecesPerRow;
+  const int vec_word = (tid % kPiecesPerRow) * PW;
   uint64_t a_source[kLoadsA];  // global byte address of the row's (image, top, left) pixel, integer arithmetic
   uint32_t a_inside[kLoadsA];
-  unsigned a_dst[kLoadsA];  // shared byte addresses in ring slot 0
 #pragma unroll
   for (int i = 0; i < kLoadsA; ++i) {
-    const int r = (tid + i * kThreads) / kVecsPerRow;
+    const int r = piece_row + i * kRowsPerPass;
     a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(row_source[r] * 4);
     a_inside[i] = row_inside[r];
-    a_dst[i] = smem + (r * kConvRowStride + vec_word) * 4;
   }
-  const unsigned b_dst = smem + (kStageWordsA + (tid / kVecsPerRow) * kConvRowStride + vec_word) * 4;
-  const bool b_row_valid = n0 + tid / kVecsPerRow < n_rows;
-  int64_t b_source = (b_row_valid ? (n0 + tid / kVecsPerRow) * reduction_words : 0) + vec_word;
+  const unsigned a_dst = smem + (piece_row * kConvRowStride + vec_word) * 4;  // ring slot 0, pass 0
+  const unsigned b_dst = smem + (kStageWordsA + piece_row * kConvRowStride + vec_word) * 4;
+  bool b_row_valid[kLoadsB];
+#pragma unroll
+  for (int j = 0; j < kLoadsB; ++j) b_row_valid[j] = n0 + piece_row + j * kRowsPerPass < n_rows;
+  const int64_t b_pass_words = static_cast<int64_t>(kRowsPerPass) * reduction_words;
+  int64_t b_source = (n0 + piece_row) * reduction_words + vec_word;  // pass 0; read only where b_row_valid
   const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
   const int word_step = kMmaStageWords % channel_words;
   int tap = vec_word / channel_words;  // of the next stage to issue
@@ -827,11 +829,15 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       for (int i = 0; i < kLoadsA; ++i) {
         // funnel shift: the shift clamps at 32 (tap may pass 31 in the last stage; then in_taps is false)
         const bool fill = in_taps && (__funnelshift_rc(a_inside[i], 0u, tap) & 1u) != 0;
-        cp_async_16_shared(a_dst[i] + slot, fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits,
-                           fill);
+        cp_async_shared<kPieceBytes>(a_dst + slot + i * kPassBytes,
+                                     fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
       }
-      const bool b_fill = b_row_valid && in_taps;
-      cp_async_16_shared(b_dst + slot, b_fill ? w_bits + b_source : w_bits, b_fill);
+#pragma unroll
+      for (int j = 0; j < kLoadsB; ++j) {
+        const bool b_fill = b_row_valid[j] && in_taps;
+        cp_async_shared<kPieceBytes>(b_dst + slot + j * kPassBytes, b_fill ? w_bits + b_source + j * b_pass_words : w_bits,
+                                     b_fill);
+      }
       b_source += kMmaStageWords;
       tap += tap_step;
       channel_word += word_step;
@@ -847,36 +853,39 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       smem + ((warp_m * kWarpRows + (lane & 7) + ((lane >> 3) & 1) * 8) * kConvRowStride + (lane >> 4) * 4) * 4;
   const unsigned b_lane =
       smem + (kStageWordsA + (warp_n * kWarpCols + (lane & 7) + (lane >> 4) * 8) * kConvRowStride + ((lane >> 3) & 1) * 4) * 4;
+  // the row popcounts' vectors: rows tid / kPopVecsPerRow + i * kPopRowsPerPass, words 4 (tid % kPopVecsPerRow)
+  const unsigned pop_src = smem + ((tid / kPopVecsPerRow) * kConvRowStride + (tid % kPopVecsPerRow) * 4) * 4;
+  constexpr unsigned kPopPassBytes = kPopRowsPerPass * kConvRowStride * sizeof(uint32_t);
   int acc[MT][NT][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0;
   }
-  int pop[kLoadsA];
+  int pop[kPopLoads];
 #pragma unroll
-  for (int i = 0; i < kLoadsA; ++i) pop[i] = 0;
+  for (int i = 0; i < kPopLoads; ++i) pop[i] = 0;
 
 #pragma unroll
   for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
   // D_t while the first stages are in flight (the loop's barriers order it before the epilogue)
-  tabulate_tap_d<BN, kThreads, 4>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words, channel_words,
-                                  static_cast<int>(shape.channels), taps, tid);
+  tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words,
+                                                channel_words, static_cast<int>(shape.channels), taps, tid);
   for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
     issue_stage(stage + kPipeStages - 1);
     const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
 #pragma unroll
-    for (int i = 0; i < kLoadsA; ++i) {
-      const uint4 v = ld_shared_16(a_dst[i] + slot);  // the vector this thread copied
+    for (int i = 0; i < kPopLoads; ++i) {
+      const uint4 v = ld_shared_16(pop_src + slot + i * kPopPassBytes);
       pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
     }
     mma_ldmatrix_stage<MT, NT>(acc, a_lane + slot, b_lane + slot);
   }
   cp_async_wait<0>();
 #pragma unroll
-  for (int i = 0; i < kLoadsA; ++i) atomicAdd(&row_pop[(tid + i * kThreads) / kVecsPerRow], pop[i]);
+  for (int i = 0; i < kPopLoads; ++i) atomicAdd(&row_pop[tid / kPopVecsPerRow + i * kPopRowsPerPass], pop[i]);
   __syncthreads();
 
   // 4 popc(P & B) - 2 popc(P); the barrier above is also behind the last ldmatrix of the ring, which holds the
@@ -901,7 +910,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
                                                 reinterpret_cast<OutT*>(conv_pipe_smem));
 }
 
-template <typename OutT>
+// PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned.
+template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
   constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
@@ -914,7 +924,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
     return cudaErrorInvalidValue;
   }
   constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kConvRowStride * sizeof(uint32_t);
-  auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, OutT>;
+  auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
   static unsigned long long smem_devices = 0;
   const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
   if (error != cudaSuccess) return error;
@@ -928,18 +938,29 @@ template <typename OutT>
 cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                     const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                     cudaStream_t stream) {
-  const bool vec = ceil_div(shape.channels, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(plus_bits) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(minus_bits) % 16 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const auto aligned = [&](uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(plus_bits) % bytes == 0 && reinterpret_cast<uintptr_t>(minus_bits) % bytes == 0 &&
+           reinterpret_cast<uintptr_t>(w_bits) % bytes == 0;
+  };
   const bool sign_zero = minus_bits != nullptr;
-  const bool one_plane = !sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps;
-  if (vec) {
-    if (sign_zero) return binary_conv2d_mma_launch<4, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
-    if (one_plane) return binary_conv2d_pipelined_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
-    return binary_conv2d_mma_launch<4, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  if (!sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps) {
+    // one plane: the widest piece that divides the channel words and the operands' alignment
+    if (channel_words % 4 == 0 && aligned(16)) {
+      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    }
+    if (channel_words % 2 == 0 && aligned(8)) {
+      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    }
+    if (aligned(4)) return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
   }
-  if (sign_zero) return binary_conv2d_mma_launch<1, true, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
-  if (one_plane) return binary_conv2d_mma_launch<1, false, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
-  return binary_conv2d_mma_launch<1, false, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  // two planes: torch.sign inputs, more than kOnePlaneMaxTaps taps (or words not 4-byte aligned)
+  if (channel_words % 4 == 0 && aligned(16)) {
+    if (sign_zero) return binary_conv2d_mma_launch<4, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    return binary_conv2d_mma_launch<4, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  }
+  if (sign_zero) return binary_conv2d_mma_launch<1, true>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_mma_launch<1, false>(plus_bits, minus_bits, w_bits, shape, ep, out, out_channels_last, stream);
 }
 
 }  // namespace
