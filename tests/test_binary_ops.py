@@ -828,3 +828,50 @@ def test_pack_signs_whole_words(device, dtype, k):
         actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
         exact = "row_scale" not in flags
         assert_matches(actual, expected, dtype, exact, f"binary_linear k={k} {dtype} {flags}", magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("k", [32, 64, 96, 992, 1024, 1056])
+@pytest.mark.parametrize("m", [1, 7, 257])
+def test_pack_signs_short_rows(device, dtype, k, m):
+    """Rows of k % 32 == 0 up to 1024 take the CUDA short-row kernel (tiles of whole rows: 256 words a tile
+    for bf16/fp16, 128 for fp32), 1056 the long-row kernel: row counts that leave a partial tile, words per
+    row that do not divide a tile (3, 31), the sign_zero planes and mean |x| through binary_linear."""
+    x = random_input((m, k), dtype, device, zeros=True)
+    x[0, 0] = -0.0  # -0.0 >= 0: bit 1, and 0 in both sign_zero planes
+    assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
+    _, w_packed = packed_weight(17, k, device)
+    for flags in ({"sign_zero": True}, {"row_scale": True}, {"sign_zero": True, "row_scale": True}):
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
+        exact = "row_scale" not in flags
+        assert_matches(actual, expected, dtype, exact, f"binary_linear m={m} k={k} {dtype} {flags}", magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("k", [64, 1024])
+def test_pack_signs_many_short_rows(device, dtype, k):
+    """More tiles than the short-row kernel's grid holds (its grid-stride loop), rows of 64 (a ResNet-18
+    layer1 pixel) and of 1024 values; an odd row count; mean |x| deterministic over repeated calls."""
+    m = 300007 if k == 64 else 20001
+    x = random_input((m, k), dtype, device, zeros=True)
+    assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
+    _, w_packed = packed_weight(5, k, device)
+    for flags in ({"sign_zero": True}, {"row_scale": True}):
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
+        exact = "row_scale" not in flags
+        assert_matches(actual, expected, dtype, exact, f"binary_linear m={m} k={k} {dtype} {flags}", magnitude)
+    again = ops.binary_linear(x, w_packed, k, row_scale=True)
+    assert torch.equal(again, ops.binary_linear(x, w_packed, k, row_scale=True)), "row_scale not deterministic"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("c", [64, 96, 1024])
+@pytest.mark.parametrize("sign_zero", [False, True])
+def test_conv2d_short_pixel_rows(device, dtype, c, sign_zero):
+    """channels_last half-precision activations, a row of c channels per pixel (ResNet-18's 64 and the largest
+    short row, 1024): 2 * 13 * 11 = 286 pixels, not a whole number of tiles."""
+    x = random_input((2, c, 13, 11), dtype, device, zeros=sign_zero).contiguous(memory_format=torch.channels_last)
+    x[1, :, 4, 5] = 0.0  # a pixel of zeros
+    weight = torch.randn(9, c, 3, 3, device=device)
+    actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1), pad_value=0.0, sign_zero=sign_zero)
+    assert_matches(actual, expected, dtype, True, f"conv c={c} {dtype} sign_zero={sign_zero}")

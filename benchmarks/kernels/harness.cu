@@ -12,7 +12,8 @@
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
 //          scale, bias) outoff=0 (the output pointer that many elements past an aligned one)
-//   pack   m k dtype                                     pack_signs
+//   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
+//          |x| per row; xoff: x that many elements past an aligned pointer)
 // Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
 // float ones), microseconds per launch (cudaEvent, L2 flushed by writing a 128 MiB buffer before each timed
 // launch, median of reps), microseconds per launch inside a CUDA graph of 100 launches that cycle over copies
@@ -585,39 +586,94 @@ Row run_conv(const Args& args) {
 }
 
 // ---- pack: pack_signs of a [m, k] float matrix -----------------------------------------------------------
+// About 1/8 of the values are 0 and 1/16 are -0 (bit 1 for x >= 0; 0 in both planes under sign_zero).
+// sign_zero=1: the torch.sign planes (x > 0, x < 0); mean=1: mean |x| per row, against a float64 sum within the
+// fp32 bound of a k-term sum. xoff: x that many elements past a 256-byte aligned pointer (xoff=1: the
+// unaligned fallback). Every output is poisoned first and read again after the timed launches: it must be
+// bit-identical (deterministic).
 Row run_pack(const Args& args) {
   const int64_t m = args.num("m", 4096), k = args.num("k", 8192);
   const FloatType type = parse_type(args.str("dtype", "bf16"));
+  const bool sign_zero = args.num("sign_zero", 0) != 0, mean = args.num("mean", 0) != 0;
+  const int64_t xoff = args.num("xoff", 0);
   Random random(static_cast<uint64_t>(args.num("seed", 1)));
   const int64_t words = (k + 31) / 32;
   Row row;
   row.family = "pack";
   row.shape = format("m=%lld k=%lld %s", (long long)m, (long long)k, args.str("dtype", "bf16").c_str());
-  row.config = "auto";
+  row.config = format("sz=%d mean=%d xoff=%lld", sign_zero, mean, (long long)xoff);
   std::vector<float> values(m * k), rounded;
-  for (auto& v : values) v = random.uniform();
+  for (auto& v : values) {
+    const uint32_t pick = random.word() & 15u;
+    v = pick < 2 ? 0.f : (pick == 2 ? -0.f : random.uniform());
+  }
   const std::vector<uint8_t> x_bytes = encode(values, type, &rounded);
-  std::vector<uint32_t> want(m * words, 0);
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t j = 0; j < k; ++j)
-      if (rounded[i * k + j] >= 0.f) want[i * words + j / 32] |= 1u << (j % 32);
+  std::vector<uint32_t> want(m * words, 0), want_minus(sign_zero ? m * words : 0, 0);
+  std::vector<double> want_mean(mean ? m : 0);
+  for (int64_t i = 0; i < m; ++i) {
+    double sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const float v = rounded[i * k + j];
+      if (sign_zero ? v > 0.f : v >= 0.f) want[i * words + j / 32] |= 1u << (j % 32);
+      if (sign_zero && v < 0.f) want_minus[i * words + j / 32] |= 1u << (j % 32);
+      sum += std::fabs(static_cast<double>(v));
+    }
+    if (mean) want_mean[i] = sum / static_cast<double>(k);
+  }
   if (args.num("plant", 0) != 0) want[0] ^= 1u;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(x_bytes.size()) : 1;
-  Copies inputs(x_bytes.data(), x_bytes.size(), copies);
-  Buffer bits(want.size() * 4);
+  const size_t skip = static_cast<size_t>(xoff) * type_size(type);
+  std::vector<uint8_t> padded(skip, 0);
+  padded.insert(padded.end(), x_bytes.begin(), x_bytes.end());
+  Copies inputs(padded.data(), padded.size(), copies);
+  Buffer bits(want.size() * 4), minus_bits(std::max<size_t>(1, want_minus.size()) * 4),
+      means(std::max<size_t>(1, want_mean.size()) * 4);
+  CHECK_CUDA(cudaMemset(bits.ptr, 0xa5, bits.bytes));  // poison: an unwritten word differs
+  CHECK_CUDA(cudaMemset(minus_bits.ptr, 0xa5, minus_bits.bytes));
+  CHECK_CUDA(cudaMemset(means.ptr, 0xff, means.bytes));  // NaN
   auto launch = [&](int copy, cudaStream_t stream) {
-    return bk::launch_pack_signs(inputs[copy], type, m, k, false, bits.as<uint32_t>(), nullptr, nullptr, stream);
+    return bk::launch_pack_signs(static_cast<const uint8_t*>(inputs[copy]) + skip, type, m, k, sign_zero,
+                                 bits.as<uint32_t>(), sign_zero ? minus_bits.as<uint32_t>() : nullptr,
+                                 mean ? means.as<float>() : nullptr, stream);
   };
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint32_t> got(want.size());
-  CHECK_CUDA(cudaMemcpy(got.data(), bits.ptr, bits.bytes, cudaMemcpyDeviceToHost));
-  size_t bad = 0;
+  auto read = [&](std::vector<uint32_t>& got, std::vector<uint32_t>& got_minus, std::vector<float>& got_mean) {
+    got.resize(want.size());
+    got_minus.resize(want_minus.size());
+    got_mean.resize(want_mean.size());
+    CHECK_CUDA(cudaMemcpy(got.data(), bits.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(got_minus.data(), minus_bits.ptr, got_minus.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(got_mean.data(), means.ptr, got_mean.size() * 4, cudaMemcpyDeviceToHost));
+  };
+  std::vector<uint32_t> got, got_minus;
+  std::vector<float> got_mean;
+  read(got, got_minus, got_mean);
+  size_t bad = 0, bad_minus = 0, bad_mean = 0;
   for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
-  row.ok = bad == 0;
+  for (size_t i = 0; i < got_minus.size(); ++i) bad_minus += got_minus[i] != want_minus[i];
+  double worst = 0;
+  for (size_t i = 0; i < got_mean.size(); ++i) {  // |error| <= k u sum (any order of a k-term fp32 sum) + the divide
+    const double allowed = (static_cast<double>(k) + 1) * 6e-8 * want_mean[i] + 1e-30;
+    const double error = std::isfinite(got_mean[i]) ? std::fabs(got_mean[i] - want_mean[i]) / allowed : INFINITY;
+    bad_mean += !(error <= 1);
+    worst = std::max(worst, error);
+  }
+  row.ok = bad == 0 && bad_minus == 0 && bad_mean == 0;
   row.check = format("%zu of %zu words differ", bad, got.size());
+  if (sign_zero) row.check += format(", minus %zu", bad_minus);
+  if (mean) row.check += format(", mean %zu bad (worst %.3g of allowed)", bad_mean, worst);
   row.timing = time_launches(launch, copies, args);
-  const double bytes = x_bytes.size() + bits.bytes;
+  std::vector<uint32_t> again, again_minus;
+  std::vector<float> again_mean;
+  read(again, again_minus, again_mean);
+  const bool same = again == got && again_minus == got_minus &&
+                    (again_mean.empty() || std::memcmp(again_mean.data(), got_mean.data(), got_mean.size() * 4) == 0);
+  if (!same) {
+    row.ok = false;
+    row.check += "; NOT DETERMINISTIC (outputs changed over the timed launches)";
+  }
+  const double bytes = x_bytes.size() + want.size() * 4.0 + want_minus.size() * 4.0 + want_mean.size() * 4.0;
   row.floor_us = bytes / kBytesPerUs;
   row.rate = bytes / row.timing.us / 1e6;
   return row;

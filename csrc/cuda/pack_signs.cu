@@ -1,13 +1,20 @@
 // pack_signs: binarize and pack rows of x into sign bits (SPEC 2.1), also the activation packing inside
 // binary_linear and binary_conv2d. Torch-free (launcher in binary_kernels.cuh).
 //
-// pack_signs_vector_kernel (k % 32 == 0, 16-byte aligned x): 16-byte loads, kPackUnroll a lane in flight;
+// pack_signs_vector_kernel (k % 32 == 0, k > 1024, 16-byte aligned x): 16-byte loads, kPackUnroll a lane in flight;
 //   the lanes of one word OR their bits together with shuffles.
 // pack_signs_kernel (any k): one warp packs one word per __ballot_sync (lane j reads value 32*w + j, so the
 //   ballot is the word in the storage format, LSB first).
 // Both: 1-8 warps share a row (more for long rows); the same pass writes the second bit plane of
 // torch.sign inputs (x < 0) and mean|x| of each row (binary_linear's row_scale), reduced in a fixed order
 // (deterministic).
+// pack_signs_rows_kernel (k % 32 == 0, k <= 1024, 16-byte aligned x: conv activations, one row a pixel): the
+//   matrix as one stream of 16-byte vectors; a block takes a tile of whole rows (the most that fit in 256 x 4
+//   vectors), thread t loads vectors t, t + 256, t + 512, t + 768 of the tile (every load instruction reads 512
+//   contiguous bytes a warp, 4 in flight a thread), the 32 / V lanes of a word OR their bits with shuffles.
+//   Grid-stride over the tiles, the grid sized to the resident blocks. mean|x|: each lane sums its V values in
+//   order, the lanes of a word in a fixed shuffle tree, then one thread a row adds its word sums in order
+//   (deterministic, and independent of the grid).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -154,11 +161,131 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
   }
 }
 
+// Rows of at most kShortRowWords words take pack_signs_rows_kernel.
+constexpr int kShortRowWords = 32;
+constexpr int kRowLoads = 4;  // 16-byte loads a thread has in flight per tile
+
+template <typename T>
+__host__ __device__ constexpr int tile_words() {
+  return kPackThreads * kRowLoads / (32 / (16 / static_cast<int>(sizeof(T))));
+}
+
+template <typename T, bool SIGN_ZERO, bool MEAN>
+__global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* __restrict__ x, int64_t rows, int k,
+                                                                       int rows_per_tile, int64_t tiles,
+                                                                       uint32_t* __restrict__ plus_bits,
+                                                                       uint32_t* __restrict__ minus_bits,
+                                                                       float* __restrict__ row_mean_abs) {
+  constexpr int V = 16 / sizeof(T);  // values a vector
+  constexpr int kLanesPerWord = 32 / V;
+  constexpr int kTileWords = tile_words<T>();
+  __shared__ float word_sums[MEAN ? kTileWords : 1];
+  const int words = k / 32;
+  const uint4* vectors = reinterpret_cast<const uint4*>(x);
+  const int t = threadIdx.x;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int64_t first_row = tile * rows_per_tile;
+    const int live_rows = static_cast<int>(rows - first_row < rows_per_tile ? rows - first_row : rows_per_tile);
+    const int live_vectors = live_rows * words * kLanesPerWord;
+    const int64_t first_word = first_row * words;
+    const uint4* tile_x = vectors + first_word * kLanesPerWord;
+    uint4 raw[kRowLoads];
+#pragma unroll
+    for (int u = 0; u < kRowLoads; ++u) {
+      const int v = u * kPackThreads + t;
+      raw[u] = v < live_vectors ? __ldg(tile_x + v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kRowLoads; ++u) {
+      if (u * kPackThreads >= live_vectors) break;  // uniform over the block
+      const int v = u * kPackThreads + t;
+      union {
+        uint4 vector;
+        T values[V];
+      } unpacked;
+      unpacked.vector = raw[u];
+      uint32_t plus = 0, minus = 0;
+      float abs_sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        const float value = to_float(unpacked.values[j]);
+        if (MEAN) abs_sum += fabsf(value);
+        // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
+        plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
+        if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
+      }
+      plus <<= (t % kLanesPerWord) * V;
+      minus <<= (t % kLanesPerWord) * V;
+#pragma unroll
+      for (int offset = 1; offset < kLanesPerWord; offset <<= 1) {  // lanes of a word: t / kLanesPerWord
+        plus |= __shfl_xor_sync(kFullMask, plus, offset);
+        if (SIGN_ZERO) minus |= __shfl_xor_sync(kFullMask, minus, offset);
+        if (MEAN) abs_sum += __shfl_xor_sync(kFullMask, abs_sum, offset);
+      }
+      if (v < live_vectors && t % kLanesPerWord == 0) {
+        const int word = v / kLanesPerWord;
+        plus_bits[first_word + word] = plus;
+        if (SIGN_ZERO) minus_bits[first_word + word] = minus;
+        if (MEAN) word_sums[word] = abs_sum;
+      }
+    }
+    if (MEAN) {  // uniform over the block
+      __syncthreads();
+      if (t < live_rows) {
+        float total = 0.f;
+        for (int w = 0; w < words; ++w) total += word_sums[t * words + w];
+        row_mean_abs[first_row + t] = total / static_cast<float>(k);
+      }
+      __syncthreads();  // word_sums is the next tile's
+    }
+  }
+}
+
+// Blocks of a kernel resident on one multiprocessor, asked once per kernel instantiation (racing callers
+// both ask: harmless).
+template <typename Kernel>
+int resident_blocks(Kernel kernel, int& cached) {
+  int blocks = __atomic_load_n(&cached, __ATOMIC_ACQUIRE);
+  if (blocks > 0) return blocks;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kPackThreads, 0) != cudaSuccess || blocks < 1)
+    blocks = 1;
+  __atomic_store_n(&cached, blocks, __ATOMIC_RELEASE);
+  return blocks;
+}
+
+template <typename T, bool SIGN_ZERO, bool MEAN>
+cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits, uint32_t* minus_bits,
+                        float* row_mean_abs, cudaStream_t stream) {
+  static int cached_blocks = 0;
+  const auto kernel = pack_signs_rows_kernel<T, SIGN_ZERO, MEAN>;
+  int device = 0, sm_count = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess) return error;
+  const int rows_per_tile = tile_words<T>() / static_cast<int>(k / 32);
+  const int64_t tiles = ceil_div(rows, rows_per_tile);
+  const int64_t resident = static_cast<int64_t>(sm_count) * resident_blocks(kernel, cached_blocks);
+  const int64_t blocks = tiles < resident ? tiles : resident;
+  kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, static_cast<int>(k), rows_per_tile, tiles,
+                                                                     plus_bits, minus_bits, row_mean_abs);
+  return cudaGetLastError();
+}
+
 template <typename T>
 cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero, uint32_t* plus_bits,
                              uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
   const int64_t words = ceil_div(k, 32);
-  if (k % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {
+  const bool aligned = k % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (aligned && words <= kShortRowWords) {
+    if (sign_zero) {
+      return row_mean_abs != nullptr
+                 ? launch_rows<T, true, true>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream)
+                 : launch_rows<T, true, false>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream);
+    }
+    return row_mean_abs != nullptr ? launch_rows<T, false, true>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream)
+                                   : launch_rows<T, false, false>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream);
+  }
+  if (aligned) {
     const int64_t rounds = ceil_div(k / (16 / static_cast<int64_t>(sizeof(T))), 32 * kPackUnroll);
     int warps_per_row = 1;  // more warps on a row only when each still gets two rounds
     while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * 2 < rounds) warps_per_row *= 2;
