@@ -133,8 +133,9 @@ def conv_problem(batch: int, channels: int, size: int, device: str):
     w = torch.randn(channels, channels, 3, 3, device=device)
     dense_w = w.to(dtype).contiguous(memory_format=torch.channels_last)
     packed = ops.pack_signs(w.permute(0, 2, 3, 1))
-    ours = lambda: torch.ops.bitcompile.binary_conv2d(x, packed, channels, [3, 3], [1, 1], [1, 1], [1, 1])  # noqa: E731
-    baseline = lambda: F.conv2d(x, dense_w, padding=1)  # noqa: E731
+    inputs = rotating(x, device)  # the activations rotate (the timing rule of issue 11), the weights stay
+    ours = cycling(lambda a: torch.ops.bitcompile.binary_conv2d(a, packed, channels, [3, 3], [1, 1], [1, 1], [1, 1]), inputs)
+    baseline = cycling(lambda a: F.conv2d(a, dense_w, padding=1), inputs)
     return ours, baseline, 2 * batch * channels * channels * 9 * size * size
 
 
@@ -147,7 +148,10 @@ ROWS = [
     ("binary_weight_linear W1A16 M=16 N=K=8192", "cuda", lambda: linear_problem("binary_weight_linear", 16, 8192, 8192, "cuda"), None),
     ("apot_linear apot4 M=1 N=K=8192", "cuda", lambda: linear_problem("apot_linear", 1, 8192, 8192, "cuda"), 3),
     ("apot_linear apot4 M=4096 N=K=8192", "cuda", lambda: linear_problem("apot_linear", 4096, 8192, 8192, "cuda"), 0.8),
-    ("binary_conv2d 3x3 pad 1 B=64 C=256 14x14", "cuda", lambda: conv_problem(64, 256, 14, "cuda"), 4),
+    ("binary_conv2d 3x3 pad 1 B=64 C=256 14x14", "cuda", lambda: conv_problem(64, 256, 14, "cuda"), 3),
+    ("binary_conv2d 3x3 pad 1 B=256 C=512 7x7", "cuda", lambda: conv_problem(256, 512, 7, "cuda"), 3),
+    ("binary_conv2d 3x3 pad 1 B=1 C=256 14x14", "cuda", lambda: conv_problem(1, 256, 14, "cuda"), 2),
+    ("binary_conv2d 3x3 pad 1 B=256 C=64 56x56", "cuda", lambda: conv_problem(256, 64, 56, "cuda"), None),
     ("binary_linear W1A1 M=64 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_linear", 64, 4096, 4096, "cpu"), 6),
     ("binary_weight_linear M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_weight_linear", 1, 4096, 4096, "cpu"), 4),
     ("apot_linear apot4 M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("apot_linear", 1, 4096, 4096, "cpu"), None),
