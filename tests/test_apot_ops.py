@@ -181,6 +181,58 @@ def test_apot_linear_large_weight(device):
 
 
 # ----------------------------------------------------------------------------------------------
+# apot_linear at the edges of the CUDA small-batch kernel: 8 rows of x a launch (m = 8, 9), the switch
+# to dequantize + GEMM past kSmallBatchRows = 16 (m = 16, 17), rows of whole 16-byte pieces (k = 256,
+# 2080) or not (k = 300: the byte-load kernel), nibble and byte codes, K split over many blocks (few
+# outputs), and values far from 1 (the kernel scales the levels and each 128 columns of x by powers
+# of two into fp16).
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("bits", [4, 8])
+@pytest.mark.parametrize("k", [256, 300, 2080])
+def test_apot_linear_batch_edges(device, dtype, bits, k):
+    n = 100  # not a multiple of the kernel's 16-row tiles
+    _, packed, table = make_weight(n, k, bits, device)
+    alpha = make_alpha(n, True, device)
+    bias = torch.randn(n, device=device)
+    for m in (8, 9, 16, 17):
+        x = torch.randn(m, k, device=device).to(dtype)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, dtype, f"m={m} bits={bits} k={k}")
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("n", [1, 3])
+def test_apot_linear_few_outputs_long_k(device, dtype, n):
+    k, bits = 8192, 4
+    _, packed, table = make_weight(n, k, bits, device, "scheme")
+    alpha = make_alpha(n, False, device)
+    for m in (1, 2):
+        x = torch.randn(m, k, device=device).to(dtype)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu())
+        magnitude = reference.apot_linear(x.cpu().double().square(), packed.cpu(), k, bits,
+                                          table.cpu().double().square(), alpha.cpu().double().square()).sqrt()
+        assert_close_relative(y, expected, dtype, f"n={n} m={m}", magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("bits", [4, 8])
+def test_apot_linear_wide_range(device, dtype, bits):
+    # x spans 10^+-6 (10^+-3 in fp16) within each row; levels near 1e-20 and alpha near 1e17 (1e20).
+    k, n, m = 1000, 40, 3
+    _, packed, table = make_weight(n, k, bits, device)
+    table = table * 1e-20
+    alpha = make_alpha(n, True, device) * (1e17 if dtype == torch.float16 else 1e20)
+    decades = 3.0 if dtype == torch.float16 else 6.0
+    x = (torch.randn(m, k) * torch.pow(10.0, (torch.rand(m, k) * 2 - 1) * decades)).to(dtype).to(device)
+    y = ops.apot_linear(x, packed, k, bits, table, alpha)
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu())
+    assert_close_relative(y, expected, dtype, f"bits={bits}")
+
+
+# ----------------------------------------------------------------------------------------------
 # apot_linear_int
 # ----------------------------------------------------------------------------------------------
 def numerator_table(bits, kind):

@@ -7,7 +7,9 @@
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices   binary_weight_linear (WeightLinearTuning)
-//   apot   m n k dtype bits=4                            apot linear_small_batch (codes through a level table)
+//   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
+//          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
+//          16-byte alignment, i.e. the byte-load kernel)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
@@ -318,22 +320,41 @@ Row run_w1a16(const Args& args, bool apot) {
   std::vector<float> x_values(m * k), x_rounded;
   for (auto& v : x_values) v = random.uniform();
   const std::vector<uint8_t> x_bytes = encode(x_values, type, &x_rounded);
-  // The weight: bits (w1a16) or nibble codes (apot) and the value of each entry for the reference.
+  // The weight: bits (w1a16) or codes (apot: nibbles for bits <= 4, else bytes) and the value of each entry
+  // for the reference (apot: the level times alpha).
   const int64_t words = (k + 31) / 32;
   std::vector<uint32_t> w_bits;
   std::vector<uint8_t> codes;
-  std::vector<float> table(16);
-  const int64_t row_bytes = (k + 1) / 2;
+  if (apot && (bits < 1 || bits > 8)) {
+    std::fprintf(stderr, "apot: bits=%d, want 1..8\n", bits);
+    std::exit(2);
+  }
+  const bool nibbles = bits <= 4;
+  const unsigned levels = 1u << bits;
+  std::vector<float> table(apot ? levels : 0), alpha_values(n, 1.f), bias_values(n, 0.f);
+  const int64_t row_bytes = nibbles ? (k + 1) / 2 : k;
+  const bool alpha_vector = args.str("alpha", "1") == "vec", with_bias = args.num("bias", 0) != 0;
   if (apot) {
     for (auto& v : table) v = random.uniform();
     codes.assign(n * row_bytes, 0);
     for (int64_t r = 0; r < n; ++r)
-      for (int64_t j = 0; j < k; ++j) codes[r * row_bytes + j / 2] |= static_cast<uint8_t>((random.word() & 15u) << (4 * (j % 2)));
+      for (int64_t j = 0; j < k; ++j) {
+        const uint32_t code = random.word() % levels;
+        if (nibbles) codes[r * row_bytes + j / 2] |= static_cast<uint8_t>(code << (4 * (j % 2)));
+        else codes[r * row_bytes + j] = static_cast<uint8_t>(code);
+      }
+    if (alpha_vector)
+      for (auto& v : alpha_values) v = 1.f + 0.5f * random.uniform();
+    if (with_bias)
+      for (auto& v : bias_values) v = random.uniform();
   } else {
     w_bits = random_bits(random, n, k);
   }
+  auto code_of = [&](const std::vector<uint8_t>& codesv, int64_t r, int64_t j) -> unsigned {
+    return nibbles ? (codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u : codesv[r * row_bytes + j];
+  };
   auto weight = [&](const auto& bitsv, const auto& codesv, int64_t r, int64_t j) -> double {
-    if (apot) return table[(codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u];
+    if (apot) return double(table[code_of(codesv, r, j)]) * alpha_values[r];
     return sign_of(bitsv, words, r, j);
   };
   // plant=1: the reference sees one flipped weight, at the largest |x| of row 0 (a change far above rounding).
@@ -344,11 +365,16 @@ Row run_w1a16(const Args& args, bool apot) {
     for (int64_t i = 1; i < k; ++i)
       if (std::fabs(x_rounded[i]) > std::fabs(x_rounded[j])) j = i;
     if (apot) {  // the code whose level is furthest from the stored one
-      const unsigned shift = 4 * (j % 2), code = (ref_codes[j / 2] >> shift) & 15u;
+      const unsigned code = code_of(ref_codes, 0, j);
       unsigned furthest = code;
-      for (unsigned c = 0; c < 16; ++c)
+      for (unsigned c = 0; c < levels; ++c)
         if (std::fabs(table[c] - table[code]) > std::fabs(table[furthest] - table[code])) furthest = c;
-      ref_codes[j / 2] = static_cast<uint8_t>((ref_codes[j / 2] & ~(15u << shift)) | (furthest << shift));
+      if (nibbles) {
+        const unsigned shift = 4 * (j % 2);
+        ref_codes[j / 2] = static_cast<uint8_t>((ref_codes[j / 2] & ~(15u << shift)) | (furthest << shift));
+      } else {
+        ref_codes[j] = static_cast<uint8_t>(furthest);
+      }
     }
     else
       ref_bits[j / 32] ^= 1u << (j % 32);
@@ -364,20 +390,31 @@ Row run_w1a16(const Args& args, bool apot) {
         sum += term;
         squares += term * term;
       }
-      want[i * n + r] = sum;
-      magnitude[i * n + r] = std::sqrt(squares);
+      want[i * n + r] = sum + bias_values[r];
+      magnitude[i * n + r] = std::sqrt(squares) + std::fabs(bias_values[r]);
     }
   }
 
   const size_t weight_bytes = apot ? codes.size() : w_bits.size() * 4;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
-  Copies weights(apot ? static_cast<const void*>(codes.data()) : static_cast<const void*>(w_bits.data()), weight_bytes, copies);
-  Buffer x(x_bytes.size()), y(m * n * type_size(type)), table_device(16 * sizeof(float)), alpha(sizeof(float));
-  const float one = 1.f;  // apot: alpha (a scalar) of 1, the levels are the table itself
-  CHECK_CUDA(cudaMemcpy(alpha.ptr, &one, sizeof one, cudaMemcpyHostToDevice));
+  // apot offset=B: W starts B bytes into its buffer (B % 16 != 0: no 16-byte loads).
+  const size_t offset = apot ? static_cast<size_t>(std::max<int64_t>(0, args.num("offset", 0))) : 0;
+  std::vector<uint8_t> shifted;
+  if (offset != 0) {
+    shifted.assign(offset, 0);
+    shifted.insert(shifted.end(), codes.begin(), codes.end());
+  }
+  Copies weights(apot ? static_cast<const void*>(offset != 0 ? shifted.data() : codes.data())
+                      : static_cast<const void*>(w_bits.data()),
+                 weight_bytes + offset, copies);
+  Buffer x(x_bytes.size()), y(m * n * type_size(type)), table_device(std::max<size_t>(1, table.size()) * sizeof(float)),
+      alpha(n * sizeof(float)), bias(n * sizeof(float));
+  const int64_t alpha_count = alpha_vector ? n : 1;
+  CHECK_CUDA(cudaMemcpy(alpha.ptr, alpha_values.data(), alpha_count * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemcpy(bias.ptr, bias_values.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   Buffer workspace(std::max<int64_t>(1, bitcompile::apot::linear_small_batch_workspace(m, k, n)) * sizeof(float));
   CHECK_CUDA(cudaMemcpy(x.ptr, x_bytes.data(), x_bytes.size(), cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemcpy(table_device.ptr, table.data(), 16 * sizeof(float), cudaMemcpyHostToDevice));
+  if (apot) CHECK_CUDA(cudaMemcpy(table_device.ptr, table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));  // NaN poison: an unwritten output fails the check
 
   int sm_count = 0;
@@ -387,13 +424,15 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.slices = static_cast<int>(args.num("slices", 0));
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
-  row.config = apot ? format("bits=%d", bits)
+  row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
+                             offset != 0 ? format(" off=%zu", offset).c_str() : "")
                     : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
-      return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]), n, 4,
-                                                  table_device.as<float>(), alpha.as<float>(), 1, nullptr, y.ptr,
-                                                  workspace.as<float>(), stream);
+      return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
+                                                  n, bits, table_device.as<float>(), alpha.as<float>(), alpha_count,
+                                                  with_bias ? bias.as<float>() : nullptr, y.ptr, workspace.as<float>(),
+                                                  stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
                                            bk::Epilogue{}, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);

@@ -1,22 +1,35 @@
 // APoT CUDA kernels (SPEC.md 2.5). Torch-free: see apot_kernels.cuh for the contract of each launcher.
 //
 // - pack_nibbles, dequantize_weight, code_row_sums: simple elementwise / one-warp-a-row kernels.
-// - linear_small_batch: the bandwidth-bound GEMV-style kernel for batches of <= 16 rows. Each warp
-//   owns 4 output rows; a block stages 1024 columns of up to 8 rows of x in shared memory as fp32
-//   (so W is read once per 8 rows of x), each lane reads 16 packed bytes of each of its warp's
-//   4 weight rows (coalesced across the warp) and decodes them through the level table in
-//   shared memory; one x value serves 4 weight rows and one decoded weight serves 8 x rows.
+// - linear_small_batch: the GEMV-style kernel for up to 8 rows of x a launch, bound by streaming W
+//   once and by its shared-memory table lookups (about one wavefront per 32 weights). W is decoded
+//   into fp16 hi + lo parts of the levels (scaled by 2^tw: 22 significant bits) and multiplied on
+//   the tensor cores (mma m16n8k16, fp32 accumulation), so one decode serves all 8 rows of x. The
+//   mma's 16 rows are 8 weight rows as hi parts and as lo parts, so a byte of nibbles is one PRMT
+//   (its address) and one 8-byte lookup {hi pair, lo pair} that lands as an A register pair, in a
+//   64 KiB table with a copy per lane (no bank conflicts). A warp holds up to 4 tiles of 16 weight
+//   rows; each lane streams 16 bytes of 2 rows a chunk (a 4-lane group: 64 contiguous bytes of a
+//   row) into registers a chunk ahead. x is pulled into L1 a chunk ahead and loaded as mma B
+//   registers: fp16 as it is, bf16 scaled by a power of two per (128 columns, row of x) so fp16
+//   holds it exactly, fp32 as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16
+//   mma adds) are unscaled into fp32 totals. The 8 warps of a block split K and are summed in
+//   shared memory; blocks along K form a cluster summed through distributed shared memory in rank
+//   order (deterministic; without clusters: a workspace and a finish kernel). Rows that are not
+//   whole 16-byte pieces (or an unaligned W) take a byte-load variant with one tile a warp.
 // - linear_int: a 64-wide tiled integer GEMM (plain int32 multiply-adds), exact by construction:
 //   int32 partial sums are flushed into int64 before they can overflow (how often follows from
 //   max|N|, found by each block from the table, no host sync), tables with huge numerators take
 //   int64 products instead.
 #include "apot_kernels.cuh"
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <climits>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 namespace bitcompile {
 namespace apot {
@@ -127,127 +140,423 @@ __global__ void dequantize_words_kernel(const uint8_t* __restrict__ w, int64_t r
 }
 
 // ---------------------------------------------------------------------------------------------
-// linear_small_batch
+// linear_small_batch (design at the top of the file).
 // ---------------------------------------------------------------------------------------------
-constexpr int kWarps = 8;          // warps a block
-constexpr int kRowsPerWarp = 4;    // weight rows (outputs) a warp
-constexpr int kTileK = 1024;       // columns of x staged in shared memory per step
-constexpr int kMaxBatch = 8;       // rows of x a launch
+constexpr int kGemvWarps = 8;
+constexpr int kGemvThreads = kGemvWarps * 32;
+constexpr int kMaxBatch = 8;     // rows of x a launch: the n = 8 of mma m16n8k16
+constexpr int kMaxSplits = 8;    // blocks along K (a portable cluster)
+constexpr int kChunkBytes = 64;  // bytes of a weight row that a 4-lane group reads per chunk (16 a lane)
+// Decode table: row `code byte` of 256 bytes holds 32 copies of the entry, lane l's at l * 8 (pairs of
+// nibble codes: {hi, lo} fp16x2) or l * 4 (byte codes: {hi, lo} fp16), so a warp's lookups never
+// share a bank and the address is one PRMT (byte << 8 | l * 8). Then the 256 codes' {hi, lo} words.
+constexpr int kTableBytes = 256 * 256;
+constexpr int kSmemBytes = kTableBytes + 256 * 4 + 16 * 4;  // + the codes' {hi, lo}, warp maxima, the shift
 
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+template <typename T>
+struct SmallBatchArgs {
+  const T* x;       // this launch's rows of x [m, k]
+  T* y;             // [m, n]
+  const uint8_t* w;
+  const float* code_values;
+  const float* alpha;
+  const float* bias;
+  float* partial;  // K split without clusters: [splits, partial_stride] of unscaled sums, else null
+  int64_t k, n, row_bytes, chunks, alpha_count, partial_stride;
+  int m, table_size, splits, tiles;
+  bool x_vector, cluster;
+};
+
+// 2^e as a float, e in [-126, 127].
+__device__ __forceinline__ float pow2(int e) { return __int_as_float((127 + e) << 23); }
+
+// The shift t that puts the largest |v| (biased fp32 / bf16 exponent e) in [2^14, 2^15) of fp16:
+// 126 for a zero or subnormal max, -114 for inf / nan.
+__device__ __forceinline__ int scale_shift(uint32_t e) { return min(141 - static_cast<int>(e), 126); }
+
+__device__ __forceinline__ uint32_t u32_of(__half2 v) {
+  uint32_t r;
+  memcpy(&r, &v, 4);
+  return r;
+}
+__device__ __forceinline__ __nv_bfloat162 bf162_of(uint32_t v) {
+  __nv_bfloat162 r;
+  memcpy(&r, &v, 4);
+  return r;
 }
 
-// Code j of a 16-byte chunk (j is a compile-time constant after unrolling).
-template <bool kNibbles>
-__device__ __forceinline__ int code_at(const uint4& chunk, int j) {
-  if (kNibbles) return (word_of(chunk, j / 8) >> ((j % 8) * 4)) & 15;
-  return (word_of(chunk, j / 4) >> ((j % 4) * 8)) & 255;
+// 16 bytes of W (read once: no L1 allocation, 256-byte L2 prefetch since the warp reads the next 64
+// bytes of the same rows a chunk later); zeros where !valid. Predicated, so no branch splits the loop.
+__device__ __forceinline__ uint4 load_stream16(const uint8_t* p, bool valid) {
+  uint4 v;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+      " mov.b32 %3, 0;\n @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p), "r"(static_cast<int>(valid)));
+  return v;
 }
 
-// 16 bytes of a packed row from `offset` (a multiple of 16); bytes past the row read as 0.
-__device__ __forceinline__ uint4 load_chunk(const uint8_t* row, int64_t offset, int64_t row_bytes,
-                                            bool vector_loads) {
-  if (vector_loads && offset + 16 <= row_bytes) return __ldg(reinterpret_cast<const uint4*>(row + offset));
+// 16 bytes of a weight row at `p` (byte `offset` of the row) by byte loads, zeros where !valid and past
+// the row end: rows of any length and alignment.
+__device__ __forceinline__ uint4 load_weight16(const uint8_t* p, bool valid, int64_t offset, int64_t row_bytes) {
+  const int64_t rest = row_bytes - offset;
+  const int left = !valid || rest <= 0 ? 0 : (rest < 16 ? static_cast<int>(rest) : 16);
   uint32_t words[4] = {0, 0, 0, 0};
 #pragma unroll
   for (int i = 0; i < 16; ++i)
-    if (offset + i < row_bytes) words[i / 4] |= uint32_t(__ldg(row + offset + i)) << (8 * (i % 4));
+    if (i < left) words[i / 4] |= uint32_t(__ldg(p + i)) << (8 * (i % 4));
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// kBatch: rows of x this instantiation holds (>= m); the rows past m are zeros and not stored.
-template <typename T, int kBatch, bool kNibbles>
-__global__ void __launch_bounds__(kWarps * 32)
-    linear_small_batch_kernel(const T* __restrict__ x, int m, int64_t k, const uint8_t* __restrict__ w, int64_t n,
-                              int64_t row_bytes, bool vector_loads, const float* __restrict__ code_values,
-                              int table_size, const float* __restrict__ alpha, int64_t alpha_count,
-                              const float* __restrict__ bias, T* __restrict__ y, int64_t split_columns,
-                              float* __restrict__ partial, int64_t partial_stride) {
-  constexpr int kPerChunk = kNibbles ? 32 : 16;  // codes in 16 bytes
-  constexpr int kCodesPerByte = kNibbles ? 2 : 1;
-  // One pad float after every chunk's worth of columns: lane l reads column l * kPerChunk + j,
-  // a stride of kPerChunk + 1 (odd) floats, so the 32 lanes hit 32 different banks.
-  constexpr int kPadded = kTileK + kTileK / kPerChunk;
-  __shared__ float xs[kBatch][kPadded];
-  __shared__ float levels[256];
-  load_table(levels, code_values, table_size);
+// d (+)= a * b, mma m16n8k16, fp16 inputs, fp32 accumulation.
+__device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%10, %10, %10, %10};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+__device__ __forceinline__ void mma_add(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kRowsPerWarp;
-  float acc[kRowsPerWarp][kBatch];
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r)
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) acc[r][i] = 0.f;
+template <typename T, bool kNibbles>
+struct Chunk {
+  static constexpr int kCodes = kNibbles ? 32 : 16;               // codes in a lane's 16 bytes
+  static constexpr int kColumns = 4 * kCodes;                      // columns of K a chunk
+  static constexpr int kXWords = kCodes * int(sizeof(T)) / 4;      // a lane's x values as loaded
+  static constexpr int kPairs = kCodes / 2;                        // B registers (fp16x2) a chunk
+  static constexpr int kSteps = kCodes / 4;                        // mma k-steps a chunk
+  static constexpr bool kSplitX = sizeof(T) == 4;                  // fp32 x as fp16 hi + lo
+};
 
-  // This block's columns: split blockIdx.y of K (split_columns is a multiple of kTileK).
-  const int64_t k_begin = int64_t(blockIdx.y) * split_columns;
-  const int64_t k_end = k_begin + split_columns < k ? k_begin + split_columns : k;
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTileK) {
-    __syncthreads();  // the previous tile is used up (and the table is in place)
-    for (int i = threadIdx.x; i < kBatch * kTileK; i += blockDim.x) {
-      const int r = i / kTileK, c = i % kTileK;
-      const int64_t column = k0 + c;
-      // x is 0 past m and past k: codes there (padding nibbles, other rows) contribute nothing.
-      xs[r][c + c / kPerChunk] = (r < m && column < k) ? to_float(x[int64_t(r) * k + column]) : 0.f;
+// Row g of x, columns k0 .. k0 + kCodes - 1, raw (zeros past k and for rows past m).
+template <typename T, bool kNibbles>
+__device__ __forceinline__ void load_x(uint32_t (&xr)[Chunk<T, kNibbles>::kXWords], const T* x, int m, int64_t k,
+                                       int g, int64_t k0, bool vector) {
+  using C = Chunk<T, kNibbles>;
+#pragma unroll
+  for (int i = 0; i < C::kXWords; ++i) xr[i] = 0;
+  if (g >= m) return;
+  const T* src = x + int64_t(g) * k + k0;
+  if (vector && k0 + C::kCodes <= k) {
+#pragma unroll
+    for (int v = 0; v < C::kXWords / 4; ++v) {
+      const uint4 q = __ldg(reinterpret_cast<const uint4*>(src) + v);
+      xr[4 * v] = q.x, xr[4 * v + 1] = q.y, xr[4 * v + 2] = q.z, xr[4 * v + 3] = q.w;
     }
-    __syncthreads();
-    for (int c0 = lane * kPerChunk; c0 < kTileK && k0 + c0 < k; c0 += 32 * kPerChunk) {
-      const int64_t offset = (k0 + c0) / kCodesPerByte;
-      uint4 chunk[kRowsPerWarp];
+    return;
+  }
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) {
-        const int64_t row = row0 + r;
-        chunk[r] = row < n ? load_chunk(w + row * row_bytes, offset, row_bytes, vector_loads) : make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < C::kCodes; ++i) {
+    if (k0 + i >= k) break;
+    if (sizeof(T) == 4) {
+      xr[i] = reinterpret_cast<const uint32_t*>(src)[i];
+    } else {
+      xr[i / 2] |= uint32_t(reinterpret_cast<const uint16_t*>(src)[i]) << (16 * (i % 2));
+    }
+  }
+}
+
+// x as mma B registers (fp16x2, x pair j of the lane in register j: k-slots 2tig, 2tig+1 of step s
+// are pair 2s, slots 2tig+8, 2tig+9 pair 2s + 1), scaled by 2^t per (chunk, row of x) with the
+// 4 lanes of the row agreeing on t; f0, f1: 2^-t of the rows of x in the lane's D columns 2tig, 2tig+1.
+template <typename T, bool kNibbles>
+__device__ __forceinline__ void x_fragment(const uint32_t (&xr)[Chunk<T, kNibbles>::kXWords],
+                                           uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
+                                           uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float& f0, float& f1,
+                                           int tig) {
+  using C = Chunk<T, kNibbles>;
+  if constexpr (std::is_same<T, __half>::value) {  // exact as it is
+#pragma unroll
+    for (int j = 0; j < C::kPairs; ++j) bh[j] = xr[j];
+    f0 = f1 = 1.f;
+    return;
+  } else {
+    uint32_t e;
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      __nv_bfloat162 top = __habs2(bf162_of(xr[0]));
+#pragma unroll
+      for (int j = 1; j < C::kXWords; ++j) top = __hmax2(top, __habs2(bf162_of(xr[j])));
+      uint32_t bits;
+      memcpy(&bits, &top, 4);
+      e = max((bits >> 7) & 0xffu, (bits >> 23) & 0xffu);
+    } else {
+      float top = 0.f;
+#pragma unroll
+      for (int j = 0; j < C::kXWords; ++j) top = fmaxf(top, fabsf(__uint_as_float(xr[j])));
+      e = __float_as_uint(top) >> 23;
+    }
+    e = max(e, __shfl_xor_sync(0xffffffffu, e, 1));
+    e = max(e, __shfl_xor_sync(0xffffffffu, e, 2));
+    const int t = scale_shift(e);
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const uint32_t s = uint32_t(127 + t) << 7;  // 2^t in bf16: exact products
+      const __nv_bfloat162 scale = bf162_of(s | (s << 16));
+#pragma unroll
+      for (int j = 0; j < C::kPairs; ++j) {
+        uint32_t v;
+        const __nv_bfloat162 scaled = __hmul2(bf162_of(xr[j]), scale);
+        memcpy(&v, &scaled, 4);
+        bh[j] = u32_of(__floats2half2_rn(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u)));
       }
-      const int base = c0 + c0 / kPerChunk;
+    } else {
+      const float scale = pow2(t);
 #pragma unroll
-      for (int j = 0; j < kPerChunk; ++j) {
-        float xv[kBatch];
+      for (int j = 0; j < C::kPairs; ++j) {
+        const float a = __uint_as_float(xr[2 * j]) * scale, b = __uint_as_float(xr[2 * j + 1]) * scale;
+        const __half2 hi = __floats2half2_rn(a, b);
+        const float2 back = __half22float2(hi);
+        bh[j] = u32_of(hi);
+        bl[j] = u32_of(__floats2half2_rn(a - back.x, b - back.y));
+      }
+    }
+    const float inverse = pow2(-t);
+    f0 = __shfl_sync(0xffffffffu, inverse, 8 * tig);  // lane 4 * (2 tig): a lane of row 2 tig of x
+    f1 = __shfl_sync(0xffffffffu, inverse, 8 * tig + 4);
+  }
+}
+
+// A 16-byte piece of one weight row (row g of the lane's group) times B over one chunk, into d. The
+// mma's 16 rows are that piece's 8 rows (one a group) as hi parts (rows 0-7: a0a1, a4a5) and as lo
+// parts (rows 8-15: a2a3, a6a7), so one 8-byte lookup {hi pair, lo pair} of a byte of nibbles is one
+// register pair of A as it lands (no moves): d[0] + d[2], d[1] + d[3] are the row's sums for
+// columns 2tig, 2tig + 1. Step s takes bytes 2s (k-slots 2tig, 2tig+1) and 2s + 1 (2tig+8, 2tig+9),
+// that is codes 4s .. 4s+3 of the lane; byte codes: codes 4s .. 4s+3 of word s, 4-byte lookups
+// {hi, lo} paired by PRMT.
+template <typename T, bool kNibbles>
+__device__ __forceinline__ void piece_product(const uint4& piece, const unsigned char* table, uint32_t lane_offset,
+                                              const uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
+                                              const uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float (&d)[4]) {
+  using C = Chunk<T, kNibbles>;
+  const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
 #pragma unroll
-        for (int i = 0; i < kBatch; ++i) xv[i] = xs[i][base + j];
+  for (int s = 0; s < C::kSteps; ++s) {
+    uint32_t a[4];
+    if constexpr (kNibbles) {
+      const uint32_t word = words[s / 2];
+      const int byte = (2 * s) % 4;
+      const uint2 e0 = *reinterpret_cast<const uint2*>(table + __byte_perm(word, lane_offset, 0x5504u | (byte << 4)));
+      const uint2 e1 =
+          *reinterpret_cast<const uint2*>(table + __byte_perm(word, lane_offset, 0x5504u | ((byte + 1) << 4)));
+      a[0] = e0.x, a[1] = e0.y, a[2] = e1.x, a[3] = e1.y;
+    } else {
+      uint32_t e[4];
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float level = levels[code_at<kNibbles>(chunk[r], j)];
+      for (int i = 0; i < 4; ++i)
+        e[i] = *reinterpret_cast<const uint32_t*>(table + __byte_perm(words[s], lane_offset, 0x5504u | (i << 4)));
+      a[0] = __byte_perm(e[0], e[1], 0x5410), a[1] = __byte_perm(e[0], e[1], 0x7632);
+      a[2] = __byte_perm(e[2], e[3], 0x5410), a[3] = __byte_perm(e[2], e[3], 0x7632);
+    }
+    if (s == 0) {
+      mma_first(d, a, bh[2 * s], bh[2 * s + 1]);
+    } else {
+      mma_add(d, a, bh[2 * s], bh[2 * s + 1]);
+    }
+    if constexpr (C::kSplitX) mma_add(d, a, bl[2 * s], bl[2 * s + 1]);
+  }
+}
+
+// The table's shift tw, kept in shared memory past the table (a register across the loop would spill).
+__device__ __forceinline__ int* table_shift_slot(unsigned char* smem) {
+  return reinterpret_cast<int*>(smem + kTableBytes + 256 * 4 + kGemvWarps * 4);
+}
+
+// Builds the decode table (kTableBytes) and stores the table's shift tw: levels scaled by 2^tw (largest
+// |level| in [2^14, 2^15)) split into fp16 hi + lo, 22 significant bits, exact products with fp16 x.
+// Codes past the table read as level 0. Ends with a barrier.
+template <bool kNibbles>
+__device__ __forceinline__ void build_table(const float* code_values, int table_size, unsigned char* smem) {
+  unsigned char* const table = smem;
+  uint32_t* const codes = reinterpret_cast<uint32_t*>(smem + kTableBytes);  // {hi, lo} fp16 of each code
+  uint32_t* const warp_max = codes + 256;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float level = static_cast<int>(threadIdx.x) < table_size ? code_values[threadIdx.x] : 0.f;
+  const uint32_t top = __reduce_max_sync(0xffffffffu, __float_as_uint(level) & 0x7fffffffu);
+  if (lane == 0) warp_max[warp] = top;
+  __syncthreads();
+  uint32_t block_top = warp_max[0];
 #pragma unroll
-          for (int i = 0; i < kBatch; ++i) acc[r][i] = fmaf(level, xv[i], acc[r][i]);
-        }
+  for (int i = 1; i < kGemvWarps; ++i) block_top = max(block_top, warp_max[i]);
+  const int shift = scale_shift(block_top >> 23);
+  if (threadIdx.x == 0) *table_shift_slot(smem) = shift;
+  const float scaled = level * pow2(shift);
+  const __half hi = __float2half_rn(scaled);
+  const __half lo = __float2half_rn(scaled - __half2float(hi));
+  codes[threadIdx.x] = uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
+  __syncthreads();
+  if (kNibbles) {  // byte h << 4 | l: {hi(l) | hi(h) << 16, lo(l) | lo(h) << 16}; warp w writes l = w, w + 8
+    const uint32_t low_a = codes[warp], low_b = codes[warp + 8];
+    for (int h = 0; h < 16; ++h) {
+      const uint32_t high = codes[h];
+      *reinterpret_cast<uint2*>(table + (h * 16 + warp) * 256 + lane * 8) =
+          make_uint2(__byte_perm(low_a, high, 0x5410), __byte_perm(low_a, high, 0x7632));
+      *reinterpret_cast<uint2*>(table + (h * 16 + warp + 8) * 256 + lane * 8) =
+          make_uint2(__byte_perm(low_b, high, 0x5410), __byte_perm(low_b, high, 0x7632));
+    }
+  } else {
+    for (int b = warp; b < 256; b += kGemvWarps) *reinterpret_cast<uint32_t*>(table + b * 256 + lane * 4) = codes[b];
+  }
+  __syncthreads();
+}
+
+// How a lane reads its 16 bytes of a weight row: rows of whole 16-byte pieces (vectors, streamed,
+// a chunk ahead), or rows of any length and alignment (bytes: a kernel of its own, one tile, no
+// prefetch, since its 16 registers a piece would otherwise be hoisted across tiles).
+enum LoadPath { kLoadVector, kLoadBytes };
+
+template <int kPath>
+__device__ __forceinline__ uint4 load_piece(const uint8_t* p, bool valid, int64_t offset, int64_t row_bytes) {
+  if (kPath == kLoadVector) return load_stream16(p, valid);  // in the row means all 16 bytes
+  return load_weight16(p, valid, offset, row_bytes);
+}
+
+// Pulls row g of x, columns k0 .. k0 + kCodes - 1, into L1 (no registers held; load_x reads it a chunk
+// later): a line a lane (64 bytes of 16-bit x, 128 of fp32: the group's lines).
+template <typename T, bool kNibbles>
+__device__ __forceinline__ void prefetch_x(const T* x, int m, int64_t k, int g, int64_t k0) {
+  if (g < m && k0 < k) asm volatile("prefetch.global.L1 [%0];" ::"l"(x + int64_t(g) * k + k0));
+}
+
+// The main loop of a warp over its chunks [c_begin, c_end); W of chunk c + 1 is loaded while chunk c
+// is decoded (each tile's registers are refilled as soon as they are read), x of chunk c + 1 is
+// pulled into L1.
+template <typename T, bool kNibbles, int kTiles, int kPath>
+__device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, unsigned char* smem, int64_t row0,
+                                                int64_t c_begin, int64_t c_end, float (&total)[kTiles][4]) {
+  using C = Chunk<T, kNibbles>;
+  constexpr bool kPrefetch = kPath != kLoadBytes;
+  const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
+  const uint32_t lane_offset = kNibbles ? lane * 8 : lane * 4;
+  const int64_t row_bytes = args.row_bytes;
+  // Row g + r of the block (r = 16 t or 16 t + 8) is at base + r * row_bytes; it exists if r < rows_left.
+  const uint8_t* const base = args.w + (row0 + g) * row_bytes + tig * 16;
+  const int64_t rows_left = args.n - (row0 + g);
+  uint4 w_lo[kTiles], w_hi[kTiles];  // rows g and g + 8 of each tile, the next chunk's
+  if (kPrefetch) {
+    const int64_t offset = c_begin * kChunkBytes + tig * 16;
+    const bool in_row = c_begin < c_end && offset < row_bytes;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const uint8_t* p = base + int64_t(16 * t) * row_bytes + c_begin * kChunkBytes;
+      w_lo[t] = load_piece<kPath>(p, in_row && 16 * t < rows_left, offset, row_bytes);
+      w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, in_row && 16 * t + 8 < rows_left, offset, row_bytes);
+    }
+  }
+  if (c_begin < c_end) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, c_begin * C::kColumns + tig * C::kCodes);
+  build_table<kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
+  const unsigned char* const table = smem;
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    uint32_t bh[C::kPairs], bl[C::kPairs];
+    float f0, f1;
+    {
+      uint32_t xr[C::kXWords];
+      load_x<T, kNibbles>(xr, args.x, args.m, args.k, g, c * C::kColumns + tig * C::kCodes, args.x_vector);
+      x_fragment<T, kNibbles>(xr, bh, bl, f0, f1, tig);
+    }
+    const bool more = c + 1 < c_end;
+    if (more) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, (c + 1) * C::kColumns + tig * C::kCodes);
+    const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes;
+    const bool next_in_row = more && next < row_bytes;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
+      float da[4], db[4];  // rows g and g + 8 of the tile
+      if (kPrefetch) {
+        piece_product<T, kNibbles>(w_lo[t], table, lane_offset, bh, bl, da);
+        piece_product<T, kNibbles>(w_hi[t], table, lane_offset, bh, bl, db);
+        // Refilled once read (the lookups issued): no second copy of the 32 bytes.
+        const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
+        w_lo[t] = load_piece<kPath>(p, next_in_row && 16 * t < rows_left, next, row_bytes);
+        w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, next_in_row && 16 * t + 8 < rows_left, next, row_bytes);
+      } else {
+        const uint8_t* p = base + int64_t(16 * t) * row_bytes + c * kChunkBytes;
+        piece_product<T, kNibbles>(load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes), table, lane_offset,
+                                   bh, bl, da);
+        piece_product<T, kNibbles>(load_piece<kPath>(p + 8 * row_bytes, 16 * t + 8 < rows_left, offset, row_bytes),
+                                   table, lane_offset, bh, bl, db);
+      }
+      total[t][0] = fmaf(da[0] + da[2], f0, total[t][0]);  // hi + lo
+      total[t][1] = fmaf(da[1] + da[3], f1, total[t][1]);
+      total[t][2] = fmaf(db[0] + db[2], f0, total[t][2]);
+      total[t][3] = fmaf(db[1] + db[3], f1, total[t][3]);
+    }
+  }
+}
+
+// Block: kTiles 16-row tiles of W (rows row0 ..) times split `split` of K (of args.splits, a
+// cluster when args.cluster); its 8 warps take consecutive chunk ranges of that split. kBytes: the
+// byte-load path (else rows of whole 16-byte pieces at 16-byte aligned addresses).
+template <typename T, bool kNibbles, int kTiles, bool kBytes>
+__global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no spills at 1 block an SM
+    linear_small_batch_kernel(const SmallBatchArgs<T> args) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int split = static_cast<int>(blockIdx.x % args.splits);
+  const int64_t row0 = int64_t(blockIdx.x / args.splits) * (16 * kTiles);
+  const int64_t parts = int64_t(args.splits) * kGemvWarps, part_index = int64_t(split) * kGemvWarps + warp;
+  const int64_t c_begin = part_index * args.chunks / parts, c_end = (part_index + 1) * args.chunks / parts;
+
+  float total[kTiles][4];
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t) total[t][0] = total[t][1] = total[t][2] = total[t][3] = 0.f;
+  small_batch_loop<T, kNibbles, kTiles, kBytes ? kLoadBytes : kLoadVector>(args, smem, row0, c_begin, c_end, total);
+
+  // Sum the 8 warps (fixed order), then the splits of K (rank order): deterministic.
+  __syncthreads();  // every warp is done with the table
+  constexpr int kElements = kTiles * 128;  // D values of a warp: tile t, lane l, register j at t*128 + l*4 + j
+  float* const sums = reinterpret_cast<float*>(smem);
+  float* const block_sum = sums + kGemvWarps * kElements;
+#pragma unroll
+  for (int t = 0; t < kTiles; ++t)
+    *reinterpret_cast<float4*>(sums + warp * kElements + t * 128 + lane * 4) =
+        make_float4(total[t][0], total[t][1], total[t][2], total[t][3]);
+  __syncthreads();
+  const float unscale = pow2(-*table_shift_slot(smem));
+  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
+  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
+  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
+  auto store = [&](int i, float sum) {
+    const int64_t row = row_of(i);
+    const int column = column_of(i);
+    const float a = args.alpha[args.alpha_count == 1 ? 0 : row];
+    const float b = args.bias ? args.bias[row] : 0.f;
+    args.y[int64_t(column) * args.n + row] = from_float<T>(sum * unscale * a + b);
+  };
+  for (int i = threadIdx.x; i < kElements; i += kGemvThreads) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kGemvWarps; ++w) sum += sums[w * kElements + i];
+    if (args.cluster) {
+      block_sum[i] = sum;
+    } else if (row_of(i) < args.n && column_of(i) < args.m) {
+      if (args.partial) {  // finish_split_k adds the splits up
+        args.partial[split * args.partial_stride + int64_t(column_of(i)) * args.n + row_of(i)] = sum * unscale;
+      } else {
+        store(i, sum);
       }
     }
   }
-
-#pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
-#pragma unroll
-    for (int i = 0; i < kBatch; ++i) {
-      float v = acc[r][i];
-#pragma unroll
-      for (int shift = 16; shift > 0; shift >>= 1) v += __shfl_xor_sync(0xffffffffu, v, shift);
-      acc[r][i] = v;
-    }
+  if (!args.cluster) return;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block's sums are in its shared memory
+  // Block `split` finishes its share of the elements, reading the others' sums through DSMEM.
+  const int begin = split * kElements / args.splits, end = (split + 1) * kElements / args.splits;
+  for (int i = begin + threadIdx.x; i < end; i += kGemvThreads) {
+    if (row_of(i) >= args.n || column_of(i) >= args.m) continue;
+    float sum = 0.f;
+    for (int r = 0; r < args.splits; ++r) sum += cluster.map_shared_rank(block_sum, r)[i];
+    store(i, sum);
   }
-  if (lane == 0 && partial) {  // K split over blocks: store the partial sums, finish_split_k adds them up
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = row0 + r;
-      if (row >= n) continue;
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i)
-        if (i < m) partial[blockIdx.y * partial_stride + int64_t(i) * n + row] = acc[r][i];
-    }
-  } else if (lane == 0) {
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      const int64_t row = row0 + r;
-      if (row >= n) continue;
-      const float a = alpha[alpha_count == 1 ? 0 : row];
-      const float b = bias ? bias[row] : 0.f;
-#pragma unroll
-      for (int i = 0; i < kBatch; ++i)
-        if (i < m) y[int64_t(i) * n + row] = from_float<T>(acc[r][i] * a + b);
-    }
-  }
+  cluster.sync();  // no block leaves while another still reads its shared memory
+#else
+  __trap();  // clusters are sm_90's; the launcher does not ask for them elsewhere
+#endif
 }
 
 // y[i, j] = (sum over splits of partial[s, i, j]) * alpha[j] + bias[j].
@@ -264,62 +573,231 @@ __global__ void finish_split_k_kernel(const float* __restrict__ partial, int spl
   }
 }
 
-constexpr int64_t kTargetBlocks = 1024;  // enough blocks in flight to hide the load latency
+// What the launcher needs to know of the current device, read once a device (racing first callers
+// store the same values).
+struct DeviceFacts {
+  int sms = 0;
+  bool clusters = false;
+};
+cudaError_t device_facts(DeviceFacts& facts) {
+  static int sms[64];
+  static bool clusters[64];
+  static unsigned long long known = 0;
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (__atomic_load_n(&known, __ATOMIC_ACQUIRE) & bit) != 0) {
+    facts.sms = sms[device];
+    facts.clusters = clusters[device];
+    return cudaSuccess;
+  }
+  int count = 0, cluster_launch = 0;
+  error = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
+  if (error != cudaSuccess) return error;
+  facts.sms = count;
+  facts.clusters = cluster_launch != 0;
+  if (bit != 0) {
+    sms[device] = count;
+    clusters[device] = facts.clusters;
+    __atomic_fetch_or(&known, bit, __ATOMIC_RELEASE);
+  }
+  return cudaSuccess;
+}
 
-// Blocks along K: 1 when the output rows alone give kTargetBlocks blocks, else up to one a tile.
-int64_t split_count(int64_t k, int64_t n) {
-  const int64_t row_blocks = (n + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
-  const int64_t tiles = (k + kTileK - 1) / kTileK;
-  int64_t splits = (kTargetBlocks + row_blocks - 1) / row_blocks;
-  if (splits > tiles) splits = tiles;
-  if (splits > 65535) splits = 65535;
-  if (splits < 1) splits = 1;
-  const int64_t tiles_per_split = (tiles + splits - 1) / splits;
-  return (tiles + tiles_per_split - 1) / tiles_per_split;
+// A kernel's shared memory opt-in (once a device), its blocks an SM and the cluster sizes (bit s:
+// s blocks) the device can co-schedule with it.
+struct KernelFacts {
+  int blocks_per_sm = 1;
+  unsigned cluster_sizes = 0;
+};
+template <typename Kernel>
+cudaError_t kernel_facts(Kernel kernel, bool clusters, KernelFacts (&cache)[64], unsigned long long& known,
+                         KernelFacts& facts) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (__atomic_load_n(&known, __ATOMIC_ACQUIRE) & bit) != 0) {
+    facts = cache[device];
+    return cudaSuccess;
+  }
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (error == cudaSuccess)
+    error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&facts.blocks_per_sm, kernel, kGemvThreads, kSmemBytes);
+  if (error != cudaSuccess) return error;
+  facts.cluster_sizes = 0;
+  for (int s = 2; clusters && s <= kMaxSplits; ++s) {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(s);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(s));
+    config.blockDim = dim3(kGemvThreads);
+    config.dynamicSmemBytes = kSmemBytes;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    int count = 0;
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) == cudaSuccess && count > 0)
+      facts.cluster_sizes |= 1u << s;
+    else
+      cudaGetLastError();  // a refused size is an answer, not an error
+  }
+  if (bit != 0) {
+    cache[device] = facts;
+    __atomic_fetch_or(&known, bit, __ATOMIC_RELEASE);
+  }
+  return cudaSuccess;
+}
+
+// Opts a kernel into kSmemBytes of shared memory, once a device.
+template <typename Kernel>
+cudaError_t allow_smem(Kernel kernel, unsigned long long& done) {
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (__atomic_load_n(&done, __ATOMIC_ACQUIRE) & bit) != 0) return cudaSuccess;
+  error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes);
+  if (error == cudaSuccess && bit != 0) __atomic_fetch_or(&done, bit, __ATOMIC_RELEASE);
+  return error;
+}
+
+struct SmallBatchPlan {
+  int tiles = 1;   // 16-row tiles a block
+  int splits = 1;  // blocks along K
+};
+
+// Tiles a block and splits of K that minimise the busiest SM's shared-memory work (table lookups,
+// about 1 wavefront per 32 weights, plus the 64 KiB table a block builds): the lookups, not the
+// instructions, bound this kernel. An SM holding fewer blocks than it can hides less latency;
+// splits without clusters cost a second kernel. Ties go to more tiles (x serves more rows), fewer splits.
+SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max_tiles, int sms, int blocks_per_sm,
+                                unsigned split_sizes, bool finish_kernel) {
+  SmallBatchPlan best;
+  double best_cost = -1;
+  const double row_chunk = nibbles ? 4 : 2, x_chunk = 16, table = 600;
+  const int64_t full = blocks_per_sm < 2 ? blocks_per_sm : 2;
+  for (int tiles = max_tiles; tiles >= 1; --tiles) {
+    for (int splits = 1; splits <= kMaxSplits; ++splits) {
+      if (splits > 1 && !((split_sizes >> splits) & 1u)) continue;
+      const int64_t blocks = (n + 16 * tiles - 1) / (16 * tiles) * splits;
+      if (blocks > INT_MAX) continue;
+      const int64_t per_sm = (blocks + sms - 1) / sms;
+      const int64_t per_warp = (chunks + kGemvWarps * splits - 1) / (kGemvWarps * splits);
+      double cost = double(per_sm) * (16.0 * tiles * kGemvWarps * per_warp * row_chunk +
+                                      kGemvWarps * per_warp * x_chunk + table);
+      if (per_sm < full) cost *= 1.25;
+      if (splits > 1 && finish_kernel) cost += 4000;
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        best.tiles = tiles;
+        best.splits = splits;
+      }
+    }
+  }
+  return best;
+}
+
+template <typename T, bool kNibbles, int kTiles, bool kBytes>
+cudaError_t launch_small_batch_tiles(const SmallBatchArgs<T>& base, int64_t m, int64_t blocks, cudaStream_t stream) {
+  auto kernel = linear_small_batch_kernel<T, kNibbles, kTiles, kBytes>;
+  static unsigned long long smem_done = 0;
+  cudaError_t error = allow_smem(kernel, smem_done);
+  if (error != cudaSuccess) return error;
+  for (int64_t m0 = 0; m0 < m; m0 += kMaxBatch) {
+    SmallBatchArgs<T> args = base;
+    args.m = static_cast<int>(m - m0 < kMaxBatch ? m - m0 : kMaxBatch);
+    args.x = base.x + m0 * base.k;
+    args.y = base.y + m0 * base.n;
+    args.partial = base.partial ? base.partial + m0 * base.n : nullptr;
+    if (args.cluster) {
+      cudaLaunchConfig_t config = {};
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = static_cast<unsigned>(args.splits);
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.gridDim = dim3(static_cast<unsigned>(blocks));
+      config.blockDim = dim3(kGemvThreads);
+      config.dynamicSmemBytes = kSmemBytes;
+      config.stream = stream;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      error = cudaLaunchKernelEx(&config, kernel, args);
+    } else {
+      kernel<<<static_cast<unsigned>(blocks), kGemvThreads, kSmemBytes, stream>>>(args);
+      error = cudaGetLastError();
+    }
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
 }
 
 template <typename T, bool kNibbles>
 cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, int64_t row_bytes,
                                const float* code_values, int table_size, const float* alpha, int64_t alpha_count,
                                const float* bias, T* y, float* workspace, cudaStream_t stream) {
-  const int64_t rows_per_block = kWarps * kRowsPerWarp;
-  const int64_t blocks = (n + rows_per_block - 1) / rows_per_block;
+  // Tiles a warp: 4 where registers allow (nibbles, 16-bit x), else 2; 1 on the byte-load path.
+  constexpr int kMaxTiles = kNibbles && sizeof(T) == 2 ? 4 : 2;
+  const bool bytes = row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0;
+  DeviceFacts device;
+  cudaError_t error = device_facts(device);
+  if (error != cudaSuccess) return error;
+  static KernelFacts cache[64];
+  static unsigned long long known = 0;
+  KernelFacts facts;
+  error = kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, false>, device.clusters, cache, known, facts);
+  if (error != cudaSuccess) return error;
+  const int64_t columns = kNibbles ? 128 : 64;
+  const int64_t chunks = (k + columns - 1) / columns;
+  // Without clusters K is split through the workspace (linear_small_batch_workspace gives room for it).
+  const bool through_workspace = !device.clusters && workspace != nullptr;
+  const unsigned split_sizes = device.clusters ? facts.cluster_sizes : (through_workspace ? 0x1feu : 0u);
+  const SmallBatchPlan plan =
+      plan_small_batch(chunks, n, kNibbles, bytes ? 1 : kMaxTiles, device.sms > 0 ? device.sms : 1,
+                       bytes ? 1 : facts.blocks_per_sm, split_sizes, through_workspace);  // bytes: 1 block an SM
+  const int64_t blocks = (n + 16 * plan.tiles - 1) / (16 * plan.tiles) * plan.splits;
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
-  const int64_t splits = split_count(k, n);
-  const int64_t tiles = (k + kTileK - 1) / kTileK;
-  const int64_t split_columns = (tiles + splits - 1) / splits * kTileK;
-  if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
-  float* partial = splits > 1 ? workspace : nullptr;
-  const dim3 grid(static_cast<unsigned int>(blocks), static_cast<unsigned int>(splits));
-  const bool vector_loads = row_bytes % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
-  for (int64_t m0 = 0; m0 < m; m0 += kMaxBatch) {
-    const int rows = static_cast<int>(m - m0 < kMaxBatch ? m - m0 : kMaxBatch);
-    const T* xb = x + m0 * k;
-    T* yb = y + m0 * n;
-    float* pb = partial ? partial + m0 * n : nullptr;  // partial sums [splits, m, n]
-#define BITCOMPILE_APOT_SMALL_BATCH(B)                                                                     \
-  linear_small_batch_kernel<T, B, kNibbles><<<grid, kWarps * 32, 0, stream>>>(                           \
-      xb, rows, k, w, n, row_bytes, vector_loads, code_values, table_size, alpha, alpha_count, bias, yb, \
-      split_columns, pb, m * n)
-    if (rows <= 1) {
-      BITCOMPILE_APOT_SMALL_BATCH(1);
-    } else if (rows <= 2) {
-      BITCOMPILE_APOT_SMALL_BATCH(2);
-    } else if (rows <= 4) {
-      BITCOMPILE_APOT_SMALL_BATCH(4);
-    } else {
-      BITCOMPILE_APOT_SMALL_BATCH(8);
-    }
-#undef BITCOMPILE_APOT_SMALL_BATCH
-    const cudaError_t error = cudaGetLastError();
-    if (error != cudaSuccess) return error;
+
+  SmallBatchArgs<T> args;
+  args.x = x;
+  args.y = y;
+  args.w = w;
+  args.code_values = code_values;
+  args.alpha = alpha;
+  args.bias = bias;
+  args.partial = plan.splits > 1 && !device.clusters ? workspace : nullptr;
+  args.k = k;
+  args.n = n;
+  args.row_bytes = row_bytes;
+  args.chunks = chunks;
+  args.alpha_count = alpha_count;
+  args.partial_stride = m * n;
+  args.m = 0;
+  args.table_size = table_size;
+  args.splits = plan.splits;
+  args.tiles = kMaxBatch;  // >= any kTiles (see small_batch_loop)
+  args.x_vector = (k * int64_t(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  args.cluster = plan.splits > 1 && device.clusters;
+  if (bytes) {
+    error = launch_small_batch_tiles<T, kNibbles, 1, true>(args, m, blocks, stream);
+  } else if (plan.tiles == 1) {
+    error = launch_small_batch_tiles<T, kNibbles, 1, false>(args, m, blocks, stream);
+  } else if (plan.tiles == 2 || kMaxTiles == 2) {
+    error = launch_small_batch_tiles<T, kNibbles, 2, false>(args, m, blocks, stream);
+  } else if (plan.tiles == 3) {
+    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles == 4 ? 3 : 2, false>(args, m, blocks, stream);
+  } else {
+    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles, false>(args, m, blocks, stream);
   }
-  if (partial) {
-    finish_split_k_kernel<T><<<grid_for(m * n), kThreads, 0, stream>>>(partial, static_cast<int>(splits), m, n,
-                                                                         alpha, alpha_count, bias, y);
-    return cudaGetLastError();
-  }
-  return cudaSuccess;
+  if (error != cudaSuccess || args.partial == nullptr) return error;
+  finish_split_k_kernel<T><<<grid_for(m * n), kThreads, 0, stream>>>(workspace, plan.splits, m, n, alpha, alpha_count,
+                                                                       bias, y);
+  return cudaGetLastError();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -608,8 +1086,12 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
 
 int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n) {
   if (m == 0 || n == 0 || k < 1) return 0;
-  const int64_t splits = split_count(k, n);
-  return splits > 1 ? splits * m * n : 0;
+  DeviceFacts device;
+  if (device_facts(device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;  // the launch reports the error
+  }
+  return device.clusters ? 0 : kMaxSplits * m * n;  // clusters sum split K on chip
 }
 
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,

@@ -18,11 +18,12 @@ namespace apot {
 
 using ::bitcompile::FloatType;
 
-// Batches of at most this many rows take the bandwidth-bound linear_small_batch kernel; larger
-// ones dequantize the weight (dequantize_weight) and run a cuBLAS GEMM. Measured on the H200 at
-// N = K = 4096 and 8192, bits = 4, bf16: the small-batch kernel is 1.2-1.5x faster than cuBLAS on a
-// bf16 weight at M = 1 and about equal to dequantize + GEMM at M = 4-6; past that the GEMM wins.
-constexpr int64_t kSmallBatchRows = 4;
+// Batches of at most this many rows take linear_small_batch; larger ones dequantize the weight
+// (dequantize_weight) and run a cuBLAS GEMM. linear_small_batch reads W once per 8 rows of x at about
+// the cost of one row (tensor cores), so 16 rows are two reads of W (~2x M = 1) against a dequantized
+// bf16 copy of W written and read again (~4x the packed bytes each way at 4 bits). Threshold by that
+// arithmetic (the CPU op's is 16 too), not yet timed on the H200.
+constexpr int64_t kSmallBatchRows = 16;
 
 // codes [rows, k] uint8 (values already checked < 2**bits) -> out [rows, ceil(k / 2)] nibbles.
 cudaError_t pack_nibbles(const uint8_t* codes, int64_t rows, int64_t k, uint8_t* out, cudaStream_t stream);
@@ -33,13 +34,17 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
                               const float* alpha, int64_t alpha_count, void* out, FloatType out_type,
                               cudaStream_t stream);
 
-// Floats of device scratch memory linear_small_batch needs for these sizes (0: none). The kernel
-// splits K over several blocks when N alone gives too few; the partial sums go there.
+// Floats of device scratch memory linear_small_batch needs for these sizes on the current device
+// (0: none). The kernel splits K over several blocks when N alone gives too few; on GPUs with
+// thread-block clusters (sm_90) they add up on chip, elsewhere the partial sums go here.
 int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n);
 
 // y[m, n] = alpha[n] * sum_k x[m, k] * code_values[code[n, k]] + bias[n], fp32 accumulation, for
 // m <= kSmallBatchRows (any m works, in launches of 8 rows). x [m, k] and y [m, n] of x_type;
 // bias may be null; workspace holds linear_small_batch_workspace(m, k, n) floats (or is null if 0).
+// The levels enter as fp16 hi + lo parts of level * 2^s (22 significant bits) and x as fp16 (exact
+// for fp16 x, exact up to a power-of-two scale per 128 columns for bf16, hi + lo for fp32); the
+// products are summed in fp32 (tensor cores, 128 columns at a time, then fp32 adds).
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
                                int64_t n, int bits, const float* code_values, const float* alpha,
                                int64_t alpha_count, const float* bias, void* y, float* workspace,

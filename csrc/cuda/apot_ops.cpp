@@ -75,7 +75,8 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
   auto table = code_values.contiguous();
   auto alpha_f = bitcompile::as_float_vector(alpha);
   if (m <= apot::kSmallBatchRows) {
-    // Bandwidth-bound: read the packed weight once, decode in registers, fp32 accumulation.
+    // Bandwidth-bound: read the packed weight once per 8 rows of x, decode it through a table onto the
+    // tensor cores (fp16 hi + lo levels), fp32 accumulation.
     auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     auto y = at::empty({m, n}, x2.options());
     auto workspace = at::empty({apot::linear_small_batch_workspace(m, k, n)}, x2.options().dtype(at::kFloat));
