@@ -159,10 +159,10 @@ ROWS = [
 ]
 
 
-def run_rows(quick: bool):
+def run_rows(quick: bool, only: str = ""):
     results = []
     for label, device, build, target in ROWS:
-        if device == "cuda" and not torch.cuda.is_available():
+        if (device == "cuda" and not torch.cuda.is_available()) or only not in label:
             continue
         try:
             ours, baseline, work = build()
@@ -235,12 +235,13 @@ def main() -> None:
     parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the table is appended to")
     parser.add_argument("--sizes", help="comma-separated M of the sweep (default: powers of two)")
     parser.add_argument("--sweep-only", action="store_true", help="only the M sweep (GPU)")
+    parser.add_argument("--only", default="", help="only the rows whose label contains this text (e.g. binary_conv2d)")
     args = parser.parse_args()
 
     header = f"## {environment()}"
     print(header)
     if not args.sweep_only:
-        table = format_table(run_rows(args.quick))
+        table = format_table(run_rows(args.quick, args.only))
         print(table)
         with open(args.results, "a") as out:
             out.write(f"\n{header}\n\n{table}\n")
