@@ -815,6 +815,16 @@ def test_conv2d_long_rows(device, c, sign_zero):
     assert_matches(actual, expected, torch.float32, True, f"conv c={c} sign_zero={sign_zero}")
 
 
+def check_linear_packing_flags(x, w_packed, k, flag_sets):
+    """binary_linear of x under each set of packing flags (the sign_zero planes, row_scale = mean |x|) against
+    the reference: exact without row_scale, within output rounding with it."""
+    for flags in flag_sets:
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
+        exact = "row_scale" not in flags
+        assert_matches(actual, expected, x.dtype, exact, f"binary_linear m={x.shape[0]} k={k} {x.dtype} {flags}",
+                       magnitude)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("k", [32, 64, 96, 2048, 8192])
 def test_pack_signs_whole_words(device, dtype, k):
@@ -824,10 +834,7 @@ def test_pack_signs_whole_words(device, dtype, k):
     assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
     n = 33
     _, w_packed = packed_weight(n, k, device)
-    for flags in ({"sign_zero": True}, {"row_scale": True}, {}):
-        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
-        exact = "row_scale" not in flags
-        assert_matches(actual, expected, dtype, exact, f"binary_linear k={k} {dtype} {flags}", magnitude)
+    check_linear_packing_flags(x, w_packed, k, ({"sign_zero": True}, {"row_scale": True}, {}))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -841,10 +848,8 @@ def test_pack_signs_short_rows(device, dtype, k, m):
     x[0, 0] = -0.0  # -0.0 >= 0: bit 1, and 0 in both sign_zero planes
     assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
     _, w_packed = packed_weight(17, k, device)
-    for flags in ({"sign_zero": True}, {"row_scale": True}, {"sign_zero": True, "row_scale": True}):
-        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
-        exact = "row_scale" not in flags
-        assert_matches(actual, expected, dtype, exact, f"binary_linear m={m} k={k} {dtype} {flags}", magnitude)
+    check_linear_packing_flags(x, w_packed, k, ({"sign_zero": True}, {"row_scale": True},
+                                                {"sign_zero": True, "row_scale": True}))
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -856,10 +861,7 @@ def test_pack_signs_many_short_rows(device, dtype, k):
     x = random_input((m, k), dtype, device, zeros=True)
     assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
     _, w_packed = packed_weight(5, k, device)
-    for flags in ({"sign_zero": True}, {"row_scale": True}):
-        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, **flags)
-        exact = "row_scale" not in flags
-        assert_matches(actual, expected, dtype, exact, f"binary_linear m={m} k={k} {dtype} {flags}", magnitude)
+    check_linear_packing_flags(x, w_packed, k, ({"sign_zero": True}, {"row_scale": True}))
     again = ops.binary_linear(x, w_packed, k, row_scale=True)
     assert torch.equal(again, ops.binary_linear(x, w_packed, k, row_scale=True)), "row_scale not deterministic"
 
