@@ -102,6 +102,7 @@ LIBRARIES = {
             "cuda/binary_ops.cpp",
             "cuda/pack_signs.cu",
             "cuda/binary_linear.cu",
+            "cuda/binary_linear_wgmma.cu",
             "cuda/binary_weight_linear.cu",
             "cuda/binary_conv2d.cu",
         ],

@@ -721,6 +721,45 @@ def test_binary_linear_tile_edges(device, m, sign_zero):
             assert_matches(actual, expected, torch.float32, True, f"binary_linear m={m} n={n} k={k} sign_zero={sign_zero}", magnitude)
 
 
+# On sm_90 binary_linear runs wgmma where ceil(k / 32) % 4 == 0 and both operands are 16-byte aligned (block
+# tiles of 128 rows x 128 or 256 columns, 1024-bit K stages), the mma.sync kernels elsewhere: k on both sides of
+# the word-count rule and of a stage, M and N around the tiles, every output dtype, an unaligned weight.
+@requires_cuda
+@pytest.mark.parametrize("k", [100, 128, 1000, 1024, 1025, 3968, 4095, 4097])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_binary_linear_wgmma_edges(k, dtype):
+    for m, n in [(1, 1), (2, 255), (129, 257), (300, 513)]:
+        x = random_input((m, k), dtype, "cuda")
+        _, w_packed = packed_weight(n, k, "cuda")
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k)
+        assert_matches(actual, expected, dtype, True, f"binary_linear m={m} n={n} k={k}", magnitude)
+        scale, bias = scale_and_bias("per_channel", n, "cuda")
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, scale, bias, row_scale=True)
+        assert_matches(actual, expected, dtype, False, f"binary_linear m={m} n={n} k={k} scale, bias", magnitude)
+    # a weight 4 bytes off 16-byte alignment (TMA refuses it; the mma.sync kernels take it)
+    _, w_packed = packed_weight(129, k, "cuda")
+    shifted = torch.empty(w_packed.numel() + 1, dtype=w_packed.dtype, device="cuda")[1:].view(w_packed.shape)
+    shifted.copy_(w_packed)
+    x = random_input((200, k), dtype, "cuda")
+    actual, expected, magnitude = run_linear("binary_linear", x, shifted, k)
+    assert_matches(actual, expected, dtype, True, f"binary_linear unaligned weight k={k}", magnitude)
+
+
+@requires_cuda
+@pytest.mark.parametrize("n", [7937, 8192])
+def test_binary_linear_wgmma_wide_tiles(n):
+    """Enough tiles for the 256-column wgmma tile (M = 512), an odd N (no paired stores), dots of +-K exact."""
+    k = 2048
+    x = random_input((512, k), torch.float32, "cuda")
+    w = torch.randn(n, k, device="cuda")
+    w[:2] = x[:2]  # out[0, 0] = +K, out[1, 1] = +K
+    w[2] = -x[3]  # out[3, 2] = -K
+    w_packed = reference.pack_signs(w)
+    actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k)
+    assert actual[0, 0].item() == k and actual[1, 1].item() == k and actual[3, 2].item() == -k
+    assert_matches(actual, expected, torch.float32, True, f"binary_linear m=512 n={n} k={k}", magnitude)
+
+
 @pytest.mark.parametrize("c", [1, 31, 32, 33, 128, 256])
 @pytest.mark.parametrize("sign_zero", [False, True])
 def test_conv2d_channel_edges(device, c, sign_zero):

@@ -28,7 +28,7 @@ B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
 # The oldest target that _build.py builds for.
 OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
-NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_weight_linear.cu", "binary_conv2d.cu"}
+NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_linear_wgmma.cu", "binary_weight_linear.cu", "binary_conv2d.cu"}
 
 
 def _find_tool(name: str) -> Path | None:
@@ -120,6 +120,21 @@ def test_binary_ops_use_b1_and_popc_tensor_cores(compiled, name):
         sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
         if sass.returncode == 0:
             assert "BMMA.168256.AND.POPC" in sass.stdout
+
+
+def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
+    """binary_linear's sm_90 kernel reaches wgmma b1 AND.POPC (SASS BGMMA), and ptxas does not serialize it."""
+    result = compiled["binary_linear_wgmma.cu"]
+    assert result.returncode == 0, result.log
+    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    for n in (128, 256):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k256.s32.b1.b1.and.popc" in ptx
+    assert "serialized" not in result.log, f"ptxas serialized the wgmma pipeline:\n{result.log}"
+    cuobjdump = _find_tool("cuobjdump")
+    if cuobjdump is not None:
+        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+        if sass.returncode == 0:
+            assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
 
 
 @pytest.mark.parametrize("arch", sorted(OLDER_ARCH_FLAGS))

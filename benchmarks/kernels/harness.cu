@@ -11,6 +11,8 @@
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
+//          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (wgmma, sm_90) bn=128|256 (wgmma tile width)
+//          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
 //          scale, bias) outoff=0 (the output pointer that many elements past an aligned one)
@@ -459,7 +461,10 @@ Row run_w1a1(const Args& args) {
   Row row;
   row.family = "w1a1";
   row.shape = format("m=%lld n=%lld k=%lld out=%s", (long long)m, (long long)n, (long long)k, args.str("out", "fp32").c_str());
-  row.config = "auto";
+  bk::BinaryLinearTuning tuning;
+  tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  tuning.tile_n = static_cast<int>(args.num("bn", 0));
+  row.config = format("kern=%d bn=%d", tuning.kernel, tuning.tile_n);
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
   std::vector<uint32_t> ref_w = w_bits;
@@ -482,8 +487,15 @@ Row run_w1a1(const Args& args) {
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, bk::Epilogue{},
-                                    y.ptr, out, stream);
+                                    y.ptr, out, stream, &tuning);
   };
+  if (args.str("expect", "") == "reject") {  // kernel=2 on a shape wgmma does not take: refused, not run
+    const cudaError_t error = launch(0, nullptr);
+    row.ok = error == cudaErrorNotSupported;
+    row.check = format("launcher answered %s (rejection expected)", cudaGetErrorName(error));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return row;
+  }
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> y_bytes(y.bytes);

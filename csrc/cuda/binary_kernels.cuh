@@ -38,14 +38,23 @@ struct Epilogue {
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
                               uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
 
-// binary_linear on b1 tensor cores (mma.sync m16n8k256 AND.POPC), for s(x) in {-1, +1}:
+// binary_linear on b1 tensor cores (AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.
 // x_bits: [m_rows, ceil(k / 32)], w_bits: [n_rows, ceil(k / 32)] (both from launch_pack_signs' plus_bits).
-// M > 64 with 16-byte aligned rows of words % 4 == 0 runs on a 4-stage cp.async pipeline (128 x 128 tiles).
-// Needs sm_80.
+// Kernels by device and shape: on sm_90 with ceil(k / 32) % 4 == 0 and 16-byte aligned bases, wgmma m64nNk256
+// with TMA (binary_linear_wgmma.cu); otherwise mma.sync m16n8k256 (binary_linear.cu: a 4-stage cp.async
+// pipeline for M > 64 with such rows, a register-staged kernel for the rest). Needs sm_80.
+struct BinaryLinearTuning {  // for the kernel harness; the op passes none (everything from the shape)
+  int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: wgmma (cudaErrorNotSupported if it does not apply)
+  int tile_n = 0;  // wgmma's output columns a block: 128 or 256 (0: from the shape)
+};
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, const BinaryLinearTuning* tuning = nullptr);
+// launch_binary_linear's sm_90 path (binary_linear_wgmma.cu); cudaErrorNotSupported where it does not apply.
+cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                       int64_t k, const Epilogue& epilogue, void* out, FloatType out_type, int tile_n,
+                                       cudaStream_t stream);
 
 // Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
 // [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,

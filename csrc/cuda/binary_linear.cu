@@ -1,4 +1,6 @@
-// binary_linear (W1A1, s(x) in {-1, +1}) on the b1 tensor cores. Torch-free (launcher in binary_kernels.cuh).
+// binary_linear (W1A1, s(x) in {-1, +1}) on the b1 tensor cores with mma.sync (sm_80 on). Torch-free (launcher in
+// binary_kernels.cuh). On sm_90 the launcher first tries the wgmma kernel (binary_linear_wgmma.cu), which serves
+// every shape with ceil(k / 32) % 4 == 0 and 16-byte aligned bases; these kernels serve the rest there.
 //
 //
 // binary_linear_mma_kernel (s(x) in {-1, +1}): b1 tensor cores, mma.sync.m16n8k256 AND.POPC (XOR.POPC
@@ -419,9 +421,15 @@ cudaError_t binary_linear_typed(const uint32_t* x_bits, const uint32_t* w_bits, 
 
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, const BinaryLinearTuning* tuning) {
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  const BinaryLinearTuning t = tuning != nullptr ? *tuning : BinaryLinearTuning{};
+  if (t.kernel != 1) {  // Hopper: wgmma wherever it applies (H200: 2x the mma.sync kernels at every M measured)
+    const cudaError_t error =
+        launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, t.tile_n, stream);
+    if (error != cudaErrorNotSupported || t.kernel == 2) return error;
+  }
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),

@@ -62,6 +62,34 @@ cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& 
   return error;
 }
 
+// The current device's compute capability and SM count, asked of the driver once per device (a cudaGetDevice a
+// call; three attribute queries a launch would cost as much as a small kernel's host path). Racing first callers
+// write the same values.
+struct DeviceFacts {
+  int major = 0, minor = 0, sm_count = 0;
+};
+inline cudaError_t current_device_facts(DeviceFacts& facts) {
+  static DeviceFacts known[64];
+  static unsigned long long known_devices = 0;
+  int device = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error != cudaSuccess) return error;
+  const unsigned long long bit = device >= 0 && device < 64 ? (1ull << device) : 0ull;
+  if (bit != 0 && (__atomic_load_n(&known_devices, __ATOMIC_ACQUIRE) & bit) != 0) {
+    facts = known[device];
+    return cudaSuccess;
+  }
+  error = cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&facts.minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&facts.sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess) return error;
+  if (bit != 0) {
+    known[device] = facts;
+    __atomic_fetch_or(&known_devices, bit, __ATOMIC_RELEASE);
+  }
+  return cudaSuccess;
+}
+
 inline bool valid_sizes(int64_t rows, int64_t k) { return rows >= 0 && k >= 1 && k <= INT_MAX; }
 
 }  // namespace cuda
