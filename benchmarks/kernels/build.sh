@@ -8,7 +8,7 @@ root="$(cd "$here/../.." && pwd)"
 arch="${ARCH:--gencode=arch=compute_90a,code=sm_90a}"
 build="${BUILD_DIR:-$here/build}"
 mkdir -p "$build"
-sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_conv2d apot_kernels)
+sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_weight_wgmma binary_conv2d apot_kernels)
 objects=()
 pids=()
 for source in "${sources[@]}"; do  # one nvcc a translation unit, in parallel

@@ -109,6 +109,21 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                         const WeightLinearTuning* tuning = nullptr);
 
+// binary_weight_linear on Hopper wgmma (binary_weight_wgmma.cu; a harness prototype for M = 64..4096, not used by
+// the torch op): A = 64 features of W expanded from bits in registers, B = x rows from a swizzled shared-memory
+// ring, fp32 accumulation, then the epilogue; out is [m_rows, n_rows] of x's type. cudaErrorNotSupported where it
+// does not apply: not sm_90 (the code is sm_90a), fp32 x, k % 64 != 0, x not 16-byte / w_bits not 8-byte aligned.
+// tuning (null: from M): the block tile and the K split.
+struct WgmmaTuning {
+  int rows = 0;        // rows of x a block (the wgmma N): 64, 128 or 256; 0: from M (then warpgroups / slabs too)
+  int warpgroups = 0;  // consumer warpgroups a block: 1 or 2 (0: 2)
+  int slabs = 0;       // 64-feature slabs a warpgroup: 1 or 2 (0: 1); features a block = 64 * slabs * warpgroups
+  int slices = 0;      // blocks (a cluster) splitting K: 1, 2, 4, 8; 0: up to one wave of one block an SM
+};
+cudaError_t launch_binary_weight_linear_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                              int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                              cudaStream_t stream, const WgmmaTuning* tuning = nullptr);
+
 // out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,
 // each value rounded once from fp32. For binary_weight_linear at large M through cuBLAS. out must be 16-byte aligned.
 cudaError_t launch_dequantize_signs(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,

@@ -1,0 +1,607 @@
+// binary_weight_linear on Hopper wgmma for mid-size batches (M = 64..4096): a harness prototype (issue 10),
+// not wired into the torch op. y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue, bf16 / fp16 x, fp32
+// accumulation, output of x's type. Needs sm_90a (wgmma), k % 64 == 0, 16-byte aligned x, 8-byte aligned w_bits.
+//
+// ---- Roles of the operands -----------------------------------------------------------------------------------
+// wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
+//   A = 64 output features (rows of W) x 16 k, expanded from the sign bits in registers (the RS form: A from
+//       registers, the only form that needs no shared-memory copy of the expanded weights),
+//   B = BN rows of x (N = BN = 64, 128 or 256) x 16 k, from shared memory through a matrix descriptor,
+//   D = features x rows of x: thread-private fp32 accumulators, written out transposed (y is [rows][features]).
+//
+// ---- Block tile ----------------------------------------------------------------------------------------------
+// Template <T, BN, WGS, SLABS>: WGS warpgroups (128 threads each) of SLABS 64-feature slabs each, so a block owns
+// FEAT = 64 * SLABS * WGS features and BN rows of x, and walks K in 64-k tiles (one 128-byte swizzle row of x).
+// Warpgroup wg, slab s owns features n0 + 64 (SLABS wg + s) + [0, 64); within it warp w (of the warpgroup) rows
+// 16w..16w+15 (the fragment layout). Accumulators: SLABS x BN / 2 floats a thread (SLABS * BN <= 256).
+// Instantiated: (BN, WGS, SLABS) = (64,2,1) (128,1,1) (128,2,1) (128,2,2) (256,2,1) (64,2,2).
+// Grid: x = feature blocks * slices (a cluster of `slices` blocks splits K, reduced through DSMEM), y = row blocks.
+//
+// ---- B (x) in shared memory: K-major, 128-byte swizzle -------------------------------------------------------
+// A stage holds the x tile [BN rows][64 k] (bf16/fp16: 128 bytes a row) at a 1024-byte aligned address:
+//   row r, 16-byte chunk c (k 8c..8c+7) at  r * 128 + ((c ^ (r & 7)) * 16)
+// i.e. 8-row x 128-byte swizzle atoms (1024 bytes) stacked along N; a core matrix (8 rows x 16 bytes) is chunk c of
+// 8 consecutive rows. Descriptor (PTX "matrix descriptor"): start address >> 4 in bits 0-13, leading byte offset
+// (LBO) >> 4 in 16-29 = 1 (unused for swizzled K-major layouts), stride byte offset (SBO) >> 4 in 32-45 = 1024 >> 4
+// (the next 8 rows), base offset 0 (atoms 1024-aligned), bits 62-63 = 1 (128-byte swizzle). k16 step kk of the
+// tile starts at stage + 32 kk (the hardware XORs address bits 4-6 with bits 7-9, which is the store pattern
+// above). imm-trans-b = 0 (B K-major). The x copy: cp.async 16-byte chunks (cg), rows past M zero-filled.
+// After the stage there are FEAT x 8 bytes of W: feature f's two words of the tile (k 0..31, 32..63) at f * 8
+// (cp.async 8-byte copies, ca; features past N zero-filled: their outputs are not written).
+//
+// ---- A (W) fragment: k natural, 3 ops a register (csrc/cuda/wgmma_fragment.cuh, checked on the host by
+// benchmarks/kernels/wgmma_fragment_check.cpp) ------------------------------------------------------------------
+// Lane l (g = l >> 2, t = l & 3) of warp w holds rows g and g + 8 of the warp's 16 features; reg0/reg2 = row g,
+// k 2t,2t+1 / 8+2t,8+2t+1 of the k16 step, reg1/reg3 the same for row g + 8 (as mma.sync m16n8k16's A). Word q of
+// a row (k 32q..32q+31 of the tile) gives k16 steps 2q and 2q + 1; chunk c of the word (bits 8c..8c+7) is
+// reg0/reg1 (c even) or reg2/reg3 (c odd) of step 2q + (c >> 1). The x layout is natural k, so no permutation.
+// A lane reads its 4 words of a slab (rows g, g+8 x words 0, 1) with two 8-byte LDS of the stage's W.
+//
+// ---- Pipeline (all threads copy, all warpgroups compute; no warp specialization yet) ---------------------------
+// STAGES-deep ring, one cp.async group per tile (empty groups past the end keep the count uniform). Tile i:
+//   1. cp.async.wait_group(STAGES - 3): this thread's copies of tile i have landed
+//   2. fence.proxy.async.shared::cta (generic-proxy writes -> visible to wgmma's async proxy), __syncthreads:
+//      everyone's copies of tile i are visible, and every warpgroup has passed step 6 of tile i - 1, so the
+//      wgmmas of tile i - 2 are complete
+//   3. cp.async tile i + STAGES - 2 into stage (i - 2) % STAGES (free by 2.); commit
+//   4. LDS the W words of tile i, expand into fresh A registers (ptxas keeps the in-flight tile's own; see the loop)
+//   5. wgmma.fence; 4 k16 steps x SLABS wgmma.mma_async (RS); wgmma.commit_group
+//   6. wgmma.wait_group(1): tile i - 1 complete (tile i stays in flight while tile i + 1 is prepared)
+// After the loop: wait_group(0), cp.async drain,
+// __syncthreads, accumulators -> partial[BN][FEAT + 4] fp32 in shared memory (aliasing the ring; + 4 floats a row:
+// conflict-free fragment stores), then each block of the cluster sums its share of the tile over the cluster's
+// ranks in rank order (deterministic), applies the Epilogue and writes y with 16-byte stores (8 features) where
+// N % 8 == 0 and y is 16-byte aligned, else element by element. Rows past M / features past N are not written.
+//
+// ---- Costs (per SM, H200 ~2048 bf16 MAC/clk) ------------------------------------------------------------------
+// m64nBNk16 holds the tensor pipe BN / 2 clk. A tile of a slab: 4 wgmma = 2 BN clk; its expansion ~16 registers x
+// 3 ops + 4 shifts + 2 LDS ~ 55 instructions a warp, on one SM sub-partition: ~20% of the issue slots at BN = 128.
+// x re-reads from L2: (N / FEAT) * M * K * 2 bytes; at M = 128, N = K = 8192: 64 MiB for FEAT = 256 (the default
+// there, with 4 slices for 128 blocks), 128 MiB for FEAT = 128: at ~6 TB/s of L2 that alone is 11 / 22 us.
+// Shared memory per tile: x writes BN * 128 bytes (amortized over FEAT features), wgmma B reads 64 B/clk.
+//
+// ---- Debug plan (next session, H200) ----------------------------------------------------------------------------
+// 0. Offline: wgmma_fragment_check (host) passes; the SASS has HGMMA.64xBNx16.F32.BF16 with register A and no
+//    "wgmma serialized" ptxas warning (build.sh prints ptxas -v: check registers / no spills).
+// 1. harness w1a16 m=64 n=64 k=64 kernel=3 rows=64 wgs=1... (smallest: one block, one tile, one k16 x 4): if wrong,
+//    look at the pattern of bad outputs (harness prints the worst index; run with n=64 m=64 and compare a full dump):
+//    - every output wrong by a structured amount (e.g. rows pairwise swapped, k halves swapped): fragment / swizzle
+//      mapping (A layout: errors depend on the feature index mod 16 / lane; B swizzle: errors depend on x row mod 8).
+//      Test by setting x = one-hot in k (x[m][k] = (k == m)): y[m][n] = s(w[n][m]) shows directly which (feature,
+//      k) each output picked up; a constant x and all-ones W isolate the B side (y must be sum_k x).
+//    - NaN / garbage in some blocks only, different from run to run: a race (stage reuse, missing proxy fence) or
+//      a wrong group count: rerun with STAGES forced larger / a __syncthreads + wait_group(0) after every tile
+//      (the WGMMA_SERIALIZE macro below): if that fixes it, it is the pipeline, not the layout.
+//    - k = 64 right but k = 128+ wrong: the stage ring / descriptor start address per stage.
+// 2. Odd shapes: m=65, m=300, n=200 (features past N), slices=2/4 (cluster reduction), fp16, planted error.
+// 3. Speed: sweep rows/wgs/slabs/slices at M = 64..1024 (w1a16_wgmma.sweep); ncu tensor-pipe activity
+//    (sm__pipe_tensor_op_gmma_cycles_active) vs issue slots; then warp specialization / TMA multicast of x across a
+//    cluster of feature blocks (cuts the L2 re-reads) if the tensor pipe is below ~70%.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <cstdint>
+#include <type_traits>
+
+#include "binary_kernels.cuh"
+#include "device_common.cuh"
+#include "wgmma_fragment.cuh"
+
+// WGMMA_SERIALIZE=1 (debug builds): wgmma.wait_group(0) + __syncthreads after every tile, i.e. no overlap of
+// tiles: a result that changes with it points at the pipeline (a race), not at the fragment / swizzle layout.
+#ifndef WGMMA_SERIALIZE
+#define WGMMA_SERIALIZE 0
+#endif
+
+namespace bitcompile {
+namespace cuda {
+namespace {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define BC_WGMMA_ENABLED 1
+#else
+#define BC_WGMMA_ENABLED 0
+#endif
+
+// ---- wgmma.mma_async RS wrappers: D (fp32, BN / 2 registers) += A (4 registers) * B (descriptor) ----------------
+// Operands after the descriptor: scale-d = 1 (accumulate: D starts zeroed), imm-scale-a = 1, imm-scale-b = 1,
+// imm-trans-b = 0 (B K-major). Written out per shape (inline asm needs literal operand lists).
+__device__ __forceinline__ void wgmma_rs_Bf16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_rs_F16_n64(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_rs_Bf16_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_rs_F16_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_rs_Bf16_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+__device__ __forceinline__ void wgmma_rs_F16_n256(float (&d)[128], const uint32_t (&a)[4], uint64_t desc_b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+      "{"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+      "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+template <typename T, int BN>
+struct WgmmaRs;
+#define BC_WGMMA_RS(TYPE, NAME, N)                                                                   \
+  template <>                                                                                       \
+  struct WgmmaRs<TYPE, N> {                                                                         \
+    static __device__ __forceinline__ void run(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc) { \
+      wgmma_rs_##NAME##_n##N(d, a, desc);                                                           \
+    }                                                                                               \
+  };
+BC_WGMMA_RS(__nv_bfloat16, Bf16, 64)
+BC_WGMMA_RS(__nv_bfloat16, Bf16, 128)
+BC_WGMMA_RS(__nv_bfloat16, Bf16, 256)
+BC_WGMMA_RS(__half, F16, 64)
+BC_WGMMA_RS(__half, F16, 128)
+BC_WGMMA_RS(__half, F16, 256)
+#undef BC_WGMMA_RS
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads / writes of an accumulator across the asm statements around it (the
+// wgmma asm's "+f" says the value is ready at issue; it is only ready after wgmma.wait_group).
+__device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
+
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_8(uint32_t dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Matrix descriptor of a K-major, 128-byte-swizzled B tile at shared address `address` (1024-aligned atoms):
+// start >> 4 (bits 0-13), LBO 16 bytes (encoded 1; unused for swizzled K-major), SBO 1024 bytes (encoded 64,
+// bits 32-45: the next 8 rows), base offset 0, swizzle mode 1 = 128B (bits 62-63).
+__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+template <int BN, int WGS, int SLABS>
+struct WgmmaShape {
+  static constexpr int kThreads = 128 * WGS;
+  static constexpr int kFeatures = 64 * SLABS * WGS;            // features a block
+  static constexpr int kXBytes = BN * 128;                      // x tile: BN rows x 64 k x 2 bytes
+  static constexpr int kWBytes = kFeatures * 8;                 // W tile: 2 words a feature
+  static constexpr int kStageBytes = (kXBytes + kWBytes + 1023) / 1024 * 1024;
+  static constexpr int kStagesFit = (200 * 1024) / kStageBytes;
+  static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
+  static constexpr int kPartialStride = kFeatures + 4;          // floats a row of the fp32 tile (+4: no conflicts)
+  static constexpr int kPartialBytes = BN * kPartialStride * 4;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr size_t kSmemBytes = (kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 1024;  // + align
+  static_assert(SLABS * BN <= 256, "accumulators: SLABS * BN / 2 registers a thread");
+  static_assert(kStages >= 4, "the ring needs tile i, i + 1 in flight and i - 2 draining");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+};
+
+template <typename T, int BN, int WGS, int SLABS>
+__global__ void __launch_bounds__(128 * WGS, 1)
+    binary_weight_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ w_bits, int m_rows, int n_rows,
+                               int k, int slices, Epilogue ep, T* __restrict__ out) {
+#if BC_WGMMA_ENABLED
+  using Shape = WgmmaShape<BN, WGS, SLABS>;
+  constexpr int kThreads = Shape::kThreads, kFeatures = Shape::kFeatures, kStages = Shape::kStages;
+  constexpr int kAcc = BN / 2;
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte aligned ring (the swizzle atoms); the generic pointer and the shared address move together.
+  const uint32_t raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t ring_address = (raw_address + 1023u) & ~1023u;
+  uint8_t* const ring = smem_raw + (ring_address - raw_address);
+
+  const int tid = threadIdx.x;
+  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int rank = static_cast<int>(blockIdx.x) % slices;       // the cluster is `slices` blocks along x
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x / slices) * kFeatures;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BN;
+  const int64_t words = k / 32;                                  // row stride of w_bits
+  const int total_tiles = k / 64;
+  const int per_slice = (total_tiles + slices - 1) / slices;
+  const int tile_begin = rank * per_slice;
+  const int tile_end = min(total_tiles, tile_begin + per_slice);
+  const int tiles = max(0, tile_end - tile_begin);
+
+  // Copies of tile j (absolute k tile) into stage s: x rows (16-byte chunks, swizzled), then the W words.
+  auto load_tile = [&](int j, int s) {
+    const uint32_t stage = ring_address + static_cast<uint32_t>(s * Shape::kStageBytes);
+#pragma unroll
+    for (int i = 0; i < (BN * 8 + kThreads - 1) / kThreads; ++i) {
+      const int index = i * kThreads + tid;
+      if (BN * 8 % kThreads == 0 || index < BN * 8) {
+        const int r = index >> 3, c = index & 7;
+        const int64_t row = m0 + r;
+        const bool inside = row < m_rows;
+        const T* src = x + (inside ? row : 0) * static_cast<int64_t>(k) + j * 64 + c * 8;
+        cp_async_16(stage + r * 128 + ((c ^ (r & 7)) << 4), src, inside ? 16u : 0u);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < (kFeatures + kThreads - 1) / kThreads; ++i) {
+      const int f = i * kThreads + tid;
+      if (kFeatures % kThreads == 0 || f < kFeatures) {
+        const int64_t feature = n0 + f;
+        const bool inside = feature < n_rows;
+        const uint32_t* src = w_bits + (inside ? feature : 0) * words + j * 2;
+        cp_async_8(stage + Shape::kXBytes + f * 8, src, inside ? 8u : 0u);
+      }
+    }
+  };
+
+  float acc[SLABS][kAcc];
+#pragma unroll
+  for (int s = 0; s < SLABS; ++s)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[s][i] = 0.f;
+
+  // Prologue: tiles 0 .. kStages - 3 in flight (one group each, empty past the end).
+#pragma unroll
+  for (int s = 0; s < kStages - 2; ++s) {
+    if (s < tiles) load_tile(tile_begin + s, s);
+    cp_async_commit();
+  }
+
+  constexpr uint32_t minus_one =
+      std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
+  // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 warp + g (and + 8).
+  const int w_row = 64 * SLABS * wg + 16 * warp + g;
+  // Tile i: steps 1-6 of the header's pipeline; its A fragments into `a`.
+  auto tile_step = [&](int i, uint32_t (&a)[SLABS][4][4]) {
+    const int s = i % kStages;
+    cp_async_wait<kStages - 3>();  // this thread's copies of tile i
+    fence_proxy_async_shared();    // ... visible to the async proxy (wgmma)
+    __syncthreads();               // everyone's; and tile i - 2's wgmmas are complete in every warpgroup
+    if (i + kStages - 2 < tiles) load_tile(tile_begin + i + kStages - 2, (i + kStages - 2) % kStages);
+    cp_async_commit();
+
+    const uint32_t stage = ring_address + static_cast<uint32_t>(s * Shape::kStageBytes);
+    const uint8_t* w_stage = ring + s * Shape::kStageBytes + Shape::kXBytes;
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab) {
+      const uint2 row_g = *reinterpret_cast<const uint2*>(w_stage + (w_row + 64 * slab) * 8);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(w_stage + (w_row + 64 * slab + 8) * 8);
+      const uint32_t lo_g0 = wgmma_frag::split_lo(row_g.x, t), hi_g0 = wgmma_frag::split_hi(row_g.x, t);
+      const uint32_t lo_g1 = wgmma_frag::split_lo(row_g.y, t), hi_g1 = wgmma_frag::split_hi(row_g.y, t);
+      const uint32_t lo_h0 = wgmma_frag::split_lo(row_g8.x, t), hi_h0 = wgmma_frag::split_hi(row_g8.x, t);
+      const uint32_t lo_h1 = wgmma_frag::split_lo(row_g8.y, t), hi_h1 = wgmma_frag::split_hi(row_g8.y, t);
+      wgmma_frag::step_registers<0>(lo_g0, hi_g0, lo_h0, hi_h0, minus_one, a[slab][0]);  // k 0..15
+      wgmma_frag::step_registers<1>(lo_g0, hi_g0, lo_h0, hi_h0, minus_one, a[slab][1]);  // k 16..31
+      wgmma_frag::step_registers<0>(lo_g1, hi_g1, lo_h1, hi_h1, minus_one, a[slab][2]);  // k 32..47
+      wgmma_frag::step_registers<1>(lo_g1, hi_g1, lo_h1, hi_h1, minus_one, a[slab][3]);  // k 48..63
+    }
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int slab = 0; slab < SLABS; ++slab)
+        WgmmaRs<T, BN>::run(acc[slab], a[slab][kk], sw128_descriptor(stage + 32 * kk));
+    wgmma_commit();
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
+#if WGMMA_SERIALIZE
+    wgmma_wait<0>();
+    __syncthreads();
+#else
+    wgmma_wait<1>();
+#endif
+  };
+  // The A fragments of a tile are fresh values each iteration. Their registers must not change while the tile's
+  // wgmmas are in flight (tile i stays in flight across step 4 of tile i + 1): ptxas tracks wgmma operands and
+  // says so (C7513 "serialized due to non wgmma instructions defining input registers") when it cannot prove
+  // that; this form compiles without that warning. (Two explicit register sets alternating over an unrolled-by-2
+  // loop, declared outside the loop, DO draw C7513: ptxas then serializes. See the report of this prototype.)
+  for (int i = 0; i < tiles; ++i) {
+    uint32_t a[SLABS][4][4];  // [slab][k16 step][register]
+    tile_step(i, a);
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+    for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
+  cp_async_wait<0>();
+  __syncthreads();  // every warpgroup's wgmmas and copies are done: the ring becomes the fp32 tile
+
+  // Accumulator (i) of slab `slab`: feature 64 (SLABS wg + slab) + 16 warp + g + 8 ((i >> 1) & 1),
+  // x row 8 (i >> 2) + 2t + (i & 1) (the wgmma D fragment, as mma.sync's C per 8-column block).
+  float* const partial = reinterpret_cast<float*>(ring);
+#pragma unroll
+  for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int feature = 64 * (SLABS * wg + slab) + 16 * warp + g + 8 * ((i >> 1) & 1);
+      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
+      partial[row * Shape::kPartialStride + feature] = acc[slab][i];
+    }
+
+  namespace cg = cooperative_groups;
+  if (slices > 1) {
+    cg::this_cluster().sync();  // every block's partial tile is written
+  } else {
+    __syncthreads();
+  }
+  const bool vector_out = (n_rows % 8 == 0) && ((reinterpret_cast<uintptr_t>(out) & 15u) == 0);
+  if (vector_out) {
+    constexpr int kGroups = kFeatures / 8;  // 8 features (16 bytes of y) an item
+    for (int index = rank * kThreads + tid; index < BN * kGroups; index += slices * kThreads) {
+      const int row = index / kGroups, group = index % kGroups;
+      const int64_t m = m0 + row, n = n0 + group * 8;
+      if (m >= m_rows || n >= n_rows) continue;  // n % 8 == 0 and n_rows % 8 == 0: all 8 inside
+      float sum[8];
+      const int offset = row * Shape::kPartialStride + group * 8;
+      if (slices > 1) {
+        for (int v = 0; v < 8; ++v) sum[v] = 0.f;
+        for (int r = 0; r < slices; ++r) {  // rank order: deterministic
+          const float* peer = cg::this_cluster().map_shared_rank(partial, r) + offset;
+          const float4 p0 = *reinterpret_cast<const float4*>(peer), p1 = *reinterpret_cast<const float4*>(peer + 4);
+          sum[0] += p0.x, sum[1] += p0.y, sum[2] += p0.z, sum[3] += p0.w;
+          sum[4] += p1.x, sum[5] += p1.y, sum[6] += p1.z, sum[7] += p1.w;
+        }
+      } else {
+        const float4 p0 = *reinterpret_cast<const float4*>(partial + offset),
+                     p1 = *reinterpret_cast<const float4*>(partial + offset + 4);
+        sum[0] = p0.x, sum[1] = p0.y, sum[2] = p0.z, sum[3] = p0.w;
+        sum[4] = p1.x, sum[5] = p1.y, sum[6] = p1.z, sum[7] = p1.w;
+      }
+      const float factor = row_factor(ep, m);
+      alignas(16) T values[8];
+#pragma unroll
+      for (int v = 0; v < 8; ++v)
+        values[v] = from_float<T>(epilogue_value(sum[v], factor, column_scale(ep, n + v), column_bias(ep, n + v)));
+      *reinterpret_cast<uint4*>(out + m * n_rows + n) = *reinterpret_cast<const uint4*>(values);
+    }
+  } else {
+    for (int index = rank * kThreads + tid; index < BN * kFeatures; index += slices * kThreads) {
+      const int row = index / kFeatures, f = index % kFeatures;
+      const int64_t m = m0 + row, n = n0 + f;
+      if (m >= m_rows || n >= n_rows) continue;
+      const int offset = row * Shape::kPartialStride + f;
+      float sum = 0.f;
+      if (slices > 1) {
+        for (int r = 0; r < slices; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[offset];
+      } else {
+        sum = partial[offset];
+      }
+      out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+    }
+  }
+  if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
+#else
+  __trap();  // built without sm_90a: the launcher refuses before launching
+#endif
+}
+
+// A launch with a cluster of `slices` blocks along x (none for 1).
+template <typename T>
+cudaError_t launch_with_cluster(void (*kernel)(const T*, const uint32_t*, int, int, int, int, Epilogue, T*), dim3 grid,
+                                int threads, size_t smem, int slices, cudaStream_t stream, const T* x,
+                                const uint32_t* w_bits, int m, int n, int k, const Epilogue& ep, T* out) {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1];
+  config.gridDim = grid;
+  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.numAttrs = 0;
+  if (slices > 1) {
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  return cudaLaunchKernelEx(&config, kernel, x, w_bits, m, n, k, slices, ep, out);
+}
+
+template <typename T, int BN, int WGS, int SLABS>
+cudaError_t wgmma_launch(const void* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                         const Epilogue& ep, void* out, int sm_count, int slices_wanted, cudaStream_t stream) {
+  using Shape = WgmmaShape<BN, WGS, SLABS>;
+  const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
+  const int64_t row_blocks = ceil_div(m_rows, BN);
+  const int64_t total_tiles = k / 64;
+  if (row_blocks > 65535 || feature_blocks * 8 > INT_MAX) return cudaErrorNotSupported;
+  int slices = 1;
+  if (slices_wanted > 0) {
+    while (slices * 2 <= slices_wanted && slices * 2 <= 8 && slices * 2 <= total_tiles) slices *= 2;
+  } else {  // split K while the grid stays within one wave of one block an SM
+    while (slices * 2 <= 8 && slices * 2 <= total_tiles && feature_blocks * row_blocks * slices * 2 <= sm_count)
+      slices *= 2;
+  }
+  auto kernel = binary_weight_wgmma_kernel<T, BN, WGS, SLABS>;
+  static unsigned long long smem_devices = 0;
+  cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
+  if (error != cudaSuccess) return error;
+  const dim3 grid(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1);
+  error = launch_with_cluster(kernel, grid, Shape::kThreads, Shape::kSmemBytes, slices, stream,
+                              static_cast<const T*>(x), w_bits, static_cast<int>(m_rows), static_cast<int>(n_rows),
+                              static_cast<int>(k), ep, static_cast<T*>(out));
+  return error != cudaSuccess ? error : cudaGetLastError();
+}
+
+template <typename T>
+cudaError_t wgmma_dispatch(const void* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
+                           void* out, int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
+  int rows = tuning.rows, wgs = tuning.warpgroups, slabs = tuning.slabs;
+  if (rows == 0) {  // the default tile from M (see the header: FEAT = 256 at M <= 128 halves the L2 re-reads of x)
+    if (m <= 64) rows = 64, wgs = 2, slabs = 1;
+    else if (m <= 128) rows = 128, wgs = 2, slabs = 2;
+    else rows = 256, wgs = 2, slabs = 1;
+  }
+  if (wgs == 0) wgs = 2;
+  if (slabs == 0) slabs = 1;
+  const int slices = tuning.slices;
+#define BC_CASE(BN, WGS, SLABS)                   \
+  if (rows == BN && wgs == WGS && slabs == SLABS) \
+    return wgmma_launch<T, BN, WGS, SLABS>(x, w_bits, m, n, k, ep, out, sm_count, slices, stream);
+  BC_CASE(64, 2, 1)
+  BC_CASE(64, 2, 2)
+  BC_CASE(128, 1, 1)
+  BC_CASE(128, 2, 1)
+  BC_CASE(128, 2, 2)
+  BC_CASE(256, 2, 1)
+#undef BC_CASE
+  return cudaErrorInvalidValue;  // a tile shape that is not instantiated
+}
+
+}  // namespace
+
+cudaError_t launch_binary_weight_linear_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                              int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                              cudaStream_t stream, const WgmmaTuning* tuning) {
+  if (type == FloatType::kFloat32) return cudaErrorNotSupported;
+  if (k <= 0 || k % 64 != 0 || k > INT_MAX / 2 || m_rows < 0 || n_rows < 0 || m_rows > INT_MAX || n_rows > INT_MAX)
+    return cudaErrorNotSupported;
+  if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0 || (reinterpret_cast<uintptr_t>(w_bits) & 7u) != 0 ||
+      (reinterpret_cast<uintptr_t>(out) & 1u) != 0)
+    return cudaErrorNotSupported;
+  int device = 0, major = 0, minor = 0, sm_count = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (error != cudaSuccess) return error;
+  if (major != 9 || minor != 0) return cudaErrorNotSupported;  // wgmma: sm_90a code only runs on 9.0
+  if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  const WgmmaTuning chosen = tuning != nullptr ? *tuning : WgmmaTuning{};
+  if (type == FloatType::kBFloat16)
+    return wgmma_dispatch<__nv_bfloat16>(x, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
+  return wgmma_dispatch<__half>(x, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
+}
+
+}  // namespace cuda
+}  // namespace bitcompile
