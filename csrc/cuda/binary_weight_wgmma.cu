@@ -63,7 +63,8 @@
 // ---- Debug plan (next session, H200) ----------------------------------------------------------------------------
 // 0. Offline: wgmma_fragment_check (host) passes; the SASS has HGMMA.64xBNx16.F32.BF16 with register A and no
 //    "wgmma serialized" ptxas warning (build.sh prints ptxas -v: check registers / no spills).
-// 1. harness w1a16 m=64 n=64 k=64 kernel=3 rows=64 wgs=1... (smallest: one block, one tile, one k16 x 4): if wrong,
+// 1. harness w1a16 m=64 n=128 k=64 kernel=3 rows=64 wgs=2 slabs=1 slices=1 graph=0 (one block, one 64-k tile: the
+//    first rows of w1a16_wgmma.sweep; then k=128 (two tiles), k=4096 (the ring wraps), slices=4): if wrong,
 //    look at the pattern of bad outputs (harness prints the worst index; run with n=64 m=64 and compare a full dump):
 //    - every output wrong by a structured amount (e.g. rows pairwise swapped, k halves swapped): fragment / swizzle
 //      mapping (A layout: errors depend on the feature index mod 16 / lane; B swizzle: errors depend on x row mod 8).
