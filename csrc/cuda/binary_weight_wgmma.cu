@@ -62,7 +62,8 @@
 //
 // ---- Debug plan (next session, H200) ----------------------------------------------------------------------------
 // 0. Offline: wgmma_fragment_check (host) passes; the SASS has HGMMA.64xBNx16.F32.BF16 with register A and no
-//    "wgmma serialized" ptxas warning (build.sh prints ptxas -v: check registers / no spills).
+//    "wgmma serialized" (C7513) ptxas line: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc -Xptxas -v
+//    -c csrc/cuda/binary_weight_wgmma.cu (64-187 registers, no spills at this commit).
 // 1. harness w1a16 m=64 n=128 k=64 kernel=3 rows=64 wgs=2 slabs=1 slices=1 graph=0 (one block, one 64-k tile: the
 //    first rows of w1a16_wgmma.sweep; then k=128 (two tiles), k=4096 (the ring wraps), slices=4): if wrong,
 //    look at the pattern of bad outputs (harness prints the worst index; run with n=64 m=64 and compare a full dump):
