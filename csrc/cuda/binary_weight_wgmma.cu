@@ -44,7 +44,7 @@
 //      everyone's copies of tile i are visible, and every warpgroup has passed step 6 of tile i - 1, so the
 //      wgmmas of tile i - 2 are complete
 //   3. cp.async tile i + STAGES - 2 into stage (i - 2) % STAGES (free by 2.); commit
-//   4. LDS the W words of tile i, expand into fresh A registers (ptxas keeps the in-flight tile's own; see the loop)
+//   4. LDS the W words of tile i, expand into A register set i % 2 (set (i - 1) % 2 belongs to the in-flight tile)
 //   5. wgmma.fence; 4 k16 steps x SLABS wgmma.mma_async (RS); wgmma.commit_group
 //   6. wgmma.wait_group(1): tile i - 1 complete (tile i stays in flight while tile i + 1 is prepared)
 // After the loop: wait_group(0), cp.async drain,
@@ -63,7 +63,8 @@
 // ---- Debug plan (next session, H200) ----------------------------------------------------------------------------
 // 0. Offline: wgmma_fragment_check (host) passes; the SASS has HGMMA.64xBNx16.F32.BF16 with register A and no
 //    "wgmma serialized" (C7513) ptxas line: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc -Xptxas -v
-//    -c csrc/cuda/binary_weight_wgmma.cu (64-187 registers, no spills at this commit).
+//    -c csrc/cuda/binary_weight_wgmma.cu (90-219 registers, no spills), and no write to an in-flight HGMMA's A
+//    registers: cuobjdump -sass x.o > x.sass && python3 benchmarks/kernels/hgmma_a_check.py x.sass (all "ok").
 // 1. harness w1a16 m=64 n=128 k=64 kernel=3 rows=64 wgs=2 slabs=1 slices=1 graph=0 (one block, one 64-k tile: the
 //    first rows of w1a16_wgmma.sweep; then k=128 (two tiles), k=4096 (the ring wraps), slices=4): if wrong,
 //    look at the pattern of bad outputs (harness prints the worst index; run with n=64 m=64 and compare a full dump):
@@ -420,15 +421,23 @@ __global__ void __launch_bounds__(128 * WGS, 1)
     wgmma_wait<1>();
 #endif
   };
-  // The A fragments of a tile are fresh values each iteration. Their registers must not change while the tile's
-  // wgmmas are in flight (tile i stays in flight across step 4 of tile i + 1): ptxas tracks wgmma operands and
-  // says so (C7513 "serialized due to non wgmma instructions defining input registers") when it cannot prove
-  // that; this form compiles without that warning. (Two explicit register sets alternating over an unrolled-by-2
-  // loop, declared outside the loop, DO draw C7513: ptxas then serializes. See the report of this prototype.)
-  for (int i = 0; i < tiles; ++i) {
-    uint32_t a[SLABS][4][4];  // [slab][k16 step][register]
-    tile_step(i, a);
+  // The A registers of tile i must not be written until a wait_group covering tile i's wgmmas (PTX ISA,
+  // wgmma.wait_group: "Accessing ... the input register containing the fragments of matrix A of a wgmma.mma_async
+  // instruction without first performing a wgmma.wait_group ... that waits on a wgmma-group including that
+  // wgmma.mma_async instruction is undefined behavior"). Tile i is still in flight (wait_group(1)) while tile i + 1
+  // expands its A, so consecutive tiles alternate between two register sets: a0 is rewritten only after the
+  // wait_group(1) that follows a1's commit, which completes a0's group. (One array declared inside a rolled loop is
+  // ONE set of PTX registers: ptxas gave no warning but the SASS rewrote the in-flight HGMMA's A registers, e.g.
+  // LDS.64 R56 / LOP3 R56.. of tile i + 1 before the DEPBAR that retires tile i's HGMMA ... R56.) With the two sets
+  // ptxas keeps them apart (the loop body has two A ranges, no C7510 / C7513, no added WARPGROUP.DEPBAR gsb0 0x0):
+  // check a build with benchmarks/kernels/hgmma_a_check.py.
+  uint32_t a0[SLABS][4][4], a1[SLABS][4][4];  // [slab][k16 step][register]
+  int i = 0;
+  for (; i + 1 < tiles; i += 2) {
+    tile_step(i, a0);
+    tile_step(i + 1, a1);
   }
+  if (i < tiles) tile_step(i, a0);
   wgmma_wait<0>();
 #pragma unroll
   for (int slab = 0; slab < SLABS; ++slab)
