@@ -343,84 +343,6 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
   store_tile<kTcThreads, kTcFeatures>(partial, MB, m0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
-// A launch configuration with clusters of `slices` blocks along x (none for slices = 1) and, with `dependent`,
-// programmatic dependent launch (the kernel may start before the previous one on the stream ends and waits for it
-// with griddepcontrol.wait). Not copyable: config points at the attributes.
-struct ClusterLaunch {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attributes[2];
-
-  ClusterLaunch(dim3 grid, size_t smem, int64_t slices, cudaStream_t stream, int threads = kTcThreads,
-                bool dependent = false) {
-    config.gridDim = grid;
-    config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    int count = 0;
-    if (slices > 1) {
-      attributes[count].id = cudaLaunchAttributeClusterDimension;
-      attributes[count].val.clusterDim.x = static_cast<unsigned>(slices);
-      attributes[count].val.clusterDim.y = 1;
-      attributes[count].val.clusterDim.z = 1;
-      ++count;
-    }
-    if (dependent) {
-      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attributes[count].val.programmaticStreamSerializationAllowed = 1;
-      ++count;
-    }
-    config.attrs = attributes;
-    config.numAttrs = count;
-  }
-  ClusterLaunch(const ClusterLaunch&) = delete;
-  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
-};
-
-// Compute capability major of the current device, asked once per device (cached like allow_dynamic_smem's flags:
-// 0 = not asked yet; racing callers store the same value).
-inline cudaError_t device_major(int& major) {
-  static int majors[64] = {};
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return error;
-  if (device < 64 && (major = __atomic_load_n(&majors[device], __ATOMIC_ACQUIRE)) != 0) return cudaSuccess;
-  error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (error == cudaSuccess && device < 64) __atomic_store_n(&majors[device], major, __ATOMIC_RELEASE);
-  return error;
-}
-
-// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
-// co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
-// sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
-// a refused launch, which inside a CUDA-graph capture would invalidate the capture. Answers are cached in
-// `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
-// that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
-template <typename Kernel>
-int64_t fitting_cluster(Kernel kernel, int64_t slices, size_t smem, unsigned (&known)[64], int threads = kTcThreads) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 1;
-  }
-  for (; slices > 1; slices /= 2) {
-    const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
-    unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
-    if (((state >> (2 * i)) & 1u) == 0) {  // first time on this device: ask (launches then only read `known`)
-      int supported = 0, clusters = 0;
-      bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
-      if (fits) {
-        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), smem, slices, nullptr, threads);
-        fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
-      }
-      if (!fits) (void)cudaGetLastError();
-      state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
-      if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
-    }
-    if ((state >> (2 * i + 1)) & 1u) return slices;
-  }
-  return 1;
-}
-
 template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
 constexpr size_t tc_smem_bytes() {
   return static_cast<size_t>(PARTS) * NB * 8 * (STAGE_CHUNKS * kTcChunkWords * 8 + 4) * sizeof(uint2) +
@@ -459,12 +381,12 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   }
   if (slices > 1) {
     static unsigned cluster_sizes[64] = {};
-    slices = fitting_cluster(kernel, slices, smem, cluster_sizes);
+    slices = fitting_cluster(kernel, slices, kTcThreads, smem, cluster_sizes);
     slice_chunks = ceil_div(total_chunks, slices);
   }
   if (slices > 1) {
     const ClusterLaunch launch(dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1),
-                               smem, slices, stream);
+                               kTcThreads, smem, slices, stream);
     const cudaError_t error = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, m_rows, n_rows, k, words,
                                                  static_cast<int>(slices), slice_chunks, ep, out);
     if (error == cudaSuccess) return cudaGetLastError();
@@ -786,7 +708,7 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   if (error != cudaSuccess) return error;
   if (slices > 1) {
     static unsigned cluster_sizes[64] = {};
-    if (fitting_cluster(kernel, slices, smem, cluster_sizes, kPlaneThreads) != slices) return cudaErrorNotSupported;
+    if (fitting_cluster(kernel, slices, kPlaneThreads, smem, cluster_sizes) != slices) return cudaErrorNotSupported;
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
@@ -794,12 +716,12 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
                        kPlaneThreads, 0, stream>>>(x, k, chunks, planes, groups);
   error = cudaGetLastError();
   if (error != cudaSuccess) return error;
-  int major = 0;
-  error = device_major(major);
+  DeviceFacts device;
+  error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   // programmatic dependent launch (sm_90): the W loads overlap x_planes_kernel
-  const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1), smem,
-                             slices, stream, kPlaneThreads, major >= 9);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1),
+                             kPlaneThreads, smem, slices, stream, device.major >= 9);
   error = cudaLaunchKernelEx(&launch.config, kernel, w_bits, static_cast<const uint32_t*>(planes),
                              static_cast<const PlaneGroup*>(groups), static_cast<int>(m_rows), n_rows, words,
                              static_cast<int>(slices), plan.slice_chunks, ep, out);

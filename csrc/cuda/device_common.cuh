@@ -1,6 +1,7 @@
-// Device and launch helpers shared by the CUDA kernels of the binary ops (pack_signs.cu,
-// binary_linear.cu, binary_weight_linear.cu, binary_conv2d.cu): the epilogue, warp sums, size checks,
-// the dynamic shared memory opt-in. Torch-free, like the kernels.
+// Device and launch helpers shared by the CUDA kernels of the binary ops (pack_signs.cu, binary_linear.cu,
+// binary_linear_wgmma.cu, binary_weight_linear.cu, binary_weight_wgmma.cu, binary_conv2d.cu): the epilogue, warp
+// sums, size checks, the dynamic shared memory opt-in, cached device facts, cluster launches. Torch-free, like the
+// kernels.
 #pragma once
 
 #include <climits>
@@ -91,6 +92,70 @@ inline cudaError_t current_device_facts(DeviceFacts& facts) {
 }
 
 inline bool valid_sizes(int64_t rows, int64_t k) { return rows >= 0 && k >= 1 && k <= INT_MAX; }
+
+// A launch configuration of `threads` a block with clusters of `slices` blocks along x (none for slices = 1) and,
+// with `dependent`, programmatic dependent launch (the kernel may start before the previous one on the stream ends
+// and waits for it with griddepcontrol.wait). Not copyable: config points at the attributes.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attributes[2];
+
+  ClusterLaunch(dim3 grid, int threads, size_t smem, int64_t slices, cudaStream_t stream, bool dependent = false) {
+    config.gridDim = grid;
+    config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    int count = 0;
+    if (slices > 1) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count].val.clusterDim.x = static_cast<unsigned>(slices);
+      attributes[count].val.clusterDim.y = 1;
+      attributes[count].val.clusterDim.z = 1;
+      ++count;
+    }
+    if (dependent) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count].val.programmaticStreamSerializationAllowed = 1;
+      ++count;
+    }
+    config.attrs = attributes;
+    config.numAttrs = count;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
+// co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
+// sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
+// a refused launch, which inside a CUDA-graph capture would invalidate the capture. Answers are cached in
+// `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
+// that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
+template <typename Kernel>
+int64_t fitting_cluster(Kernel kernel, int64_t slices, int threads, size_t smem, unsigned (&known)[64]) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  for (; slices > 1; slices /= 2) {
+    const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
+    unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
+    if (((state >> (2 * i)) & 1u) == 0) {  // first time on this device: ask (launches then only read `known`)
+      int supported = 0, clusters = 0;
+      bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
+      if (fits) {
+        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), threads, smem, slices, nullptr);
+        fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
+      }
+      if (!fits) (void)cudaGetLastError();
+      state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
+      if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
+    }
+    if ((state >> (2 * i + 1)) & 1u) return slices;
+  }
+  return 1;
+}
 
 }  // namespace cuda
 }  // namespace bitcompile
