@@ -73,6 +73,14 @@ def _cuda_arch_flags() -> list[str]:
     return flags
 
 
+def _cuda_defines(arch_flags: list[str]) -> list[str]:
+    """-DBITCOMPILE_SM90A=1 where the build has sm_90a device code: binary_weight_linear takes its wgmma kernel, which
+    has a body only in that code, only then (csrc/cuda/binary_weight_wgmma.cu). The host code cannot see which
+    device code a build holds; with TORCH_CUDA_ARCH_LIST, Hopper needs "9.0a" for it."""
+    chosen = " ".join(arch_flags) if arch_flags else os.environ.get("TORCH_CUDA_ARCH_LIST", "")
+    return ["-DBITCOMPILE_SM90A=1"] if ("sm_90a" in chosen or "9.0a" in chosen) else []
+
+
 def _load(name: str, sources: list[str], **kwargs) -> None:
     from torch.utils import cpp_extension
 
@@ -104,6 +112,7 @@ LIBRARIES = {
             "cuda/binary_linear.cu",
             "cuda/binary_linear_wgmma.cu",
             "cuda/binary_weight_linear.cu",
+            "cuda/binary_weight_wgmma.cu",
             "cuda/binary_conv2d.cu",
         ],
         "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu"],
@@ -171,6 +180,8 @@ def build_cuda() -> list[str]:
     check_cuda_devices()
     root = source_dir()
 
+    arch_flags = _cuda_arch_flags()
+
     def build(family: str) -> str:
         name = library_name("cuda", family)
         sources = [str(root / path) for path in LIBRARIES["cuda"][family]]
@@ -178,7 +189,7 @@ def build_cuda() -> list[str]:
             name,
             sources,
             extra_cflags=["-O3"],
-            extra_cuda_cflags=["-O3", "-lineinfo"] + _cuda_arch_flags(),
+            extra_cuda_cflags=["-O3", "-lineinfo"] + arch_flags + _cuda_defines(arch_flags),
             extra_include_paths=[str(root)],
         )
         return name

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +29,9 @@ B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
 # The oldest target that _build.py builds for.
 OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
-NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_linear_wgmma.cu", "binary_weight_linear.cu", "binary_conv2d.cu"}
+NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_linear_wgmma.cu", "binary_weight_linear.cu",
+                    "binary_weight_wgmma.cu", "binary_conv2d.cu"}
+HGMMA_A_CHECK = ROOT / "benchmarks" / "kernels" / "hgmma_a_check.py"
 
 
 def _find_tool(name: str) -> Path | None:
@@ -135,6 +138,25 @@ def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
         sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
         if sass.returncode == 0:
             assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
+
+
+def test_binary_weight_wgmma_runs_asynchronously(compiled):
+    """binary_weight_wgmma.cu: wgmma.mma_async in the PTX, no "wgmma serialized" ptxas warning (C7510 / C7513: ptxas
+    then waits for every wgmma, most of the speed gone), and, where cuobjdump is installed, no instruction writing
+    the A registers of an HGMMA still in flight (undefined behaviour; benchmarks/kernels/hgmma_a_check.py)."""
+    result = compiled["binary_weight_wgmma.cu"]
+    assert result.returncode == 0, result.log
+    assert not re.search(r"C751[03]|serializ", result.log), result.log
+    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    assert "wgmma.mma_async.sync.aligned.m64n" in ptx
+    cuobjdump = _find_tool("cuobjdump")
+    if cuobjdump is not None:
+        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+        assert sass.returncode == 0 and "HGMMA" in sass.stdout, sass.stderr
+        listing = result.keep_dir / "wgmma.sass"
+        listing.write_text(sass.stdout)
+        check = subprocess.run([sys.executable, str(HGMMA_A_CHECK), str(listing)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
 
 
 @pytest.mark.parametrize("arch", sorted(OLDER_ARCH_FLAGS))

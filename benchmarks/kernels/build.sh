@@ -8,11 +8,13 @@ root="$(cd "$here/../.." && pwd)"
 arch="${ARCH:--gencode=arch=compute_90a,code=sm_90a}"
 build="${BUILD_DIR:-$here/build}"
 mkdir -p "$build"
+define=""  # sm_90a code: binary_weight_linear may take its wgmma kernel (csrc/cuda/binary_weight_wgmma.cu)
+if [[ "$arch" == *90a* ]]; then define="-DBITCOMPILE_SM90A=1"; fi
 sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_weight_wgmma binary_conv2d apot_kernels)
 objects=()
 pids=()
 for source in "${sources[@]}"; do  # one nvcc a translation unit, in parallel
-  nvcc -std=c++17 -O3 -lineinfo $arch -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$build/$source.o" &
+  nvcc -std=c++17 -O3 -lineinfo $arch $define -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$build/$source.o" &
   pids+=($!)
   objects+=("$build/$source.o")
 done

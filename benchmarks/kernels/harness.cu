@@ -6,9 +6,9 @@
 //   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
-//   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices   binary_weight_linear (WeightLinearTuning); kernel=3: the
-//          wgmma prototype's launcher (launch_binary_weight_linear_wgmma; rows=64|128|256 wgs=1|2 slabs=1|2 slices;
-//          expect=reject: the row passes only if the launcher answers cudaErrorNotSupported)
+//   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
+//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, 0 from
+//          M and the device; expect=reject: the row passes only if the launcher answers cudaErrorNotSupported)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
@@ -427,20 +427,14 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
+  tuning.slabs = static_cast<int>(args.num("slabs", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
-  // kernel=3: the wgmma prototype (binary_weight_wgmma.cu) through its own launcher; rows / wgs / slabs / slices are
-  // its WgmmaTuning (rows = x rows a block 64/128/256, wgs = warpgroups, slabs = 64-feature slabs a warpgroup).
-  const bool wgmma = !apot && tuning.kernel == 3;
-  bk::WgmmaTuning wgmma_tuning;
-  wgmma_tuning.rows = tuning.rows_per_pass;
-  wgmma_tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
-  wgmma_tuning.slabs = static_cast<int>(args.num("slabs", 0));
-  wgmma_tuning.slices = tuning.slices;
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
-               : wgmma ? format("wgmma r=%d wg=%d sb=%d sl=%d", wgmma_tuning.rows, wgmma_tuning.warpgroups,
-                                wgmma_tuning.slabs, wgmma_tuning.slices)
-                       : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
+               : tuning.kernel == 2 ? format("kern=2 rows=%d wg=%d sb=%d sl=%d", tuning.rows_per_pass, tuning.warpgroups,
+                                             tuning.slabs, tuning.slices)
+                                    : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
@@ -448,26 +442,21 @@ Row run_w1a16(const Args& args, bool apot) {
                                                   with_bias ? bias.as<float>() : nullptr, y.ptr, workspace.as<float>(),
                                                   stream);
     }
-    if (wgmma)
-      return bk::launch_binary_weight_linear_wgmma(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
-                                                   bk::Epilogue{}, y.ptr, stream, &wgmma_tuning);
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
                                            bk::Epilogue{}, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
   };
-  if (wgmma) {  // expect=reject: the launcher must answer cudaErrorNotSupported (e.g. k % 64 != 0)
-    const bool expect_reject = args.str("expect", "") == "reject";
-    const cudaError_t first = launch(0, nullptr);
-    if (first == cudaErrorNotSupported || expect_reject) {
-      (void)cudaGetLastError();
-      row.ok = expect_reject && first == cudaErrorNotSupported;
-      row.check = format("launcher answered %s%s", cudaGetErrorName(first),
-                         expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
-      return row;
-    }
-    CHECK_CUDA(first);
-  } else {
-    CHECK_CUDA(launch(0, nullptr));
+  // expect=reject: the launcher must answer cudaErrorNotSupported (kernel=2 where wgmma does not apply: k % 64 != 0,
+  // fp32 x, not an sm_90a build on a 9.0 device). A refusal before launching fails the row, not the sweep.
+  const bool expect_reject = args.str("expect", "") == "reject";
+  const cudaError_t first = launch(0, nullptr);
+  if (expect_reject || first == cudaErrorNotSupported || first == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    row.ok = expect_reject && first == cudaErrorNotSupported;
+    row.check = format("launcher answered %s%s", cudaGetErrorName(first),
+                       expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
+    return row;
   }
+  CHECK_CUDA(first);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> y_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));

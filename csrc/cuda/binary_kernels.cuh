@@ -1,8 +1,8 @@
 // Launchers of the CUDA kernels of the binary ops (pack_signs, binary_linear, binary_weight_linear,
 // binary_conv2d). Torch-free on purpose (DESIGN.md "Tests"): raw device pointers, sizes, flags and
-// a stream in, a cudaError_t out, so that the kernel files (pack_signs.cu, binary_linear.cu, binary_weight_linear.cu, binary_conv2d.cu)
-// compile with plain nvcc in CI and in the harness (benchmarks/kernels). The
-// torch binding (checks, allocation, current stream) is binary_ops.cpp.
+// a stream in, a cudaError_t out, so that the kernel files (pack_signs.cu, binary_linear.cu, binary_weight_linear.cu,
+// binary_weight_wgmma.cu, binary_conv2d.cu) compile with plain nvcc in CI and in the harness (benchmarks/kernels).
+// The torch binding (checks, allocation, current stream) is binary_ops.cpp.
 //
 // Packed sign format (SPEC 2.1): uint32 words along the reduction dimension, value 32*w + j at bit j
 // of word w, bit 1 for +1 (x >= 0), tail bits 0.
@@ -88,17 +88,29 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
                                  bool out_channels_last, cudaStream_t stream);
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
-// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. bf16/fp16 x of M <= 2: x as
-// 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu, "binary_weight_planes"); otherwise
-// on bf16/fp16 tensor cores, every packed weight word read once per pass of up to 32 rows of x (16 for fp32 x,
-// which runs as an exact three-way bf16 split). K split over a thread block cluster. sm_count: multiprocessors of the device (sizes
-// the K split). Needs sm_80; the binding sends large M to dequantize_signs + cuBLAS instead.
-// tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) sweep the launch.
+// x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):
+// - bf16/fp16 x of M <= 2: x as 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu,
+//   "binary_weight_planes");
+// - bf16/fp16 x of M > 16 on a compute capability 9.0 device with sm_90a code: wgmma, W expanded from bits in
+//   registers, x through a swizzled shared-memory ring (binary_weight_wgmma.cu), where k % 64 == 0, x is 16-byte,
+//   w_bits 8-byte and out 2-byte aligned;
+// - otherwise the tensor-core pass kernel: every packed weight word read once per pass of up to 32 rows of x (16 for
+//   fp32 x, which runs as an exact three-way bf16 split).
+// K split over a thread block cluster. sm_count: multiprocessors of the device (sizes the K split). Needs sm_80; the
+// binding sends more than binary_weight_linear_fused_rows rows to dequantize_signs + cuBLAS instead.
+// tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) force a kernel and sweep its launch.
 struct WeightLinearTuning {
-  int rows_per_pass = 0;  // rows of x a block: 8, 16 or 32 (fp32 x: 8 or 16); 0: from M
+  int rows_per_pass = 0;  // rows of x a block; 0: from M. Pass kernel: 8, 16 or 32 (fp32 x: 8 or 16); wgmma kernel:
+                          //   64, 128 or 256 (the wgmma N; then warpgroups and slabs too)
   int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
-                          //   four for the bit-plane kernel)
-  int kernel = 0;  // bf16/fp16: 0 chosen from M (the bit-plane kernel up to M = 2), 1 the tensor-core pass kernel
+                          //   four for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
+                          //   the device cannot co-schedule falls back to a smaller one
+  int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
+                   //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x)
+  int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
+  int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
+                       //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
+                       //   cudaErrorInvalidValue)
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
 // aligned: the bit planes of x for bf16/fp16 x of M <= 2 (0 bytes otherwise; null or too small: those shapes run
@@ -108,21 +120,11 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                         int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
                                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                         const WeightLinearTuning* tuning = nullptr);
-
-// binary_weight_linear on Hopper wgmma (binary_weight_wgmma.cu; a harness prototype for M = 64..4096, not used by
-// the torch op): A = 64 features of W expanded from bits in registers, B = x rows from a swizzled shared-memory
-// ring, fp32 accumulation, then the epilogue; out is [m_rows, n_rows] of x's type. cudaErrorNotSupported where it
-// does not apply: not sm_90 (the code is sm_90a), fp32 x, k % 64 != 0, x not 16-byte / w_bits not 8-byte aligned.
-// tuning (null: from M): the block tile and the K split.
-struct WgmmaTuning {
-  int rows = 0;        // rows of x a block (the wgmma N): 64, 128 or 256; 0: from M (then warpgroups / slabs too)
-  int warpgroups = 0;  // consumer warpgroups a block: 1 or 2 (0: 2)
-  int slabs = 0;       // 64-feature slabs a warpgroup: 1 or 2 (0: 1); features a block = 64 * slabs * warpgroups
-  int slices = 0;      // blocks (a cluster) splitting K: 1, 2, 4, 8; 0: up to one wave of one block an SM
-};
-cudaError_t launch_binary_weight_linear_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                              int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
-                                              cudaStream_t stream, const WgmmaTuning* tuning = nullptr);
+// The largest M for which launch_binary_weight_linear beats dequantize_signs + cuBLAS on the current device (the
+// binding's switch): 768 where the wgmma kernel applies (bf16/fp16 x, k % 64 == 0, a 9.0 device, sm_90a code), 128
+// for other bf16/fp16 x, 2048 for fp32 x. Pointer alignment is not asked: unaligned x up to these rows runs on the
+// pass kernel (correct, slower).
+int64_t binary_weight_linear_fused_rows(FloatType type, int64_t k);
 
 // out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,
 // each value rounded once from fp32. For binary_weight_linear at large M through cuBLAS. out must be 16-byte aligned.

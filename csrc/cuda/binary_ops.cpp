@@ -1,12 +1,13 @@
 // Torch binding of the CUDA binary ops: argument checks (csrc/checks.h, the same as the fake kernels in
 // bitcompile/ops.py), contiguity, allocation of outputs and temporaries, the device guard and the
-// current stream. The kernels themselves are torch-free
-// (binary_kernels.cuh: pack_signs.cu, binary_linear.cu, binary_weight_linear.cu, binary_conv2d.cu).
+// current stream. The kernels themselves are torch-free (binary_kernels.cuh: pack_signs.cu, binary_linear.cu,
+// binary_weight_linear.cu, binary_weight_wgmma.cu, binary_conv2d.cu).
 //
-// Kernel choice is by shape only (no switches between kernel generations): binary_weight_linear runs its
-// tensor-core kernel up to kWeightLinearTensorCoreRows rows of x and dequantize + cuBLAS above; the other
-// ops choose their tiles inside the launchers (binary_kernels.cuh). Every CUDA kernel needs sm_80, which
-// bitcompile/_build.py checks before it builds.
+// Kernel choice is by shape and device only (no switches between kernel generations): binary_weight_linear runs its
+// fused kernels up to binary_weight_linear_fused_rows rows of x (768 where its wgmma kernel runs: bf16/fp16 x,
+// k % 64 == 0, an sm_90a build on a compute capability 9.0 GPU; 128 for other bf16/fp16 x, 2048 for fp32) and
+// dequantize + cuBLAS above; the launchers choose the kernel and its tiles (binary_kernels.cuh). Every CUDA kernel
+// needs sm_80, which bitcompile/_build.py checks before it builds; the wgmma kernel is only taken on sm_90a.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -58,13 +59,6 @@ int current_device_attribute(cudaDeviceAttr attribute) {
   }
   return value;
 }
-
-// binary_weight_linear's largest M on its tensor-core kernels; above, W is dequantized to x's dtype and cuBLAS runs
-// the GEMM. bf16/fp16, placed by a sweep (H200, N = K = 8192, do_bench us, 2026-12-01): the tensor-core kernel 94.7
-// at M = 128 and 164.9 at M = 160; dequantize + cuBLAS 117.7 at M = 257, i.e. ~64 of dequantization + the GEMM
-// (46.9 at M = 128 and 160). fp32 x (three-way split on the tensor cores): 2048, not placed by a sweep.
-constexpr int64_t kWeightLinearTensorCoreRows = 128;
-constexpr int64_t kWeightLinearTensorCoreRowsFp32 = 2048;
 
 // Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
 int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
@@ -156,10 +150,9 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const int64_t tensor_core_rows =
-      x.scalar_type() == at::kFloat ? kWeightLinearTensorCoreRowsFp32 : kWeightLinearTensorCoreRows;
-  if (m <= tensor_core_rows) {
-    // Tensor cores, W read once per pass of up to 32 rows of x; exact +-1 weights, fp32 sums and epilogue.
+  if (m <= kernels::binary_weight_linear_fused_rows(float_type(input), k)) {
+    // Fused kernels (bit planes, tensor-core passes, wgmma): W stays packed in memory; exact +-1 weights, fp32 sums
+    // and epilogue.
     const size_t workspace_bytes = kernels::binary_weight_linear_workspace_bytes(float_type(input), m, k);
     at::Tensor workspace;  // the bit planes of x (bf16/fp16, M <= 2)
     if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));

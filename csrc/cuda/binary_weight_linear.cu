@@ -1,6 +1,7 @@
-// binary_weight_linear (W1A16 / W1A32: float x, +-1 weights) for the rows of x that the tensor-core kernel
-// takes, and dequantize_signs for the larger M that the binding sends to cuBLAS. Torch-free (launchers in
-// binary_kernels.cuh).
+// binary_weight_linear (W1A16 / W1A32: float x, +-1 weights): the launcher that picks a kernel from the shape and
+// the device (the bit-plane and tensor-core pass kernels here, the Hopper wgmma kernel in binary_weight_wgmma.cu),
+// the binding's switch to cuBLAS (binary_weight_linear_fused_rows), and dequantize_signs for the larger M that the
+// binding sends there. Torch-free (launchers in binary_kernels.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,6 +9,7 @@
 
 #include <type_traits>
 
+#include "binary_weight_wgmma.cuh"
 #include "device_common.cuh"
 #include "mma_b1.cuh"
 
@@ -813,6 +815,20 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
   return cudaGetLastError();
 }
 
+// bf16/fp16 x of more than kWgmmaMinRows rows runs on the wgmma kernel where it applies. H200, us per call in a
+// rotating CUDA graph, N = K = 8192 bf16 (2026-12-01), pass kernel against wgmma's tile for that M: M = 16 22.6 / 30.5,
+// 32 37.4 / 31.6, 64 66.1 / 31.7, 128 75.1 / 44.3 (N = 4096, K = 11008, M = 128: 93.2 / 60.8).
+constexpr int64_t kWgmmaMinRows = 16;
+
+// binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
+// (N = K = 8192 bf16, 2026-12-01). wgmma: 127 us at M = 512 and 253 at 1024 against ~64 of dequantization plus a
+// GEMM of 89 and 179; straight lines through those cross near M = 880, and 768 keeps a margin. Pass kernel (other
+// GPUs): 94.7 us at M = 128 and 164.9 at 160 (do_bench), dequantize + cuBLAS 117.7 at 257. fp32 x (three-way bf16
+// split on the tensor cores): 2048, not placed by a sweep.
+constexpr int64_t kFusedRowsWgmma = 768;
+constexpr int64_t kFusedRowsPass = 128;
+constexpr int64_t kFusedRowsFp32 = 2048;
+
 }  // namespace
 
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k) {
@@ -827,6 +843,12 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
   const WeightLinearTuning chosen = tuning != nullptr ? *tuning : WeightLinearTuning{};
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  if (chosen.kernel == 2 || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
+    const cudaError_t result =
+        launch_binary_weight_wgmma(x, type, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
+    if (result != cudaErrorNotSupported || chosen.kernel == 2) return result;
+    (void)cudaGetLastError();  // not here (no sm_90a, k % 64, alignment): the pass kernel
+  }
   switch (type) {
     case FloatType::kFloat32:
       return binary_weight_linear_tc_typed(static_cast<const float*>(x), w_bits, m_rows, n_rows, k, epilogue,
@@ -839,6 +861,11 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                            static_cast<__nv_bfloat16*>(out), sm_count, chosen, workspace, workspace_bytes, stream);
   }
   return cudaErrorInvalidValue;
+}
+
+int64_t binary_weight_linear_fused_rows(FloatType type, int64_t k) {
+  if (type == FloatType::kFloat32) return kFusedRowsFp32;
+  return binary_weight_wgmma_applies(type, k) ? kFusedRowsWgmma : kFusedRowsPass;
 }
 
 cudaError_t launch_dequantize_signs(const uint32_t* w_bits, int64_t n_rows, int64_t k, const float* scale,

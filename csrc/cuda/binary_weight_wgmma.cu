@@ -1,6 +1,9 @@
-// binary_weight_linear on Hopper wgmma for mid-size batches (M = 64..4096): a harness prototype (issue 10),
-// not wired into the torch op. y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue, bf16 / fp16 x, fp32
-// accumulation, output of x's type. Needs sm_90a (wgmma), k % 64 == 0, 16-byte aligned x, 8-byte aligned w_bits.
+// binary_weight_linear on Hopper wgmma: the kernel that launch_binary_weight_linear (binary_weight_linear.cu) runs
+// for bf16 / fp16 x of more than 16 rows on a compute capability 9.0 device, in a build with sm_90a code; the
+// binding runs up to binary_weight_linear_fused_rows = 768 rows through it and dequantize + cuBLAS above.
+// y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
+// 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
+// before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
@@ -14,8 +17,16 @@
 // FEAT = 64 * SLABS * WGS features and BN rows of x, and walks K in 64-k tiles (one 128-byte swizzle row of x).
 // Warpgroup wg, slab s owns features n0 + 64 (SLABS wg + s) + [0, 64); within it warp w (of the warpgroup) rows
 // 16w..16w+15 (the fragment layout). Accumulators: SLABS x BN / 2 floats a thread (SLABS * BN <= 256).
-// Instantiated: (BN, WGS, SLABS) = (64,2,1) (128,1,1) (128,2,1) (128,2,2) (256,2,1) (64,2,2).
 // Grid: x = feature blocks * slices (a cluster of `slices` blocks splits K, reduced through DSMEM), y = row blocks.
+// Tile from M (wgmma_dispatch): M <= 64 (64,2,1), M <= 128 (128,2,1), else (256,2,1); (128,2,2) is instantiated
+// for sweeps (WeightLinearTuning). H200, us per call in a rotating CUDA graph, N = K = 8192 bf16, 2026-12-01:
+//   M         16    32    64   128   192   256   384   512  1024
+//   (64,2,1)  30.5  31.6  31.7  57.7  99.5  99.8  150   195   382
+//   (128,2,1) 41.6  41.7  42.6  44.3  81.5  81.7  162   161   320
+//   (128,2,2) 78.8  80.6  84.3  90.5  79.5  80.0  148   149   295
+//   (256,2,1) 65.2  65.5  67.6  70.6  72.1  68.6  134   127   253
+//   cuBLAS    33.0  34.0  37.5  37.5  43.2  49.0  70.3  88.8  178.6   (bf16 F.linear on the dense weight)
+// N = 4096, K = 11008, M = 128: (64,2,1) 37.9, (128,2,1) 60.8, (128,2,2) 75.2, cuBLAS 30.7.
 //
 // ---- B (x) in shared memory: K-major, 128-byte swizzle -------------------------------------------------------
 // A stage holds the x tile [BN rows][64 k] (bf16/fp16: 128 bytes a row) at a 1024-byte aligned address:
@@ -56,30 +67,22 @@
 // ---- Costs (per SM, H200 ~2048 bf16 MAC/clk) ------------------------------------------------------------------
 // m64nBNk16 holds the tensor pipe BN / 2 clk. A tile of a slab: 4 wgmma = 2 BN clk; its expansion ~16 registers x
 // 3 ops + 4 shifts + 2 LDS ~ 55 instructions a warp, on one SM sub-partition: ~20% of the issue slots at BN = 128.
-// x re-reads from L2: (N / FEAT) * M * K * 2 bytes; at M = 128, N = K = 8192: 64 MiB for FEAT = 256 (the default
-// there, with 4 slices for 128 blocks), 128 MiB for FEAT = 128: at ~6 TB/s of L2 that alone is 11 / 22 us.
+// x re-reads from L2: (N / FEAT) * M * K * 2 bytes; at M = 128, N = K = 8192: 64 MiB for FEAT = 256, 128 MiB for
+// FEAT = 128: at ~6 TB/s of L2 that alone is 11 / 22 us (measured all the same: (128,2,1) 44.3 us there, (128,2,2)
+// 90.5, so these re-reads are not what bounds the kernel yet).
 // Shared memory per tile: x writes BN * 128 bytes (amortized over FEAT features), wgmma B reads 64 B/clk.
 //
-// ---- Debug plan (next session, H200) ----------------------------------------------------------------------------
-// 0. Offline: wgmma_fragment_check (host) passes; the SASS has HGMMA.64xBNx16.F32.BF16 with register A and no
-//    "wgmma serialized" (C7513) ptxas line: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc -Xptxas -v
-//    -c csrc/cuda/binary_weight_wgmma.cu (90-219 registers, no spills), and no write to an in-flight HGMMA's A
-//    registers: cuobjdump -sass x.o > x.sass && python3 benchmarks/kernels/hgmma_a_check.py x.sass (all "ok").
-// 1. harness w1a16 m=64 n=128 k=64 kernel=3 rows=64 wgs=2 slabs=1 slices=1 graph=0 (one block, one 64-k tile: the
-//    first rows of w1a16_wgmma.sweep; then k=128 (two tiles), k=4096 (the ring wraps), slices=4): if wrong,
-//    look at the pattern of bad outputs (harness prints the worst index; run with n=64 m=64 and compare a full dump):
-//    - every output wrong by a structured amount (e.g. rows pairwise swapped, k halves swapped): fragment / swizzle
-//      mapping (A layout: errors depend on the feature index mod 16 / lane; B swizzle: errors depend on x row mod 8).
-//      Test by setting x = one-hot in k (x[m][k] = (k == m)): y[m][n] = s(w[n][m]) shows directly which (feature,
-//      k) each output picked up; a constant x and all-ones W isolate the B side (y must be sum_k x).
-//    - NaN / garbage in some blocks only, different from run to run: a race (stage reuse, missing proxy fence) or
-//      a wrong group count: rerun with STAGES forced larger / a __syncthreads + wait_group(0) after every tile
-//      (the WGMMA_SERIALIZE macro below): if that fixes it, it is the pipeline, not the layout.
-//    - k = 64 right but k = 128+ wrong: the stage ring / descriptor start address per stage.
-// 2. Odd shapes: m=65, m=300, n=200 (features past N), slices=2/4 (cluster reduction), fp16, planted error.
-// 3. Speed: sweep rows/wgs/slabs/slices at M = 64..1024 (w1a16_wgmma.sweep); ncu tensor-pipe activity
-//    (sm__pipe_tensor_op_gmma_cycles_active) vs issue slots; then warp specialization / TMA multicast of x across a
-//    cluster of feature blocks (cuts the L2 re-reads) if the tensor pipe is below ~70%.
+// ---- Checking a change ------------------------------------------------------------------------------------------
+// 0. Without a GPU: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc -Xptxas -v -c
+//    csrc/cuda/binary_weight_wgmma.cu -o x.o: no spills and no C7510 / C7513 ("wgmma serialized") line; then
+//    cuobjdump -sass x.o > x.sass && python3 benchmarks/kernels/hgmma_a_check.py x.sass: "ok" for every kernel (no
+//    write to the A registers of an in-flight HGMMA); benchmarks/kernels/wgmma_fragment_check.cpp checks the A
+//    fragment expansion on the host.
+// 1. H200: harness --sweep benchmarks/kernels/w1a16_wgmma.sweep (one block and one 64-k tile first, then the ring
+//    wrapping, split K, odd M and N, fp16, the refusals, a planted error). A wrong output with structure (it depends
+//    on the feature index mod 16 or the x row mod 8) is the fragment / swizzle layout (x one-hot in k shows which
+//    (feature, k) each output picked up); NaN or garbage that changes from run to run is the pipeline: build with
+//    -DWGMMA_SERIALIZE=1, and if that fixes it, a race.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -88,7 +91,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "binary_kernels.cuh"
+#include "binary_weight_wgmma.cuh"
 #include "device_common.cuh"
 #include "wgmma_fragment.cuh"
 
@@ -96,6 +99,13 @@
 // tiles: a result that changes with it points at the pipeline (a race), not at the fragment / swizzle layout.
 #ifndef WGMMA_SERIALIZE
 #define WGMMA_SERIALIZE 0
+#endif
+
+// BITCOMPILE_SM90A=1: this build has sm_90a device code (set by bitcompile/_build.py and benchmarks/kernels/build.sh
+// where they compile for sm_90a). The host code cannot see which device code a build holds, and the kernel is a
+// __trap() in any other (a TORCH_CUDA_ARCH_LIST of "9.0" without the "a", say), so without it the op never takes it.
+#ifndef BITCOMPILE_SM90A
+#define BITCOMPILE_SM90A 0
 #endif
 
 namespace bitcompile {
@@ -108,6 +118,7 @@ namespace {
 #define BC_WGMMA_ENABLED 0
 #endif
 
+#if BC_WGMMA_ENABLED  // the device helpers of the kernel body (sm_90a code only)
 // ---- wgmma.mma_async RS wrappers: D (fp32, BN / 2 registers) += A (4 registers) * B (descriptor) ----------------
 // Operands after the descriptor: scale-d = 1 (accumulate: D starts zeroed), imm-scale-a = 1, imm-scale-b = 1,
 // imm-trans-b = 0 (B K-major). Written out per shape (inline asm needs literal operand lists).
@@ -287,6 +298,8 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t address) {
   return static_cast<uint64_t>((address & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
          (uint64_t{1} << 62);
 }
+
+#endif  // BC_WGMMA_ENABLED
 
 template <int BN, int WGS, int SLABS>
 struct WgmmaShape {
@@ -511,107 +524,99 @@ __global__ void __launch_bounds__(128 * WGS, 1)
   }
   if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
 #else
-  __trap();  // built without sm_90a: the launcher refuses before launching
+  __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies, BITCOMPILE_SM90A)
 #endif
 }
 
-// A launch with a cluster of `slices` blocks along x (none for 1).
-template <typename T>
-cudaError_t launch_with_cluster(void (*kernel)(const T*, const uint32_t*, int, int, int, int, Epilogue, T*), dim3 grid,
-                                int threads, size_t smem, int slices, cudaStream_t stream, const T* x,
-                                const uint32_t* w_bits, int m, int n, int k, const Epilogue& ep, T* out) {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute[1];
-  config.gridDim = grid;
-  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.numAttrs = 0;
-  if (slices > 1) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(slices);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, kernel, x, w_bits, m, n, k, slices, ep, out);
-}
+constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
 
 template <typename T, int BN, int WGS, int SLABS>
-cudaError_t wgmma_launch(const void* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
-                         const Epilogue& ep, void* out, int sm_count, int slices_wanted, cudaStream_t stream) {
+cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                         const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
   using Shape = WgmmaShape<BN, WGS, SLABS>;
   const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
   const int64_t row_blocks = ceil_div(m_rows, BN);
   const int64_t total_tiles = k / 64;
-  if (row_blocks > 65535 || feature_blocks * 8 > INT_MAX) return cudaErrorNotSupported;
-  int slices = 1;
-  if (slices_wanted > 0) {
-    while (slices * 2 <= slices_wanted && slices * 2 <= 8 && slices * 2 <= total_tiles) slices *= 2;
-  } else {  // split K while the grid stays within one wave of one block an SM
-    while (slices * 2 <= 8 && slices * 2 <= total_tiles && feature_blocks * row_blocks * slices * 2 <= sm_count)
-      slices *= 2;
+  if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
+  // Split K (a power of two, a cluster of at most 8): as asked, or while the grid stays within one wave of one block
+  // an SM; then the largest cluster of at most that size that the device can co-schedule with this kernel.
+  const int64_t sms = sm_count > 0 ? sm_count : 132;
+  int64_t slices = 1;
+  while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
+         (slices_wanted > 0 ? slices * 2 <= slices_wanted : feature_blocks * row_blocks * slices * 2 <= sms)) {
+    slices *= 2;
   }
   auto kernel = binary_weight_wgmma_kernel<T, BN, WGS, SLABS>;
   static unsigned long long smem_devices = 0;
   cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
   if (error != cudaSuccess) return error;
-  const dim3 grid(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1);
-  error = launch_with_cluster(kernel, grid, Shape::kThreads, Shape::kSmemBytes, slices, stream,
-                              static_cast<const T*>(x), w_bits, static_cast<int>(m_rows), static_cast<int>(n_rows),
-                              static_cast<int>(k), ep, static_cast<T*>(out));
+  if (slices > 1) {
+    static unsigned cluster_sizes[64] = {};
+    slices = fitting_cluster(kernel, slices, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
+  }
+  auto launch = [&](int64_t cluster) {
+    const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * cluster), static_cast<unsigned>(row_blocks), 1),
+                               Shape::kThreads, Shape::kSmemBytes, cluster, stream);
+    return cudaLaunchKernelEx(&config.config, kernel, x, w_bits, static_cast<int>(m_rows), static_cast<int>(n_rows),
+                              static_cast<int>(k), static_cast<int>(cluster), ep, out);
+  };
+  error = launch(slices);
+  if (error != cudaSuccess && slices > 1) {
+    (void)cudaGetLastError();  // a cluster refused all the same: one block a feature block, over the whole K
+    error = launch(1);
+  }
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
 template <typename T>
-cudaError_t wgmma_dispatch(const void* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
-                           void* out, int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
-  int rows = tuning.rows, wgs = tuning.warpgroups, slabs = tuning.slabs;
-  if (rows == 0) {  // the default tile from M (see the header: FEAT = 256 at M <= 128 halves the L2 re-reads of x)
-    if (m <= 64) rows = 64, wgs = 2, slabs = 1;
-    else if (m <= 128) rows = 128, wgs = 2, slabs = 2;
-    else rows = 256, wgs = 2, slabs = 1;
+cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
+                           T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
+  int rows = tuning.rows_per_pass, wgs = tuning.warpgroups, slabs = tuning.slabs;
+  if (rows == 0) {  // the tile from M (the table in the header)
+    rows = m <= 64 ? 64 : (m <= 128 ? 128 : 256);
+    wgs = 2;
+    slabs = 1;
   }
   if (wgs == 0) wgs = 2;
   if (slabs == 0) slabs = 1;
-  const int slices = tuning.slices;
 #define BC_CASE(BN, WGS, SLABS)                   \
   if (rows == BN && wgs == WGS && slabs == SLABS) \
-    return wgmma_launch<T, BN, WGS, SLABS>(x, w_bits, m, n, k, ep, out, sm_count, slices, stream);
+    return wgmma_launch<T, BN, WGS, SLABS>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   BC_CASE(64, 2, 1)
-  BC_CASE(64, 2, 2)
-  BC_CASE(128, 1, 1)
   BC_CASE(128, 2, 1)
   BC_CASE(128, 2, 2)
   BC_CASE(256, 2, 1)
 #undef BC_CASE
-  return cudaErrorInvalidValue;  // a tile shape that is not instantiated
+  return cudaErrorInvalidValue;  // a tile that is not instantiated
 }
 
 }  // namespace
 
-cudaError_t launch_binary_weight_linear_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                              int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
-                                              cudaStream_t stream, const WgmmaTuning* tuning) {
-  if (type == FloatType::kFloat32) return cudaErrorNotSupported;
-  if (k <= 0 || k % 64 != 0 || k > INT_MAX / 2 || m_rows < 0 || n_rows < 0 || m_rows > INT_MAX || n_rows > INT_MAX)
+bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
+  if (!BITCOMPILE_SM90A || type == FloatType::kFloat32 || k <= 0 || k % 64 != 0 || k > INT_MAX / 2) return false;
+  DeviceFacts device;
+  if (current_device_facts(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return device.major == 9 && device.minor == 0;  // sm_90a code runs on 9.0 only
+}
+
+cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                       int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                       const WeightLinearTuning& tuning, cudaStream_t stream) {
+  if (!binary_weight_wgmma_applies(type, k) || m_rows < 0 || n_rows < 0 || m_rows > INT_MAX || n_rows > INT_MAX)
     return cudaErrorNotSupported;
   if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0 || (reinterpret_cast<uintptr_t>(w_bits) & 7u) != 0 ||
       (reinterpret_cast<uintptr_t>(out) & 1u) != 0)
     return cudaErrorNotSupported;
-  int device = 0, major = 0, minor = 0, sm_count = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
-  if (error != cudaSuccess) return error;
-  if (major != 9 || minor != 0) return cudaErrorNotSupported;  // wgmma: sm_90a code only runs on 9.0
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
-  const WgmmaTuning chosen = tuning != nullptr ? *tuning : WgmmaTuning{};
-  if (type == FloatType::kBFloat16)
-    return wgmma_dispatch<__nv_bfloat16>(x, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
-  return wgmma_dispatch<__half>(x, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
+  if (type == FloatType::kBFloat16) {
+    return wgmma_dispatch(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                          static_cast<__nv_bfloat16*>(out), sm_count, tuning, stream);
+  }
+  return wgmma_dispatch(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
+                        sm_count, tuning, stream);
 }
 
 }  // namespace cuda

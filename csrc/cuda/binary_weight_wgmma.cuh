@@ -1,0 +1,28 @@
+// What binary_weight_linear.cu calls in binary_weight_wgmma.cu: the Hopper wgmma kernel of binary_weight_linear,
+// one of the kernels behind launch_binary_weight_linear (binary_kernels.cuh), not a launcher of its own.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "binary_kernels.cuh"
+
+namespace bitcompile {
+namespace cuda {
+
+// Whether the wgmma kernel can take x of this type and k on the current device: bf16 / fp16, k % 64 == 0, a
+// compute capability 9.0 device and a build with sm_90a device code (BITCOMPILE_SM90A: the kernel has no body in
+// any other code). Pointer alignment is checked by the launcher.
+bool binary_weight_wgmma_applies(FloatType type, int64_t k);
+
+// y = x @ s(W).T, then the epilogue, on wgmma (bf16 / fp16 x, fp32 accumulation, out of x's type). Takes the tile
+// and the K split from tuning (rows_per_pass, warpgroups, slabs, slices; 0: from the shape). cudaErrorNotSupported,
+// before any launch, where it does not apply: binary_weight_wgmma_applies is false, x is not 16-byte aligned,
+// w_bits not 8-byte aligned, out not 2-byte aligned, or the grid is too large.
+cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                       int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                       const WeightLinearTuning& tuning, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace bitcompile
