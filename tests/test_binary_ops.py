@@ -5,6 +5,9 @@ Every test takes the conftest `device` fixture, so the same file checks the CUDA
 machine. Inputs are fresh random values each run (conftest seeds them and prints the seed).
 """
 
+import os
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -601,9 +604,9 @@ def test_device_mismatch_raises():
 
 
 # ------------------------------------------------------------------------------------------------
-# Tile edges of the tensor-core CUDA paths (W1A16 one-pass kernel with its split of K, dequantize +
-# cuBLAS above 128 rows (bf16/fp16); b1 MMA binary_linear; implicit-GEMM conv with two bit planes). They run on
-# CPU too, against the CPU kernels.
+# Tile edges of the tensor-core CUDA paths (W1A16 pass and wgmma kernels with their split of K, dequantize +
+# cuBLAS above 128 rows (bf16/fp16; 768 where the wgmma kernel applies); b1 MMA binary_linear; implicit-GEMM conv
+# with two bit planes). They run on CPU too, against the CPU kernels.
 # ------------------------------------------------------------------------------------------------
 EDGE_N = [1, 127, 129]
 EDGE_K = [1, 255, 257, 2049]
@@ -623,10 +626,10 @@ def test_weight_linear_tile_edges(device, m):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 128, 129, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
     """bf16/fp16 x: M <= 2 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 128 the
-    tensor-core kernel, 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
-    K spans several 512-bit chunks (several blocks
-    of one cluster, or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set,
-    scale and bias."""
+    tensor-core pass kernel, 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
+    on an sm_90a build on a 9.0 GPU, k % 64 == 0 ((70, 512), (64, 16384)) from 17 rows the wgmma kernel instead
+    (test_weight_linear_wgmma_edges has its edges); K spans several 512-bit chunks (several blocks of one cluster,
+    or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set, scale and bias."""
     for n, k in ((129, 4100), (300, 1000), (5, 33), (70, 512), (64, 16384)):
         x = random_input((m, k), dtype, device)
         _, w_packed = packed_weight(n, k, device)
@@ -708,6 +711,128 @@ def test_weight_linear_fp32_one_signed_inputs_cuda(inputs):
     expected = x.double() @ torch.where(w >= 0, 1.0, -1.0).double().T  # float64 on the GPU: 69 GFLOP
     magnitude = x.double().square().sum(-1, keepdim=True).sqrt().expand_as(expected)
     assert_close_relative(actual, expected, torch.float32, f"{inputs} x", magnitude)
+
+
+# ------------------------------------------------------------------------------------------------
+# The edges of binary_weight_linear's wgmma dispatch. On a compute capability 9.0 GPU, bf16/fp16 x runs on the pass
+# kernel up to M = 16, on the wgmma kernel above (tile from M: 64 rows up to 64, 128 up to 128, else 256) where
+# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 768 rows (128 where wgmma does
+# not apply). Elsewhere (other GPUs, the CPU) the same cases check whatever runs there.
+# ------------------------------------------------------------------------------------------------
+WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 768, 769]
+
+
+def assert_rounded_matches(actual, expected, bias, dtype, what, magnitude):
+    """Each output within eps * (|y| + |y - bias| + |bias|) + 1e-4 * magnitude of the float64 y (eps: 2^-7 bf16,
+    2^-10 fp16). The eps terms are twice what a path may round: the output to the dtype (half an ulp of |y|), and on
+    the dequantize + cuBLAS path the scaled weight (|x @ (s(W) * scale).T| = |y - bias|) and the bias; 1e-4 of the
+    magnitude (root of the summed squared terms) is far above fp32 accumulation error at these K. A zero, unwritten
+    or misplaced output, a lost K tile or a wrong scale cannot pass: at |y| ~ 30 the bound is ~0.5 (bf16)."""
+    assert actual.dtype == dtype and actual.shape == expected.shape, f"{what}: {actual.dtype} {tuple(actual.shape)}"
+    actual, expected, magnitude = actual.double().cpu(), expected.double().cpu(), magnitude.double().cpu()
+    assert torch.isfinite(actual).all(), f"{what}: non-finite outputs"
+    bias = torch.zeros(()) if bias is None else bias.double().cpu()
+    eps = torch.finfo(dtype).eps
+    allowed = eps * (expected.abs() + (expected - bias).abs() + bias.abs()) + 1e-4 * magnitude
+    worst = ((actual - expected).abs() / allowed).max().item()
+    assert worst <= 1.0, f"{what}: error {worst:.3g} of allowed"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", WGMMA_EDGE_M)
+def test_weight_linear_wgmma_edges(device, dtype, m):
+    """M at each edge of the dispatch; k = 1024 and 640 (10 tiles of 64: with 8 slices some get none); N = 264 and
+    200 (a partial block of features, 16-byte stores), 100 (value-by-value stores: N % 8 != 0) and 1; per-output
+    scale with bias and scalar scale with bias."""
+    for n, k in ((264, 1024), (200, 640), (100, 1024), (1, 640)):
+        x = random_input((m, k), dtype, device)
+        _, w_packed = packed_weight(n, k, device)
+        for kind in ("per_channel", "scalar"):
+            scale, bias = scale_and_bias(kind, n, device)
+            actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+            assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} m={m} n={n} k={k} {kind}", magnitude)
+
+
+def one_element_off(t):
+    """t's values in a view that starts one element past an aligned allocation (x: 2 bytes off 16-byte alignment,
+    packed W: 4 bytes off 8-byte alignment), contiguous."""
+    flat = torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)
+    flat[1:] = t.reshape(-1)
+    view = flat[1:].view(t.shape)
+    assert view.is_contiguous() and view.data_ptr() % 8 != 0
+    return view
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_weight_linear_wgmma_refusals(device, dtype):
+    """Inputs the wgmma kernel refuses run on the pass kernel, correctly: k % 64 != 0 (k = 1000), x one element off
+    its alignment (M = 100, and 500: past the pass kernel's usual 128 rows, since the switch to cuBLAS does not look
+    at pointers), packed W one word off; and 3-D x of 2 x 150 rows (the 256-row tile, two row blocks)."""
+    n = 264
+    cases = []
+    x = random_input((100, 1000), dtype, device)
+    cases.append(("k=1000", x, packed_weight(n, 1000, device)[1], 1000))
+    for m in (100, 500):
+        x = random_input((m, 1024), dtype, device)
+        cases.append((f"x off m={m}", one_element_off(x), packed_weight(n, 1024, device)[1], 1024))
+    x = random_input((100, 1024), dtype, device)
+    cases.append(("w off", x, one_element_off(packed_weight(n, 1024, device)[1]), 1024))
+    x = random_input((2, 150, 1024), dtype, device)
+    cases.append(("3-D x", x, packed_weight(n, 1024, device)[1], 1024))
+    for what, x, w_packed, k in cases:
+        scale, bias = scale_and_bias("per_channel", n, device)
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert actual.shape == (*x.shape[:-1], n)
+        assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} {what}", magnitude)
+
+
+@requires_cuda
+def test_weight_linear_wgmma_dispatch():
+    """Which kernel serves which shape on a compute capability 9.0 GPU, by the kernel names the profiler records."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel runs on compute capability 9.0 only")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch_list and "9.0a" not in arch_list:
+        pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
+    n = 264
+
+    def kernels(x, k, w_packed=None):
+        w_packed = packed_weight(n, k, "cuda")[1] if w_packed is None else w_packed
+        ops.binary_weight_linear(x, w_packed, k)  # built and loaded before profiling
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            ops.binary_weight_linear(x, w_packed, k)
+            torch.cuda.synchronize()
+        names = [event.key for event in profile.key_averages()]
+        if not any("binary_weight" in name or "dequantize_signs" in name for name in names):
+            pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
+        return names
+
+    def wgmma_tiles(names):
+        tiles = []
+        for name in names:
+            if "binary_weight_wgmma_kernel" in name:
+                match = re.search(r"binary_weight_wgmma_kernel<[^,<>]+,\s*(\d+),\s*(\d+),\s*(\d+)\s*>", name)
+                assert match, f"cannot read the tile of {name}"
+                tiles.append(tuple(int(v) for v in match.groups()))
+        return tiles
+
+    def uses(names, kernel):
+        return any(kernel in name for name in names)
+
+    for dtype in (torch.bfloat16, torch.float16):
+        for m, rows in ((17, 64), (64, 64), (65, 128), (128, 128), (129, 256), (768, 256)):
+            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
+            assert wgmma_tiles(names) == [(rows, 2, 1)], f"{dtype} m={m}: {names}"
+            assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
+        names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
+        assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
+        names = kernels(random_input((769, 1024), dtype, "cuda"), 1024)
+        assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=769: {names}"
+        for what, x, k in (("k=1000", random_input((100, 1000), dtype, "cuda"), 1000),
+                           ("x off", one_element_off(random_input((100, 1024), dtype, "cuda")), 1024)):
+            names = kernels(x, k)
+            assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} {what}: {names}"
 
 
 @pytest.mark.parametrize("sign_zero", [False, True])
