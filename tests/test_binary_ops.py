@@ -787,7 +787,7 @@ def test_weight_linear_wgmma_refusals(device, dtype):
 
 
 @requires_cuda
-def test_weight_linear_wgmma_dispatch():
+def test_weight_linear_wgmma_dispatch_cuda():
     """Which kernel serves which shape on a compute capability 9.0 GPU, by the kernel names the profiler records."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the wgmma kernel runs on compute capability 9.0 only")
