@@ -74,9 +74,9 @@ def _cuda_arch_flags() -> list[str]:
 
 
 def _cuda_defines(arch_flags: list[str]) -> list[str]:
-    """-DBITCOMPILE_SM90A=1 where the build has sm_90a device code: binary_weight_linear takes its wgmma kernel, which
-    has a body only in that code, only then (csrc/cuda/binary_weight_wgmma.cu). The host code cannot see which
-    device code a build holds; with TORCH_CUDA_ARCH_LIST, Hopper needs "9.0a" for it."""
+    """-DBITCOMPILE_SM90A=1 where the build has sm_90a device code: binary_linear and binary_weight_linear take their
+    wgmma kernels, which have a body only in that code, only then (csrc/cuda/device_common.cuh). The host code cannot
+    see which device code a build holds; with TORCH_CUDA_ARCH_LIST, Hopper needs "9.0a" for them."""
     chosen = " ".join(arch_flags) if arch_flags else os.environ.get("TORCH_CUDA_ARCH_LIST", "")
     return ["-DBITCOMPILE_SM90A=1"] if ("sm_90a" in chosen or "9.0a" in chosen) else []
 

@@ -8,7 +8,7 @@ root="$(cd "$here/../.." && pwd)"
 arch="${ARCH:--gencode=arch=compute_90a,code=sm_90a}"
 build="${BUILD_DIR:-$here/build}"
 mkdir -p "$build"
-define=""  # sm_90a code: binary_weight_linear may take its wgmma kernel (csrc/cuda/binary_weight_wgmma.cu)
+define=""  # sm_90a code: the launchers may take their wgmma kernels (BITCOMPILE_SM90A, csrc/cuda/device_common.cuh)
 if [[ "$arch" == *90a* ]]; then define="-DBITCOMPILE_SM90A=1"; fi
 sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_weight_wgmma binary_conv2d apot_kernels)
 objects=()

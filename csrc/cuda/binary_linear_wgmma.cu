@@ -445,7 +445,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
     }
   }
 #else
-  __trap();  // built for another target: the launcher refuses anything but sm_90 (needs sm_90a code)
+  __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
 #endif
 }
 
@@ -527,7 +527,8 @@ cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
-  if (device.major != 9 || device.minor != 0) return cudaErrorNotSupported;  // sm_90a code; sm_100 has no wgmma
+  // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only; sm_100 has no wgmma
+  if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_wgmma_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out), tile_n,

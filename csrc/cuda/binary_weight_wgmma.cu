@@ -101,13 +101,6 @@
 #define WGMMA_SERIALIZE 0
 #endif
 
-// BITCOMPILE_SM90A=1: this build has sm_90a device code (set by bitcompile/_build.py and benchmarks/kernels/build.sh
-// where they compile for sm_90a). The host code cannot see which device code a build holds, and the kernel is a
-// __trap() in any other (a TORCH_CUDA_ARCH_LIST of "9.0" without the "a", say), so without it the op never takes it.
-#ifndef BITCOMPILE_SM90A
-#define BITCOMPILE_SM90A 0
-#endif
-
 namespace bitcompile {
 namespace cuda {
 namespace {
@@ -524,7 +517,7 @@ __global__ void __launch_bounds__(128 * WGS, 1)
   }
   if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
 #else
-  __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies, BITCOMPILE_SM90A)
+  __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
 }
 

@@ -11,6 +11,14 @@
 
 #include "binary_kernels.cuh"
 
+// BITCOMPILE_SM90A=1: the build has sm_90a device code (bitcompile/_build.py and benchmarks/kernels/build.sh set it
+// where they compile for sm_90a). The wgmma kernels (binary_linear_wgmma.cu, binary_weight_wgmma.cu) have a body only
+// in that code, a __trap() in any other, and the host code cannot see which device code a build holds: without it
+// their launchers refuse (a TORCH_CUDA_ARCH_LIST of "9.0" without the "a", say) and the mma.sync kernels run.
+#ifndef BITCOMPILE_SM90A
+#define BITCOMPILE_SM90A 0
+#endif
+
 namespace bitcompile {
 namespace cuda {
 
