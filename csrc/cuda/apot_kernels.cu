@@ -187,11 +187,13 @@ __device__ __forceinline__ __nv_bfloat162 bf162_of(uint32_t v) {
 
 // 16 bytes of W (read once: no L1 allocation, 256-byte L2 prefetch since the warp reads the next 64
 // bytes of the same rows a chunk later); zeros where !valid. Predicated, so no branch splits the loop.
+// A coherent load, not ld.global.nc: ptxas moves .nc loads across bar.sync, and sank the first chunk's
+// loads below build_table's barriers (W did not start streaming until the table's levels had arrived).
 __device__ __forceinline__ uint4 load_stream16(const uint8_t* p, bool valid) {
   uint4 v;
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-      " mov.b32 %3, 0;\n @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      " mov.b32 %3, 0;\n @p ld.global.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(valid)));
   return v;
