@@ -530,8 +530,20 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   small_batch_loop<T, kNibbles, kTiles, kBytes ? kLoadBytes : kLoadVector>(args, smem, row0, c_begin, c_end, total);
 
   // Sum the 8 warps (fixed order), then the splits of K (rank order): deterministic.
-  __syncthreads();  // every warp is done with the table
   constexpr int kElements = kTiles * 128;  // D values of a warp: tile t, lane l, register j at t*128 + l*4 + j
+  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
+  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
+  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
+  // In a cluster, block `split` finishes the cluster's sums of elements split * kElements / splits up to
+  // (split + 1) * kElements / splits, at most one a thread (splits >= 2): its alpha and bias are read
+  // here, their latency under the barriers below.
+  static_assert(kElements <= 2 * kGemvThreads, "a cluster's block finishes at most one element a thread");
+  const int mine = split * kElements / args.splits + static_cast<int>(threadIdx.x);
+  const bool finishes = args.cluster && mine < (split + 1) * kElements / args.splits && row_of(mine) < args.n &&
+                        column_of(mine) < args.m;
+  const float mine_alpha = finishes ? args.alpha[args.alpha_count == 1 ? 0 : row_of(mine)] : 0.f;
+  const float mine_bias = finishes && args.bias ? args.bias[row_of(mine)] : 0.f;
+  __syncthreads();  // every warp is done with the table
   float* const sums = reinterpret_cast<float*>(smem);
   float* const block_sum = sums + kGemvWarps * kElements;
 #pragma unroll
@@ -540,9 +552,6 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
         make_float4(total[t][0], total[t][1], total[t][2], total[t][3]);
   __syncthreads();
   const float unscale = pow2(-*table_shift_slot(smem));
-  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
-  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
-  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
   auto store = [&](int i, float sum) {
     const int64_t row = row_of(i);
     const int column = column_of(i);
@@ -569,15 +578,15 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's sums are in its shared memory
-  // Block `split` finishes its share of the elements, reading the others' sums through DSMEM.
-  const int begin = split * kElements / args.splits, end = (split + 1) * kElements / args.splits;
-  for (int i = begin + threadIdx.x; i < end; i += kGemvThreads) {
-    if (row_of(i) >= args.n || column_of(i) >= args.m) continue;
+  if (finishes) {  // the others' sums through DSMEM
     float sum = 0.f;
-    for (int r = 0; r < args.splits; ++r) sum += cluster.map_shared_rank(block_sum, r)[i];
-    store(i, sum);
+    for (int r = 0; r < args.splits; ++r) sum += cluster.map_shared_rank(block_sum, r)[mine];
+    args.y[int64_t(column_of(mine)) * args.n + row_of(mine)] = from_float<T>(sum * unscale * mine_alpha + mine_bias);
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  // No block leaves while another still reads its shared memory. Relaxed arrive: the DSMEM reads are
+  // done (their sums are stored) and nothing else needs ordering, so no MEMBAR.GPU waits for y's stores
+  // (cluster.sync() releases).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n barrier.cluster.wait.aligned;" ::: "memory");
 #else
   __trap();  // clusters are sm_90's; the launcher does not ask for them elsewhere
 #endif
