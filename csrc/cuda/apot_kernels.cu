@@ -9,13 +9,14 @@
 //   (its address) and one 8-byte lookup {hi pair, lo pair} that lands as an A register pair, in a
 //   64 KiB table with a copy per lane (no bank conflicts). A warp holds up to 4 tiles of 16 weight
 //   rows; each lane streams 16 bytes of 2 rows a chunk (a 4-lane group: 64 contiguous bytes of a
-//   row) into registers a chunk ahead. x is pulled into L1 a chunk ahead and loaded as mma B
-//   registers: fp16 as it is, bf16 scaled by a power of two per (128 columns, row of x) so fp16
-//   holds it exactly, fp32 as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16
-//   mma adds) are unscaled into fp32 totals. The 8 warps of a block split K and are summed in
-//   shared memory; blocks along K form a cluster summed through distributed shared memory in rank
-//   order (deterministic; without clusters: a workspace and a finish kernel). Rows that are not
-//   whole 16-byte pieces (or an unaligned W) take a byte-load variant with one tile a warp.
+//   row) into registers a chunk ahead, and into L2 two chunks ahead (DRAM serves W in the order the
+//   chunks are used). x is pulled into L1 a chunk ahead and loaded as mma B registers: fp16 as it
+//   is, bf16 scaled by a power of two per (128 columns, row of x) so fp16 holds it exactly, fp32
+//   as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16 mma adds) are unscaled
+//   into fp32 totals. The 8 warps of a block split K and are summed in shared memory; blocks along
+//   K form a cluster summed through distributed shared memory in rank order (deterministic; without
+//   clusters: a workspace and a finish kernel). Rows that are not whole 16-byte pieces (or an
+//   unaligned W) take a byte-load variant with one tile a warp.
 // - linear_int: a 64-wide tiled integer GEMM (plain int32 multiply-adds), exact by construction:
 //   int32 partial sums are flushed into int64 before they can overflow (how often follows from
 //   max|N|, found by each block from the table, no host sync), tables with huge numerators take
@@ -185,16 +186,26 @@ __device__ __forceinline__ __nv_bfloat162 bf162_of(uint32_t v) {
   return r;
 }
 
-// 16 bytes of W (read once: no L1 allocation, 256-byte L2 prefetch since the warp reads the next 64
-// bytes of the same rows a chunk later); zeros where !valid. Predicated, so no branch splits the loop.
+// 16 bytes of W (read once: no L1 allocation); zeros where !valid. Predicated, so no branch splits the
+// loop. No L2 prefetch size hint: a 256-byte one fetched a warp's whole K range of a row (4 chunks at
+// N = K = 8192) with its first load, so all of W was asked of DRAM at once and every warp waited for
+// nearly all of it before its first chunk; W is pulled into L2 in chunk order instead (prefetch_l2).
+// A coherent load, not ld.global.nc: ptxas moves .nc loads across bar.sync, and sank the first chunk's
+// loads below build_table's barriers (W did not start streaming until the table's levels had arrived).
 __device__ __forceinline__ uint4 load_stream16(const uint8_t* p, bool valid) {
   uint4 v;
   asm volatile(
       "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-      " mov.b32 %3, 0;\n @p ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      " mov.b32 %3, 0;\n @p ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(valid)));
   return v;
+}
+
+// Asks L2 for the line of `p` (no registers, no scoreboard) where valid.
+__device__ __forceinline__ void prefetch_l2(const uint8_t* p, bool valid) {
+  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}" ::"l"(p),
+               "r"(static_cast<int>(valid)));
 }
 
 // 16 bytes of a weight row at `p` (byte `offset` of the row) by byte loads, zeros where !valid and past
@@ -422,8 +433,9 @@ __device__ __forceinline__ void prefetch_x(const T* x, int m, int64_t k, int g, 
 }
 
 // The main loop of a warp over its chunks [c_begin, c_end); W of chunk c + 1 is loaded while chunk c
-// is decoded (each tile's registers are refilled as soon as they are read), x of chunk c + 1 is
-// pulled into L1.
+// is decoded (each tile's registers are refilled as soon as they are read) and W of chunk c + 2 is
+// pulled into L2 beside it, so DRAM serves the chunks in the order they are used and the register
+// loads wait for L2, not DRAM; x of chunk c + 1 is pulled into L1.
 template <typename T, bool kNibbles, int kTiles, int kPath>
 __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, unsigned char* smem, int64_t row0,
                                                 int64_t c_begin, int64_t c_end, float (&total)[kTiles][4]) {
@@ -448,6 +460,16 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
   }
   if (c_begin < c_end) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, c_begin * C::kColumns + tig * C::kCodes);
   build_table<kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
+  if (kPrefetch) {  // chunk c_begin + 1 into L2, behind chunk c_begin in DRAM's queues
+    const int64_t offset = (c_begin + 1) * kChunkBytes + tig * 16;
+    const bool in_row = c_begin + 1 < c_end && offset < row_bytes;
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) {
+      const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c_begin + 1) * kChunkBytes;
+      prefetch_l2(p, in_row && 16 * t < rows_left);
+      prefetch_l2(p + 8 * row_bytes, in_row && 16 * t + 8 < rows_left);
+    }
+  }
   const unsigned char* const table = smem;
   for (int64_t c = c_begin; c < c_end; ++c) {
     uint32_t bh[C::kPairs], bl[C::kPairs];
@@ -459,8 +481,8 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
     }
     const bool more = c + 1 < c_end;
     if (more) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, (c + 1) * C::kColumns + tig * C::kCodes);
-    const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes;
-    const bool next_in_row = more && next < row_bytes;
+    const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes, after = next + kChunkBytes;
+    const bool next_in_row = more && next < row_bytes, after_in_row = c + 2 < c_end && after < row_bytes;
 #pragma unroll
     for (int t = 0; t < kTiles; ++t) {
       if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
@@ -472,6 +494,8 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
         const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
         w_lo[t] = load_piece<kPath>(p, next_in_row && 16 * t < rows_left, next, row_bytes);
         w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, next_in_row && 16 * t + 8 < rows_left, next, row_bytes);
+        prefetch_l2(p + kChunkBytes, after_in_row && 16 * t < rows_left);
+        prefetch_l2(p + kChunkBytes + 8 * row_bytes, after_in_row && 16 * t + 8 < rows_left);
       } else {
         const uint8_t* p = base + int64_t(16 * t) * row_bytes + c * kChunkBytes;
         piece_product<T, kNibbles>(load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes), table, lane_offset,
@@ -506,8 +530,20 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   small_batch_loop<T, kNibbles, kTiles, kBytes ? kLoadBytes : kLoadVector>(args, smem, row0, c_begin, c_end, total);
 
   // Sum the 8 warps (fixed order), then the splits of K (rank order): deterministic.
-  __syncthreads();  // every warp is done with the table
   constexpr int kElements = kTiles * 128;  // D values of a warp: tile t, lane l, register j at t*128 + l*4 + j
+  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
+  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
+  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
+  // In a cluster, block `split` finishes the cluster's sums of elements split * kElements / splits up to
+  // (split + 1) * kElements / splits, at most one a thread (splits >= 2): its alpha and bias are read
+  // here, their latency under the barriers below.
+  static_assert(kElements <= 2 * kGemvThreads, "a cluster's block finishes at most one element a thread");
+  const int mine = split * kElements / args.splits + static_cast<int>(threadIdx.x);
+  const bool finishes = args.cluster && mine < (split + 1) * kElements / args.splits && row_of(mine) < args.n &&
+                        column_of(mine) < args.m;
+  const float mine_alpha = finishes ? args.alpha[args.alpha_count == 1 ? 0 : row_of(mine)] : 0.f;
+  const float mine_bias = finishes && args.bias ? args.bias[row_of(mine)] : 0.f;
+  __syncthreads();  // every warp is done with the table
   float* const sums = reinterpret_cast<float*>(smem);
   float* const block_sum = sums + kGemvWarps * kElements;
 #pragma unroll
@@ -516,9 +552,6 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
         make_float4(total[t][0], total[t][1], total[t][2], total[t][3]);
   __syncthreads();
   const float unscale = pow2(-*table_shift_slot(smem));
-  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
-  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
-  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
   auto store = [&](int i, float sum) {
     const int64_t row = row_of(i);
     const int column = column_of(i);
@@ -545,15 +578,15 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's sums are in its shared memory
-  // Block `split` finishes its share of the elements, reading the others' sums through DSMEM.
-  const int begin = split * kElements / args.splits, end = (split + 1) * kElements / args.splits;
-  for (int i = begin + threadIdx.x; i < end; i += kGemvThreads) {
-    if (row_of(i) >= args.n || column_of(i) >= args.m) continue;
+  if (finishes) {  // the others' sums through DSMEM
     float sum = 0.f;
-    for (int r = 0; r < args.splits; ++r) sum += cluster.map_shared_rank(block_sum, r)[i];
-    store(i, sum);
+    for (int r = 0; r < args.splits; ++r) sum += cluster.map_shared_rank(block_sum, r)[mine];
+    args.y[int64_t(column_of(mine)) * args.n + row_of(mine)] = from_float<T>(sum * unscale * mine_alpha + mine_bias);
   }
-  cluster.sync();  // no block leaves while another still reads its shared memory
+  // No block leaves while another still reads its shared memory. Relaxed arrive: the DSMEM reads are
+  // done (their sums are stored) and nothing else needs ordering, so no MEMBAR.GPU waits for y's stores
+  // (cluster.sync() releases).
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n barrier.cluster.wait.aligned;" ::: "memory");
 #else
   __trap();  // clusters are sm_90's; the launcher does not ask for them elsewhere
 #endif
