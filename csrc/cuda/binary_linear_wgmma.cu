@@ -75,6 +75,7 @@
 #include <cstdio>
 
 #include "device_common.cuh"
+#include "wgmma_common.cuh"
 
 namespace bitcompile {
 namespace cuda {
@@ -85,10 +86,10 @@ constexpr int kWgBKWords = 32;         // words of K a stage (1024 bits)
 constexpr int kWgRowBytes = kWgBKWords * 4;  // 128: one swizzle span
 constexpr int kWgThreads = 384;        // producer warpgroup + 2 consumer warpgroups
 constexpr int kWgPopWarps = 3;         // warps 1-3 of the producer warpgroup
-constexpr int kWgPopThreads = kWgPopWarps * 32;
-constexpr int kWgEmptyArrivals = 8 + kWgPopWarps;  // consumer warps + popcount warps, one arrival each
-constexpr int kWgKSteps = kWgBKWords * 32 / 256;     // wgmma k256 steps a stage: 4
-constexpr int kWgStepBytes = 256 / 8;                // 32 bytes of a row a k step
+[[maybe_unused]] constexpr int kWgPopThreads = kWgPopWarps * 32;
+[[maybe_unused]] constexpr int kWgEmptyArrivals = 8 + kWgPopWarps;  // consumer warps + popcount warps, one arrival each
+[[maybe_unused]] constexpr int kWgKSteps = kWgBKWords * 32 / 256;     // wgmma k256 steps a stage: 4
+[[maybe_unused]] constexpr int kWgStepBytes = 256 / 8;                // 32 bytes of a row a k step
 
 template <int BN>
 struct WgConfig {
@@ -104,19 +105,14 @@ struct WgConfig {
   static constexpr int kBarOffset = kPopOffset + kRows * 4;
   static_assert(kBarOffset % 8 == 0, "mbarrier alignment");
   static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + slack to round the base up to 1024
-  static constexpr int kRowsPerPopThread = (kRows + kWgPopThreads - 1) / kWgPopThreads;
 };
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ == 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BITCOMPILE_WGMMA_DEVICE 1
-#endif
-
 // ---- PTX wrappers (sm_90a) ----------------------------------------------------------------------------------
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
+[[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-#ifdef BITCOMPILE_WGMMA_DEVICE
+#if BC_WGMMA_ENABLED
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -166,12 +162,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int PENDING>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
-}
 // Pins the accumulators at this point of the instruction stream: the compiler may neither move their reads above
 // a wgmma.wait_group nor copy them between in-flight wgmmas.
 template <int R>
@@ -179,14 +169,6 @@ __device__ __forceinline__ void fence_accumulators(int (&d)[R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
-// Shared-memory matrix descriptor of a K-major SWIZZLE_128B operand (see the layout block at the top).
-__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
-  constexpr uint64_t kLbo = 16 >> 4;     // unused for swizzled K-major layouts
-  constexpr uint64_t kSbo = 1024 >> 4;   // 8 rows x 128 bytes between 8-row core-matrix groups
-  constexpr uint64_t kSwizzle128 = 1;
-  return static_cast<uint64_t>((start & 0x3ffff) >> 4) | (kLbo << 16) | (kSbo << 32) | (kSwizzle128 << 62);
-}
-
 // ---- wgmma b1 AND.POPC, both operands from shared memory; scale-d = 1 (D += A.B, accumulators zeroed first) ----
 // D[64 x 128] += popc(A[64 x 256] & B[128 x 256]) over one k256 step; 64 s32 accumulators a thread.
 __device__ __forceinline__ void wgmma_and_popc_n128(int (&d)[64], uint64_t desc_a, uint64_t desc_b) {
@@ -250,7 +232,7 @@ __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a
     wgmma_and_popc_n128(d, desc_a, desc_b);
   }
 }
-#endif  // BITCOMPILE_WGMMA_DEVICE
+#endif  // BC_WGMMA_ENABLED
 
 template <typename OutT>
 __device__ __forceinline__ void store_pair(OutT* p, float v0, float v1, bool both, bool vector_ok) {
@@ -274,7 +256,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
     const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int64_t m_rows,
     int64_t n_rows, int64_t words, int64_t k, int64_t m_tiles, Epilogue ep, OutT* __restrict__ out,
     int pair_stores) {
-#ifdef BITCOMPILE_WGMMA_DEVICE
+#if BC_WGMMA_ENABLED
   using Cfg = WgConfig<BN>;
   constexpr int S = Cfg::kStages;
   extern __shared__ uint8_t wg_smem_raw[];
@@ -330,16 +312,17 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
       const int tail_kb = static_cast<int>((words - 1) / kWgBKWords);
       const int tail_word = static_cast<int>((words - 1) % kWgBKWords);  // logical word of the stage
       const uint32_t tail_stray = ~valid_bits(k, words - 1);              // w's bits past K in that word
-      int count[Cfg::kRowsPerPopThread];
+      constexpr int kRowsPerPopThread = (Cfg::kRows + kWgPopThreads - 1) / kWgPopThreads;
+      int count[kRowsPerPopThread];
 #pragma unroll
-      for (int i = 0; i < Cfg::kRowsPerPopThread; ++i) count[i] = 0;
+      for (int i = 0; i < kRowsPerPopThread; ++i) count[i] = 0;
       int s = 0;
       uint32_t phase = 0;
       for (int kb = 0; kb < kblocks; ++kb) {
         mbar_wait(full_bar + 8 * s, phase, 1, kb);
         const uint8_t* stage = smem + s * Cfg::kStageBytes;
 #pragma unroll
-        for (int i = 0; i < Cfg::kRowsPerPopThread; ++i) {
+        for (int i = 0; i < kRowsPerPopThread; ++i) {
           const int r = p + i * kWgPopThreads;
           if (r < Cfg::kRows) {
             const uint8_t* row = stage + r * kWgRowBytes;
@@ -365,7 +348,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
         }
       }
 #pragma unroll
-      for (int i = 0; i < Cfg::kRowsPerPopThread; ++i) {
+      for (int i = 0; i < kRowsPerPopThread; ++i) {
         const int r = p + i * kWgPopThreads;
         if (r < Cfg::kRows) pop[r] = count[i];
       }

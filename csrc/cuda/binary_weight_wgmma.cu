@@ -93,6 +93,7 @@
 
 #include "binary_weight_wgmma.cuh"
 #include "device_common.cuh"
+#include "wgmma_common.cuh"
 #include "wgmma_fragment.cuh"
 
 // WGMMA_SERIALIZE=1 (debug builds): wgmma.wait_group(0) + __syncthreads after every tile, i.e. no overlap of
@@ -104,12 +105,6 @@
 namespace bitcompile {
 namespace cuda {
 namespace {
-
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define BC_WGMMA_ENABLED 1
-#else
-#define BC_WGMMA_ENABLED 0
-#endif
 
 #if BC_WGMMA_ENABLED  // the device helpers of the kernel body (sm_90a code only)
 // ---- wgmma.mma_async RS wrappers: D (fp32, BN / 2 registers) += A (4 registers) * B (descriptor) ----------------
@@ -259,12 +254,6 @@ BC_WGMMA_RS(__half, F16, 128)
 BC_WGMMA_RS(__half, F16, 256)
 #undef BC_WGMMA_RS
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
 // Keeps the compiler from moving reads / writes of an accumulator across the asm statements around it (the
 // wgmma asm's "+f" says the value is ready at issue; it is only ready after wgmma.wait_group).
 __device__ __forceinline__ void fence_operand(float& v) { asm volatile("" : "+f"(v)::"memory"); }
@@ -282,14 +271,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-// Matrix descriptor of a K-major, 128-byte-swizzled B tile at shared address `address` (1024-aligned atoms):
-// start >> 4 (bits 0-13), LBO 16 bytes (encoded 1; unused for swizzled K-major), SBO 1024 bytes (encoded 64,
-// bits 32-45: the next 8 rows), base offset 0, swizzle mode 1 = 128B (bits 62-63).
-__device__ __forceinline__ uint64_t sw128_descriptor(uint32_t address) {
-  return static_cast<uint64_t>((address & 0x3FFFFu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
 }
 
 #endif  // BC_WGMMA_ENABLED
