@@ -83,6 +83,28 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
   }
 }
 
+// The sign bits of the 16 / sizeof(T) values of one 16-byte vector, bit j for value j (SPEC 2.1: bit 1 for
+// x >= 0; with torch.sign semantics the planes x > 0 and x < 0), and, with ABS, their |x| added to abs_sum in
+// order. Shared by the two vector kernels.
+template <typename T, bool SIGN_ZERO, bool ABS>
+__device__ __forceinline__ void vector_signs(uint4 raw, uint32_t& plus, uint32_t& minus, float& abs_sum) {
+  constexpr int V = 16 / sizeof(T);
+  union {
+    uint4 vector;
+    T values[V];
+  } unpacked;
+  unpacked.vector = raw;
+  plus = 0;
+  minus = 0;
+#pragma unroll
+  for (int j = 0; j < V; ++j) {
+    const float value = to_float(unpacked.values[j]);
+    if (ABS) abs_sum += fabsf(value);
+    plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
+    if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
+  }
+}
+
 // The same with 16-byte loads (8 bf16/fp16 or 4 fp32 values a lane, kPackUnroll loads in flight: 2 KB a
 // warp instead of 256 bytes), for k % 32 == 0 and a 16-byte aligned x: the lanes of one word OR their
 // bits together with shuffles. binary_linear at large M spends a pass over x here.
@@ -119,20 +141,8 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
       for (int u = 0; u < kPackUnroll; ++u) {
         if (first + u * 32 >= vectors) break;  // uniform over the warp
         const int64_t index = first + u * 32 + lane;
-        union {
-          uint4 vector;
-          T values[V];
-        } unpacked;
-        unpacked.vector = raw[u];
-        uint32_t plus = 0, minus = 0;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          const float value = to_float(unpacked.values[j]);
-          abs_sum += fabsf(value);  // 0 for the zero-filled vectors past the end
-          // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
-          plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
-          if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
-        }
+        uint32_t plus, minus;
+        vector_signs<T, SIGN_ZERO, true>(raw[u], plus, minus, abs_sum);  // |x| 0 for the zero-filled vectors
         const bool real = index < vectors;
         plus = real ? plus << ((lane % kLanesPerWord) * V) : 0u;
         minus = real ? minus << ((lane % kLanesPerWord) * V) : 0u;
@@ -199,21 +209,9 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* 
     for (int u = 0; u < kRowLoads; ++u) {
       if (u * kPackThreads >= live_vectors) break;  // uniform over the block
       const int v = u * kPackThreads + t;
-      union {
-        uint4 vector;
-        T values[V];
-      } unpacked;
-      unpacked.vector = raw[u];
-      uint32_t plus = 0, minus = 0;
+      uint32_t plus, minus;
       float abs_sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        const float value = to_float(unpacked.values[j]);
-        if (MEAN) abs_sum += fabsf(value);
-        // SPEC 2.1: bit 1 for x >= 0; with torch.sign semantics the planes x > 0 and x < 0.
-        plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
-        if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
-      }
+      vector_signs<T, SIGN_ZERO, MEAN>(raw[u], plus, minus, abs_sum);
       plus <<= (t % kLanesPerWord) * V;
       minus <<= (t % kLanesPerWord) * V;
 #pragma unroll
