@@ -275,6 +275,84 @@ __device__ __forceinline__ void cp_async_wait() {
 
 #endif  // BC_WGMMA_ENABLED
 
+#if BC_WGMMA_ENABLED
+// The end of a block (both kernels): its accumulators (warpgroup wg's SLABS slabs of 64 features x BN rows, the
+// wgmma D fragment) -> the fp32 tile partial[BN][kStride] in shared memory; with slices > 1 the cluster's blocks then
+// each sum their share of the tile over the cluster's ranks in rank order (deterministic, through DSMEM); the
+// Epilogue; y with 16-byte stores (8 features) where N % 8 == 0 and y is 16-byte aligned, else element by element.
+// Rows past M / features past N are not written. Every thread of the block calls it (kThreads of them); the caller
+// has made `partial` free (no wgmma or copy still reading or writing it).
+template <typename T, int BN, int kFeatures, int SLABS, int kThreads, int kStride>
+__device__ __forceinline__ void tile_epilogue(float* const partial, const float (&acc)[SLABS][BN / 2], int wg, int warp,
+                                              int g, int t, int tid, int rank, int slices, int64_t m0, int64_t n0,
+                                              int m_rows, int n_rows, const Epilogue& ep, T* __restrict__ out) {
+  constexpr int kAcc = BN / 2;
+  // Accumulator (i) of slab `slab`: feature 64 (SLABS wg + slab) + 16 warp + g + 8 ((i >> 1) & 1),
+  // x row 8 (i >> 2) + 2t + (i & 1) (the wgmma D fragment, as mma.sync's C per 8-column block).
+#pragma unroll
+  for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int feature = 64 * (SLABS * wg + slab) + 16 * warp + g + 8 * ((i >> 1) & 1);
+      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
+      partial[row * kStride + feature] = acc[slab][i];
+    }
+
+  namespace cg = cooperative_groups;
+  if (slices > 1) {
+    cg::this_cluster().sync();  // every block's partial tile is written
+  } else {
+    __syncthreads();
+  }
+  const bool vector_out = (n_rows % 8 == 0) && ((reinterpret_cast<uintptr_t>(out) & 15u) == 0);
+  if (vector_out) {
+    constexpr int kGroups = kFeatures / 8;  // 8 features (16 bytes of y) an item
+    for (int index = rank * kThreads + tid; index < BN * kGroups; index += slices * kThreads) {
+      const int row = index / kGroups, group = index % kGroups;
+      const int64_t m = m0 + row, n = n0 + group * 8;
+      if (m >= m_rows || n >= n_rows) continue;  // n % 8 == 0 and n_rows % 8 == 0: all 8 inside
+      float sum[8];
+      const int offset = row * kStride + group * 8;
+      if (slices > 1) {
+        for (int v = 0; v < 8; ++v) sum[v] = 0.f;
+        for (int r = 0; r < slices; ++r) {  // rank order: deterministic
+          const float* peer = cg::this_cluster().map_shared_rank(partial, r) + offset;
+          const float4 p0 = *reinterpret_cast<const float4*>(peer), p1 = *reinterpret_cast<const float4*>(peer + 4);
+          sum[0] += p0.x, sum[1] += p0.y, sum[2] += p0.z, sum[3] += p0.w;
+          sum[4] += p1.x, sum[5] += p1.y, sum[6] += p1.z, sum[7] += p1.w;
+        }
+      } else {
+        const float4 p0 = *reinterpret_cast<const float4*>(partial + offset),
+                     p1 = *reinterpret_cast<const float4*>(partial + offset + 4);
+        sum[0] = p0.x, sum[1] = p0.y, sum[2] = p0.z, sum[3] = p0.w;
+        sum[4] = p1.x, sum[5] = p1.y, sum[6] = p1.z, sum[7] = p1.w;
+      }
+      const float factor = row_factor(ep, m);
+      alignas(16) T values[8];
+#pragma unroll
+      for (int v = 0; v < 8; ++v)
+        values[v] = from_float<T>(epilogue_value(sum[v], factor, column_scale(ep, n + v), column_bias(ep, n + v)));
+      *reinterpret_cast<uint4*>(out + m * n_rows + n) = *reinterpret_cast<const uint4*>(values);
+    }
+  } else {
+    for (int index = rank * kThreads + tid; index < BN * kFeatures; index += slices * kThreads) {
+      const int row = index / kFeatures, f = index % kFeatures;
+      const int64_t m = m0 + row, n = n0 + f;
+      if (m >= m_rows || n >= n_rows) continue;
+      const int offset = row * kStride + f;
+      float sum = 0.f;
+      if (slices > 1) {
+        for (int r = 0; r < slices; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[offset];
+      } else {
+        sum = partial[offset];
+      }
+      out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+    }
+  }
+  if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
+}
+#endif  // BC_WGMMA_ENABLED
+
 template <int BN, int WGS, int SLABS>
 struct WgmmaShape {
   static constexpr int kThreads = 128 * WGS;
@@ -433,70 +511,9 @@ __global__ void __launch_bounds__(128 * WGS, 1)
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup's wgmmas and copies are done: the ring becomes the fp32 tile
 
-  // Accumulator (i) of slab `slab`: feature 64 (SLABS wg + slab) + 16 warp + g + 8 ((i >> 1) & 1),
-  // x row 8 (i >> 2) + 2t + (i & 1) (the wgmma D fragment, as mma.sync's C per 8-column block).
-  float* const partial = reinterpret_cast<float*>(ring);
-#pragma unroll
-  for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      const int feature = 64 * (SLABS * wg + slab) + 16 * warp + g + 8 * ((i >> 1) & 1);
-      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
-      partial[row * Shape::kPartialStride + feature] = acc[slab][i];
-    }
-
-  namespace cg = cooperative_groups;
-  if (slices > 1) {
-    cg::this_cluster().sync();  // every block's partial tile is written
-  } else {
-    __syncthreads();
-  }
-  const bool vector_out = (n_rows % 8 == 0) && ((reinterpret_cast<uintptr_t>(out) & 15u) == 0);
-  if (vector_out) {
-    constexpr int kGroups = kFeatures / 8;  // 8 features (16 bytes of y) an item
-    for (int index = rank * kThreads + tid; index < BN * kGroups; index += slices * kThreads) {
-      const int row = index / kGroups, group = index % kGroups;
-      const int64_t m = m0 + row, n = n0 + group * 8;
-      if (m >= m_rows || n >= n_rows) continue;  // n % 8 == 0 and n_rows % 8 == 0: all 8 inside
-      float sum[8];
-      const int offset = row * Shape::kPartialStride + group * 8;
-      if (slices > 1) {
-        for (int v = 0; v < 8; ++v) sum[v] = 0.f;
-        for (int r = 0; r < slices; ++r) {  // rank order: deterministic
-          const float* peer = cg::this_cluster().map_shared_rank(partial, r) + offset;
-          const float4 p0 = *reinterpret_cast<const float4*>(peer), p1 = *reinterpret_cast<const float4*>(peer + 4);
-          sum[0] += p0.x, sum[1] += p0.y, sum[2] += p0.z, sum[3] += p0.w;
-          sum[4] += p1.x, sum[5] += p1.y, sum[6] += p1.z, sum[7] += p1.w;
-        }
-      } else {
-        const float4 p0 = *reinterpret_cast<const float4*>(partial + offset),
-                     p1 = *reinterpret_cast<const float4*>(partial + offset + 4);
-        sum[0] = p0.x, sum[1] = p0.y, sum[2] = p0.z, sum[3] = p0.w;
-        sum[4] = p1.x, sum[5] = p1.y, sum[6] = p1.z, sum[7] = p1.w;
-      }
-      const float factor = row_factor(ep, m);
-      alignas(16) T values[8];
-#pragma unroll
-      for (int v = 0; v < 8; ++v)
-        values[v] = from_float<T>(epilogue_value(sum[v], factor, column_scale(ep, n + v), column_bias(ep, n + v)));
-      *reinterpret_cast<uint4*>(out + m * n_rows + n) = *reinterpret_cast<const uint4*>(values);
-    }
-  } else {
-    for (int index = rank * kThreads + tid; index < BN * kFeatures; index += slices * kThreads) {
-      const int row = index / kFeatures, f = index % kFeatures;
-      const int64_t m = m0 + row, n = n0 + f;
-      if (m >= m_rows || n >= n_rows) continue;
-      const int offset = row * Shape::kPartialStride + f;
-      float sum = 0.f;
-      if (slices > 1) {
-        for (int r = 0; r < slices; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[offset];
-      } else {
-        sum = partial[offset];
-      }
-      out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-    }
-  }
-  if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
+  tile_epilogue<T, BN, kFeatures, SLABS, kThreads, Shape::kPartialStride>(reinterpret_cast<float*>(ring), acc, wg, warp,
+                                                                            g, t, tid, rank, slices, m0, n0, m_rows,
+                                                                            n_rows, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
