@@ -7,8 +7,10 @@
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
-//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, 0 from
-//          M and the device; expect=reject: the row passes only if the launcher answers cudaErrorNotSupported)
+//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
+//          the warp-specialized wgmma kernel with rows=64|128|256 slabs, 0 from M and the device; expect=reject: the
+//          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
+//          Epilogue's scale: none, one for all features, one a feature; bias: one a feature)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
@@ -338,6 +340,7 @@ Row run_w1a16(const Args& args, bool apot) {
   std::vector<float> table(apot ? levels : 0), alpha_values(n, 1.f), bias_values(n, 0.f);
   const int64_t row_bytes = nibbles ? (k + 1) / 2 : k;
   const bool alpha_vector = args.str("alpha", "1") == "vec", with_bias = args.num("bias", 0) != 0;
+  const bool alpha_scalar = !apot && args.str("alpha", "1") == "scalar";  // w1a16: one scale for every feature
   if (apot) {
     for (auto& v : table) v = random.uniform();
     codes.assign(n * row_bytes, 0);
@@ -351,8 +354,13 @@ Row run_w1a16(const Args& args, bool apot) {
       for (auto& v : alpha_values) v = 1.f + 0.5f * random.uniform();
     if (with_bias)
       for (auto& v : bias_values) v = random.uniform();
-  } else {
+  } else {  // w1a16: the Epilogue's scale (alpha=vec: per feature, alpha=scalar: one) and bias (bias=1)
     w_bits = random_bits(random, n, k);
+    if (alpha_vector)
+      for (auto& v : alpha_values) v = 1.f + 0.5f * random.uniform();
+    if (alpha_scalar) std::fill(alpha_values.begin(), alpha_values.end(), 0.75f);
+    if (with_bias)
+      for (auto& v : bias_values) v = random.uniform();
   }
   auto code_of = [&](const std::vector<uint8_t>& codesv, int64_t r, int64_t j) -> unsigned {
     return nibbles ? (codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u : codesv[r * row_bytes + j];
@@ -394,8 +402,9 @@ Row run_w1a16(const Args& args, bool apot) {
         sum += term;
         squares += term * term;
       }
-      want[i * n + r] = sum + bias_values[r];
-      magnitude[i * n + r] = std::sqrt(squares) + std::fabs(bias_values[r]);
+      const double scale = apot ? 1.0 : alpha_values[r];  // apot: alpha is in weight()
+      want[i * n + r] = sum * scale + bias_values[r];
+      magnitude[i * n + r] = std::sqrt(squares) * std::fabs(scale) + std::fabs(bias_values[r]);
     }
   }
 
@@ -432,9 +441,19 @@ Row run_w1a16(const Args& args, bool apot) {
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
-               : tuning.kernel == 2 ? format("kern=2 rows=%d wg=%d sb=%d sl=%d", tuning.rows_per_pass, tuning.warpgroups,
-                                             tuning.slabs, tuning.slices)
-                                    : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
+               : tuning.kernel >= 2 ? format("kern=%d rows=%d wg=%d sb=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,
+                                             tuning.warpgroups, tuning.slabs, tuning.slices,
+                                             alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
+                                             with_bias ? " bias" : "")
+                                    : format("kern=%d rows=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,
+                                             tuning.slices, alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
+                                             with_bias ? " bias" : "");
+  bk::Epilogue epilogue;  // w1a16
+  if (alpha_vector || alpha_scalar) {
+    epilogue.scale = alpha.as<float>();
+    epilogue.scale_count = alpha_count;
+  }
+  if (with_bias) epilogue.bias = bias.as<float>();
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
@@ -443,7 +462,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                                   stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
-                                           bk::Epilogue{}, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
+                                           epilogue, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
   };
   // expect=reject: the launcher must answer cudaErrorNotSupported (kernel=2 where wgmma does not apply: k % 64 != 0,
   // fp32 x, not an sm_90a build on a 9.0 device). A refusal before launching fails the row, not the sweep.
