@@ -8,7 +8,8 @@
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
 //          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
-//          the warp-specialized wgmma kernel with rows=64|128|256 slabs, 0 from M and the device; expect=reject: the
+//          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
+//          blocks; 0: where K is not split), 0 from M and the device; expect=reject: the
 //          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
 //          Epilogue's scale: none, one for all features, one a feature; bias: one a feature)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
@@ -438,11 +439,13 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
+  tuning.multicast = static_cast<int>(args.num("mc", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
-               : tuning.kernel >= 2 ? format("kern=%d rows=%d wg=%d sb=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,
+               : tuning.kernel >= 2 ? format("kern=%d rows=%d wg=%d sb=%d sl=%d%s%s%s", tuning.kernel, tuning.rows_per_pass,
                                              tuning.warpgroups, tuning.slabs, tuning.slices,
+                                             tuning.multicast != 0 ? format(" mc=%d", tuning.multicast).c_str() : "",
                                              alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
                                              with_bias ? " bias" : "")
                                     : format("kern=%d rows=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,

@@ -672,7 +672,7 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
 }
 #endif
 
-template <typename T, int BN, int SLABS>
+template <typename T, int BN, int SLABS, int MC>
 __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
     binary_weight_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const uint32_t* __restrict__ w_bits,
                                   int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
@@ -681,7 +681,7 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
   using Shape = WsShape<BN, SLABS>;
   constexpr int S = Shape::kStages, kFeatures = Shape::kFeatures;
   constexpr int kFullArrivals = 1 + 32;  // full[s]: lane 0's expect_tx + one cp.async arrival a producer lane
-  constexpr int kEmptyArrivals = 8;      // empty[s]: one a consumer warp
+  constexpr int kEmptyArrivals = 8 * MC;  // empty[s]: one a consumer warp of each block that the stage's x goes to
   // setmaxnreg: 168 registers at entry (384 threads, one block); then a sub-partition holds one warp of each
   // warpgroup: 40 + 232 + 232 = 504 <= 512 registers a lane (16K a sub-partition).
   constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
@@ -708,7 +708,12 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  __syncthreads();
+  namespace cg = cooperative_groups;
+  if (MC > 1) {
+    cg::this_cluster().sync();  // the peer's barriers are initialized before any multicast or arrival reaches them
+  } else {
+    __syncthreads();
+  }
 
   if (warp >= 8) {
     // ---- producer warpgroup: warp 8 copies, warps 9-11 only take part in the cluster barriers ----
@@ -726,8 +731,15 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
         const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes), full = full_bar + 8 * s;
         if (lane == 0) {
           mbar_arrive_expect_tx(full, half ? Shape::kXBoxBytes : Shape::kXBytes);  // rows past M: zeros, counted
-          tma_load_2d(stage, &map_x, j * 128, m0, full);
-          if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
+          if (MC == 1) {
+            tma_load_2d(stage, &map_x, j * 128, m0, full);
+            if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
+          } else {  // box r of the stage by cluster rank r, into both blocks
+            const uint32_t box = cluster_rank();
+            if (box == 0 || !half) {
+              tma_load_2d_multicast(stage + box * Shape::kXBoxBytes, &map_x, j * 128 + 64 * box, m0, full, 3);
+            }
+          }
         }
         // W: feature n0 + f (f = lane, lane + 32, ...) -> 16 bytes at w_stage + 16 f. Few registers (40 here): one
         // running row pointer, not unrolled.
@@ -756,10 +768,10 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
       for (int i = max(0, tiles - S); i < tiles; ++i) mbar_wait(full_bar + 8 * (i % S), (i / S) & 1u, 2, i);
     }
     if (slices > 1) {  // the two cluster barriers of finish_tile
-      namespace cg = cooperative_groups;
       cg::this_cluster().sync();
       cg::this_cluster().sync();
     }
+    if (MC > 1) cg::this_cluster().sync();  // the consumers' last one
   } else {
     // ---- consumer warpgroups ----
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
@@ -793,7 +805,10 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kSteps; ++kk) {  // one wgmma group a k16 step
         wgmma_wait<kInFlight>();  // step kk - kInFlight - 1 (of this tile or the previous one) is complete
-        if (kk == kInFlight && i > 0 && lane == 0) mbar_arrive(empty_bar + 8 * previous_s);  // tile i - 1 complete
+        if (kk == kInFlight && i > 0 && lane == 0) {  // tile i - 1 complete: its stage is free, here and in the peer
+          mbar_arrive(empty_bar + 8 * previous_s);
+          if (MC > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, cluster_rank() ^ 1u);
+        }
         uint32_t a[SLABS][4];
 #pragma unroll
         for (int slab = 0; slab < SLABS; ++slab) {
@@ -844,13 +859,15 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
     finish_tile<T, BN, kFeatures, Shape::kConsumerThreads, Shape::kPartialStride, true>(
         partial, tid, rank, slices, static_cast<int64_t>(blockIdx.y) * BN,
         static_cast<int64_t>(blockIdx.x / slices) * kFeatures, m_rows, n_rows, ep, out);
+    // Multicast: no block leaves while its peer may still arrive on its barriers (or, before that, send it x).
+    if (MC > 1) cg::this_cluster().sync();
   }
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
 }
 
-template <typename T, int BN, int SLABS>
+template <typename T, int BN, int SLABS, int MC>
 cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                             const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
   using Shape = WsShape<BN, SLABS>;
@@ -858,53 +875,74 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
   const int64_t row_blocks = ceil_div(m_rows, BN);
   const int64_t total_tiles = ceil_div(k, 128);
   if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
-  int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
+  // The cluster: `slices` blocks splitting K (MC == 1), or the two blocks of a multicast pair (MC == 2: no K split;
+  // with an odd number of feature blocks the last pair has one past N, which loads and computes but writes nothing).
+  int64_t cluster = MC > 1 ? 2 : split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
+  const int64_t grid_x = MC > 1 ? ceil_div(feature_blocks, 2) * 2 : feature_blocks;
   // x as a [m_rows, k] matrix of 2-byte elements (the type does not matter to a copy), boxes of 64 k x BN rows.
   CUtensorMap map_x;
   if (!encode_sw128_map(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT16, x, m_rows, k, k * 2, 64, BN)) {
     return cudaErrorNotSupported;
   }
   const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
-  auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS>;
+  auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
   static unsigned long long smem_devices = 0;
   cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
   if (error != cudaSuccess) return error;
-  if (slices > 1) {
+  if (cluster > 1) {
     static unsigned cluster_sizes[64] = {};
-    slices = fitting_cluster(kernel, slices, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
+    cluster = fitting_cluster(kernel, cluster, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
+    if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
   }
-  auto launch = [&](int64_t cluster) {
-    const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * cluster), static_cast<unsigned>(row_blocks), 1),
-                               Shape::kThreads, Shape::kSmemBytes, cluster, stream);
+  auto launch = [&](int64_t size) {
+    const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
+                               Shape::kThreads, Shape::kSmemBytes, size, stream);
     return cudaLaunchKernelEx(&config.config, kernel, map_x, w_bits, static_cast<int>(m_rows),
-                              static_cast<int>(n_rows), static_cast<int>(k), static_cast<int>(cluster), w_vector, ep,
-                              out);
+                              static_cast<int>(n_rows), static_cast<int>(k), static_cast<int>(MC > 1 ? 1 : size),
+                              w_vector, ep, out);
   };
-  error = launch(slices);
-  if (error != cudaSuccess && slices > 1) {
-    (void)cudaGetLastError();  // a cluster refused all the same: one block a feature block, over the whole K
-    error = launch(1);
+  error = launch(cluster);
+  if (error != cudaSuccess && cluster > 1) {
+    (void)cudaGetLastError();
+    if (MC > 1) return cudaErrorNotSupported;  // a pair refused all the same: wgmma_ws_dispatch takes MC == 1
+    error = launch(1);  // a cluster refused all the same: one block a feature block, over the whole K
   }
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
-// (256, 1); from M: (64, 2) up to M = 64, else (128, 2) (FEAT = 256: half the x re-reads of FEAT = 128).
+// (256, 1); from M: (64, 2) up to M = 64, else (128, 2) (FEAT = 256: half the x re-reads of FEAT = 128). Multicast
+// pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only; a pair the device refuses falls back
+// to one block a feature block.
 template <typename T>
 cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                               T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
   int rows = tuning.rows_per_pass, slabs = tuning.slabs;
   if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
+  if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
   if (rows == 0) {
     rows = m <= 64 ? 64 : 128;
     slabs = 2;
   }
   if (slabs == 0) slabs = rows == 256 ? 1 : 2;
+  if (rows == 128 && slabs == 2) {
+    using Shape = WsShape<128, 2>;
+    const int64_t blocks = ceil_div(n, Shape::kFeatures) * ceil_div(m, 128);
+    const bool pair = tuning.multicast == 2 ||
+                      (tuning.multicast == 0 && tuning.slices <= 1 &&
+                       split_k_slices(blocks, ceil_div(k, 128), sm_count, tuning.slices) == 1);
+    if (pair) {
+      const cudaError_t error = wgmma_ws_launch<T, 128, 2, 2>(x, w_bits, m, n, k, ep, out, sm_count, 1, stream);
+      if (error != cudaErrorNotSupported) return error;
+      (void)cudaGetLastError();
+    }
+    return wgmma_ws_launch<T, 128, 2, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  }
+  if (tuning.multicast == 2) return cudaErrorInvalidValue;  // not instantiated
 #define BC_CASE(BN, SLABS) \
-  if (rows == BN && slabs == SLABS) return wgmma_ws_launch<T, BN, SLABS>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == BN && slabs == SLABS) return wgmma_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   BC_CASE(64, 2)
   BC_CASE(128, 1)
-  BC_CASE(128, 2)
   BC_CASE(256, 1)
 #undef BC_CASE
   return cudaErrorInvalidValue;  // a tile that is not instantiated
