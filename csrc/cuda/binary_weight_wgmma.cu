@@ -4,6 +4,9 @@
 // y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
+// Two kernels while they are measured against each other: binary_weight_wgmma_kernel (below: all threads copy and
+// compute, the op's) and binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring, its own comment
+// block further down; WeightLinearTuning kernel = 3 only, not measured yet). The loser goes.
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
