@@ -11,7 +11,8 @@
 //          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
 //          blocks; 0: where K is not split), 0 from M and the device; expect=reject: the
 //          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
-//          Epilogue's scale: none, one for all features, one a feature; bias: one a feature)
+//          Epilogue's scale: none, one for all features, one a feature; bias: one a feature) dump=0 (prints the
+//          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
@@ -281,13 +282,19 @@ std::vector<int64_t> sample(int64_t count) {
 
 // Per-element check of float results at the computed indices: |y - ref| <= 2 rounding(out) |ref| + 1e-5 magnitude,
 // NaN (the poison of an unwritten output) never passes.
+// dump > 0: also prints the first `dump` bad entries as (row, column) of a `cols`-column output, for telling a layout
+// error (bad entries in a pattern of rows / columns) from a race (scattered, changing from run to run).
 bool check_values(const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& magnitude,
-                  const std::vector<int64_t>& checked, FloatType out, std::string& message) {
+                  const std::vector<int64_t>& checked, FloatType out, std::string& message, int64_t cols = 1,
+                  int64_t dump = 0) {
   double worst = 0;
   size_t worst_index = 0, bad = 0;
   for (const int64_t i : checked) {
     const double allowed = 2 * rounding(out) * std::fabs(want[i]) + 1e-5 * magnitude[i] + 1e-30;
     const double error = std::isfinite(got[i]) ? std::fabs(got[i] - want[i]) / allowed : INFINITY;
+    if (error > 1 && static_cast<int64_t>(bad) < dump)
+      std::printf("  bad row %lld col %lld: got %.6g want %.6g\n", static_cast<long long>(i / cols),
+                  static_cast<long long>(i % cols), got[i], want[i]);
     if (error > 1) ++bad;
     if (!(error <= worst)) {
       worst = error;
@@ -482,7 +489,7 @@ Row run_w1a16(const Args& args, bool apot) {
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> y_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
-  row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check);
+  row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check, n, args.num("dump", 0));
 
   row.timing = time_launches(launch, copies, args);
   const double bytes = weight_bytes + x_bytes.size() + y.bytes;

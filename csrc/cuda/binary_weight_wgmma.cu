@@ -780,7 +780,9 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
     constexpr uint32_t minus_one =
         std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
-    constexpr int kInFlight = Shape::kStepsInFlight;
+    // WGMMA_SERIALIZE=1 (debug builds): no step in flight while the next is expanded, each stage released as soon as
+    // the next tile starts: a result that changes with it points at a race (A registers, stage reuse), not a layout.
+    constexpr int kInFlight = WGMMA_SERIALIZE ? 0 : Shape::kStepsInFlight;
     const int wg = warp >> 2, g = lane >> 2, t = lane & 3;  // warpgroup, fragment row group, lane in quad
     float acc[SLABS][BN / 2];
 #pragma unroll
