@@ -607,6 +607,8 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
 //   producer: for i >= S wait empty[s] parity (r - 1) & 1 (the release of tile i - S), then the copies; at the end
 //            it waits for the full phases of its last S tiles (with slices == 1 it leaves before the consumers).
 //   consumer: wait full[s] parity r & 1.
+//   Watchdog build (-DBITCOMPILE_WGMMA_WATCHDOG): role 0 the producer on empty[s], 1 a consumer on full[s], 2 the
+//   producer's tail on full[s]; step = the tile of the slice.
 //   The last tile of a slice is never released (nobody waits for it). With k % 128 == 64 the last tile of K is half:
 //   one x box (the producer posts half the bytes), W words 2, 3 zero-filled, 4 steps; it is always the last tile of
 //   its slice and runs in its own unrolled instance after the loop (a break out of the unrolled steps made ptxas
