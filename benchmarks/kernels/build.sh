@@ -2,8 +2,7 @@
 # Builds the torch-free kernel harness for the H200 (sm_90a) with nvcc, linking the kernel sources of
 # csrc/cuda directly (no torch, no pip). The binary lands in benchmarks/kernels/build/ (git-ignored): carry
 # that folder to the GPU machine (benchmarks/kernels/README.md). ARCH overrides the target, BUILD_DIR the folder,
-# EXTRA adds flags to every kernel source (EXTRA=-DBITCOMPILE_WGMMA_WATCHDOG: mbarrier waits that trap after ~4 s
-# instead of hanging, for a debug build of the wgmma kernels).
+# EXTRA_NVCC_FLAGS adds flags to the kernel sources (e.g. -DBITCOMPILE_WGMMA_WATCHDOG).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -12,13 +11,11 @@ build="${BUILD_DIR:-$here/build}"
 mkdir -p "$build"
 define=""  # sm_90a code: the launchers may take their wgmma kernels (BITCOMPILE_SM90A, csrc/cuda/device_common.cuh)
 if [[ "$arch" == *90a* ]]; then define="-DBITCOMPILE_SM90A=1"; fi
-read -r -a extra <<< "${EXTRA:-}"
 sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_weight_wgmma binary_conv2d apot_kernels)
 objects=()
 pids=()
 for source in "${sources[@]}"; do  # one nvcc a translation unit, in parallel
-  nvcc -std=c++17 -O3 -lineinfo $arch $define ${extra[@]+"${extra[@]}"} -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" \
-    -o "$build/$source.o" &
+  nvcc -std=c++17 -O3 -lineinfo $arch $define ${EXTRA_NVCC_FLAGS:-} -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$build/$source.o" &
   pids+=($!)
   objects+=("$build/$source.o")
 done

@@ -66,10 +66,13 @@
 //   eligible warps a scheduler, DRAM 17% (the 128 MiB fp32 output): the non-persistent grid's per-tile prologue
 //   (ring fill) and epilogue are not overlapped with MMA (next: a persistent tile loop).
 // Debugging: -DBITCOMPILE_WGMMA_WATCHDOG turns every mbarrier wait into a ~4 s watchdog that traps (a protocol
-//   bug then fails the launch instead of hanging; roles 0 producer on empty, 1 popcount warp on full, 2 consumer on
-//   full; mbar_wait in wgmma_common.cuh); off by default, a trap kills the CUDA context.
+//   bug then fails the launch instead of hanging); off by default, a trap kills the CUDA context.
+#include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cudaTypedefs.h>
+
+#include <cstdio>
 
 #include "device_common.cuh"
 #include "wgmma_common.cuh"

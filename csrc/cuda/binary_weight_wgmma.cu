@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
             tma_load_2d(stage, &map_x, j * 128, m0, full);
             if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
           } else {  // box r of the stage by cluster rank r, into both blocks
-            const uint32_t box = cluster_rank();
+            const uint32_t box = cluster_cta_rank();
             if (box == 0 || !half) {
               tma_load_2d_multicast(stage + box * Shape::kXBoxBytes, &map_x, j * 128 + 64 * box, m0, full, 3);
             }
@@ -814,7 +814,7 @@ __global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
         wgmma_wait<kInFlight>();  // step kk - kInFlight - 1 (of this tile or the previous one) is complete
         if (kk == kInFlight && i > 0 && lane == 0) {  // tile i - 1 complete: its stage is free, here and in the peer
           mbar_arrive(empty_bar + 8 * previous_s);
-          if (MC > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, cluster_rank() ^ 1u);
+          if (MC > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, cluster_cta_rank() ^ 1u);
         }
         uint32_t a[SLABS][4];
 #pragma unroll
