@@ -22,6 +22,7 @@
 //   max|N|, found by each block from the table, no host sync), tables with huge numerators take
 //   int64 products instead.
 #include "apot_kernels.cuh"
+#include "device_common.cuh"
 
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -606,38 +607,9 @@ __global__ void finish_split_k_kernel(const float* __restrict__ partial, int spl
   }
 }
 
-// What the launcher needs to know of the current device, read once a device (racing first callers
-// store the same values).
-struct DeviceFacts {
-  int sms = 0;
-  bool clusters = false;
-};
-cudaError_t device_facts(DeviceFacts& facts) {
-  static int sms[64];
-  static bool clusters[64];
-  static unsigned long long known = 0;
-  int device = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error != cudaSuccess) return error;
-  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
-  if (bit != 0 && (__atomic_load_n(&known, __ATOMIC_ACQUIRE) & bit) != 0) {
-    facts.sms = sms[device];
-    facts.clusters = clusters[device];
-    return cudaSuccess;
-  }
-  int count = 0, cluster_launch = 0;
-  error = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
-  if (error != cudaSuccess) return error;
-  facts.sms = count;
-  facts.clusters = cluster_launch != 0;
-  if (bit != 0) {
-    sms[device] = count;
-    clusters[device] = facts.clusters;
-    __atomic_fetch_or(&known, bit, __ATOMIC_RELEASE);
-  }
-  return cudaSuccess;
-}
+using cuda::ClusterLaunch;
+using cuda::current_device_facts;
+using cuda::DeviceFacts;
 
 // A kernel's shared memory opt-in (once a device), its blocks an SM and the cluster sizes (bit s:
 // s blocks) the device can co-schedule with it.
@@ -662,19 +634,9 @@ cudaError_t kernel_facts(Kernel kernel, bool clusters, KernelFacts (&cache)[64],
   if (error != cudaSuccess) return error;
   facts.cluster_sizes = 0;
   for (int s = 2; clusters && s <= kMaxSplits; ++s) {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = static_cast<unsigned>(s);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.gridDim = dim3(static_cast<unsigned>(s));
-    config.blockDim = dim3(kGemvThreads);
-    config.dynamicSmemBytes = kSmemBytes;
-    config.attrs = attribute;
-    config.numAttrs = 1;
+    const ClusterLaunch probe(dim3(static_cast<unsigned>(s)), kGemvThreads, kSmemBytes, s, nullptr);
     int count = 0;
-    if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) == cudaSuccess && count > 0)
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &probe.config) == cudaSuccess && count > 0)
       facts.cluster_sizes |= 1u << s;
     else
       cudaGetLastError();  // a refused size is an answer, not an error
@@ -748,19 +710,8 @@ cudaError_t launch_small_batch_tiles(const SmallBatchArgs<T>& base, int64_t m, i
     args.y = base.y + m0 * base.n;
     args.partial = base.partial ? base.partial + m0 * base.n : nullptr;
     if (args.cluster) {
-      cudaLaunchConfig_t config = {};
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = static_cast<unsigned>(args.splits);
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.gridDim = dim3(static_cast<unsigned>(blocks));
-      config.blockDim = dim3(kGemvThreads);
-      config.dynamicSmemBytes = kSmemBytes;
-      config.stream = stream;
-      config.attrs = attribute;
-      config.numAttrs = 1;
-      error = cudaLaunchKernelEx(&config, kernel, args);
+      const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kGemvThreads, kSmemBytes, args.splits, stream);
+      error = cudaLaunchKernelEx(&launch.config, kernel, args);
     } else {
       kernel<<<static_cast<unsigned>(blocks), kGemvThreads, kSmemBytes, stream>>>(args);
       error = cudaGetLastError();
@@ -778,20 +729,20 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   constexpr int kMaxTiles = kNibbles && sizeof(T) == 2 ? 4 : 2;
   const bool bytes = row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0;
   DeviceFacts device;
-  cudaError_t error = device_facts(device);
+  cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   static KernelFacts cache[64];
   static unsigned long long known = 0;
   KernelFacts facts;
-  error = kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, false>, device.clusters, cache, known, facts);
+  error = kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, false>, device.cluster_launch, cache, known, facts);
   if (error != cudaSuccess) return error;
   const int64_t columns = kNibbles ? 128 : 64;
   const int64_t chunks = (k + columns - 1) / columns;
   // Without clusters K is split through the workspace (linear_small_batch_workspace gives room for it).
-  const bool through_workspace = !device.clusters && workspace != nullptr;
-  const unsigned split_sizes = device.clusters ? facts.cluster_sizes : (through_workspace ? 0x1feu : 0u);
+  const bool through_workspace = !device.cluster_launch && workspace != nullptr;
+  const unsigned split_sizes = device.cluster_launch ? facts.cluster_sizes : (through_workspace ? 0x1feu : 0u);
   const SmallBatchPlan plan =
-      plan_small_batch(chunks, n, kNibbles, bytes ? 1 : kMaxTiles, device.sms > 0 ? device.sms : 1,
+      plan_small_batch(chunks, n, kNibbles, bytes ? 1 : kMaxTiles, device.sm_count > 0 ? device.sm_count : 1,
                        bytes ? 1 : facts.blocks_per_sm, split_sizes, through_workspace);  // bytes: 1 block an SM
   const int64_t blocks = (n + 16 * plan.tiles - 1) / (16 * plan.tiles) * plan.splits;
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
@@ -803,7 +754,7 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   args.code_values = code_values;
   args.alpha = alpha;
   args.bias = bias;
-  args.partial = plan.splits > 1 && !device.clusters ? workspace : nullptr;
+  args.partial = plan.splits > 1 && !device.cluster_launch ? workspace : nullptr;
   args.k = k;
   args.n = n;
   args.row_bytes = row_bytes;
@@ -815,7 +766,7 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   args.splits = plan.splits;
   args.tiles = kMaxBatch;  // >= any kTiles (see small_batch_loop)
   args.x_vector = (k * int64_t(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  args.cluster = plan.splits > 1 && device.clusters;
+  args.cluster = plan.splits > 1 && device.cluster_launch;
   if (bytes) {
     error = launch_small_batch_tiles<T, kNibbles, 1, true>(args, m, blocks, stream);
   } else if (plan.tiles == 1) {
@@ -1120,11 +1071,11 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
 int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n) {
   if (m == 0 || n == 0 || k < 1) return 0;
   DeviceFacts device;
-  if (device_facts(device) != cudaSuccess) {
+  if (current_device_facts(device) != cudaSuccess) {
     cudaGetLastError();
     return 0;  // the launch reports the error
   }
-  return device.clusters ? 0 : kMaxSplits * m * n;  // clusters sum split K on chip
+  return device.cluster_launch ? 0 : kMaxSplits * m * n;  // clusters sum split K on chip
 }
 
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,

@@ -76,6 +76,7 @@ cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& 
 // write the same values.
 struct DeviceFacts {
   int major = 0, minor = 0, sm_count = 0;
+  bool cluster_launch = false;  // thread block clusters (sm_90 on)
 };
 inline cudaError_t current_device_facts(DeviceFacts& facts) {
   static DeviceFacts known[64];
@@ -91,7 +92,10 @@ inline cudaError_t current_device_facts(DeviceFacts& facts) {
   error = cudaDeviceGetAttribute(&facts.major, cudaDevAttrComputeCapabilityMajor, device);
   if (error == cudaSuccess) error = cudaDeviceGetAttribute(&facts.minor, cudaDevAttrComputeCapabilityMinor, device);
   if (error == cudaSuccess) error = cudaDeviceGetAttribute(&facts.sm_count, cudaDevAttrMultiProcessorCount, device);
+  int cluster_launch = 0;
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&cluster_launch, cudaDevAttrClusterLaunch, device);
   if (error != cudaSuccess) return error;
+  facts.cluster_launch = cluster_launch != 0;
   if (bit != 0) {
     known[device] = facts;
     __atomic_fetch_or(&known_devices, bit, __ATOMIC_RELEASE);

@@ -258,13 +258,12 @@ cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits
                         float* row_mean_abs, cudaStream_t stream) {
   static int cached_blocks = 0;
   const auto kernel = pack_signs_rows_kernel<T, SIGN_ZERO, MEAN>;
-  int device = 0, sm_count = 0;
-  cudaError_t error = cudaGetDevice(&device);
-  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  DeviceFacts device;
+  const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   const int rows_per_tile = tile_words<T>() / static_cast<int>(k / 32);
   const int64_t tiles = ceil_div(rows, rows_per_tile);
-  const int64_t resident = static_cast<int64_t>(sm_count) * resident_blocks(kernel, cached_blocks);
+  const int64_t resident = static_cast<int64_t>(device.sm_count) * resident_blocks(kernel, cached_blocks);
   const int64_t blocks = tiles < resident ? tiles : resident;
   kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, static_cast<int>(k), rows_per_tile, tiles,
                                                                      plus_bits, minus_bits, row_mean_abs);
