@@ -164,3 +164,19 @@ def test_cuda_sources_compile_for_older_gpus(tmp_path, arch):
     results = _compile_all(tmp_path, OLDER_ARCH_FLAGS[arch])
     for name, result in results.items():
         assert result.returncode == 0, f"nvcc failed on {name} for {arch}:\n{result.log}"
+
+
+@pytest.mark.parametrize("check", ["wgmma_fragment_check.cpp", "wgmma_ws_layout_check.cpp"])
+def test_wgmma_host_checks(tmp_path, check):
+    """The host checks of the W1A16 wgmma kernels' layouts (benchmarks/kernels: the A fragment expansion, and one
+    emulated block of the warp-specialized kernel: TMA / descriptor / W-word / accumulator index arithmetic)."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("g++ not found")
+    binary = tmp_path / "check"
+    build = subprocess.run([compiler, "-std=c++17", "-O2", "-I", str(ROOT / "csrc"),
+                            str(ROOT / "benchmarks" / "kernels" / check), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.startswith("OK"), run.stdout + run.stderr

@@ -7,8 +7,12 @@
 //
 // Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
-//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, 0 from
-//          M and the device; expect=reject: the row passes only if the launcher answers cudaErrorNotSupported)
+//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
+//          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
+//          blocks; 0: where K is not split), 0 from M and the device; expect=reject: the
+//          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
+//          Epilogue's scale: none, one for all features, one a feature; bias: one a feature) dump=0 (prints the
+//          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
@@ -278,13 +282,19 @@ std::vector<int64_t> sample(int64_t count) {
 
 // Per-element check of float results at the computed indices: |y - ref| <= 2 rounding(out) |ref| + 1e-5 magnitude,
 // NaN (the poison of an unwritten output) never passes.
+// dump > 0: also prints the first `dump` bad entries as (row, column) of a `cols`-column output, for telling a layout
+// error (bad entries in a pattern of rows / columns) from a race (scattered, changing from run to run).
 bool check_values(const std::vector<double>& got, const std::vector<double>& want, const std::vector<double>& magnitude,
-                  const std::vector<int64_t>& checked, FloatType out, std::string& message) {
+                  const std::vector<int64_t>& checked, FloatType out, std::string& message, int64_t cols = 1,
+                  int64_t dump = 0) {
   double worst = 0;
   size_t worst_index = 0, bad = 0;
   for (const int64_t i : checked) {
     const double allowed = 2 * rounding(out) * std::fabs(want[i]) + 1e-5 * magnitude[i] + 1e-30;
     const double error = std::isfinite(got[i]) ? std::fabs(got[i] - want[i]) / allowed : INFINITY;
+    if (error > 1 && static_cast<int64_t>(bad) < dump)
+      std::printf("  bad row %lld col %lld: got %.6g want %.6g\n", static_cast<long long>(i / cols),
+                  static_cast<long long>(i % cols), got[i], want[i]);
     if (error > 1) ++bad;
     if (!(error <= worst)) {
       worst = error;
@@ -338,6 +348,7 @@ Row run_w1a16(const Args& args, bool apot) {
   std::vector<float> table(apot ? levels : 0), alpha_values(n, 1.f), bias_values(n, 0.f);
   const int64_t row_bytes = nibbles ? (k + 1) / 2 : k;
   const bool alpha_vector = args.str("alpha", "1") == "vec", with_bias = args.num("bias", 0) != 0;
+  const bool alpha_scalar = !apot && args.str("alpha", "1") == "scalar";  // w1a16: one scale for every feature
   if (apot) {
     for (auto& v : table) v = random.uniform();
     codes.assign(n * row_bytes, 0);
@@ -351,8 +362,13 @@ Row run_w1a16(const Args& args, bool apot) {
       for (auto& v : alpha_values) v = 1.f + 0.5f * random.uniform();
     if (with_bias)
       for (auto& v : bias_values) v = random.uniform();
-  } else {
+  } else {  // w1a16: the Epilogue's scale (alpha=vec: per feature, alpha=scalar: one) and bias (bias=1)
     w_bits = random_bits(random, n, k);
+    if (alpha_vector)
+      for (auto& v : alpha_values) v = 1.f + 0.5f * random.uniform();
+    if (alpha_scalar) std::fill(alpha_values.begin(), alpha_values.end(), 0.75f);
+    if (with_bias)
+      for (auto& v : bias_values) v = random.uniform();
   }
   auto code_of = [&](const std::vector<uint8_t>& codesv, int64_t r, int64_t j) -> unsigned {
     return nibbles ? (codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u : codesv[r * row_bytes + j];
@@ -394,8 +410,9 @@ Row run_w1a16(const Args& args, bool apot) {
         sum += term;
         squares += term * term;
       }
-      want[i * n + r] = sum + bias_values[r];
-      magnitude[i * n + r] = std::sqrt(squares) + std::fabs(bias_values[r]);
+      const double scale = apot ? 1.0 : alpha_values[r];  // apot: alpha is in weight()
+      want[i * n + r] = sum * scale + bias_values[r];
+      magnitude[i * n + r] = std::sqrt(squares) * std::fabs(scale) + std::fabs(bias_values[r]);
     }
   }
 
@@ -429,12 +446,24 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
+  tuning.multicast = static_cast<int>(args.num("mc", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
-               : tuning.kernel == 2 ? format("kern=2 rows=%d wg=%d sb=%d sl=%d", tuning.rows_per_pass, tuning.warpgroups,
-                                             tuning.slabs, tuning.slices)
-                                    : format("kern=%d rows=%d sl=%d", tuning.kernel, tuning.rows_per_pass, tuning.slices);
+               : tuning.kernel >= 2 ? format("kern=%d rows=%d wg=%d sb=%d sl=%d%s%s%s", tuning.kernel, tuning.rows_per_pass,
+                                             tuning.warpgroups, tuning.slabs, tuning.slices,
+                                             tuning.multicast != 0 ? format(" mc=%d", tuning.multicast).c_str() : "",
+                                             alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
+                                             with_bias ? " bias" : "")
+                                    : format("kern=%d rows=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,
+                                             tuning.slices, alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
+                                             with_bias ? " bias" : "");
+  bk::Epilogue epilogue;  // w1a16
+  if (alpha_vector || alpha_scalar) {
+    epilogue.scale = alpha.as<float>();
+    epilogue.scale_count = alpha_count;
+  }
+  if (with_bias) epilogue.bias = bias.as<float>();
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
@@ -443,7 +472,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                                   stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
-                                           bk::Epilogue{}, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
+                                           epilogue, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
   };
   // expect=reject: the launcher must answer cudaErrorNotSupported (kernel=2 where wgmma does not apply: k % 64 != 0,
   // fp32 x, not an sm_90a build on a 9.0 device). A refusal before launching fails the row, not the sweep.
@@ -460,7 +489,7 @@ Row run_w1a16(const Args& args, bool apot) {
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> y_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
-  row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check);
+  row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check, n, args.num("dump", 0));
 
   row.timing = time_launches(launch, copies, args);
   const double bytes = weight_bytes + x_bytes.size() + y.bytes;

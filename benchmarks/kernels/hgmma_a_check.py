@@ -1,6 +1,8 @@
 """Checks SASS (cuobjdump -sass) for writes to the A registers of a register-A HGMMA while its wgmma group may still
 be pending (PTX ISA, wgmma.wait_group: undefined behavior). Each loop body (a backward BRA) is walked twice, so the
-back edge is covered; a group retires at WARPGROUP.DEPBAR.LE gsb0, N. Usage: hgmma_a_check.py x.sass"""
+back edge is covered, and the whole function once in address order, so the way out of a loop into the code after it
+is too (a tail of wgmmas after the loop, say); a group retires at WARPGROUP.DEPBAR.LE gsb0, N.
+Usage: hgmma_a_check.py x.sass"""
 import re, sys
 
 def width(op):
@@ -18,14 +20,16 @@ def parse(text):
     return funcs
 
 def check(insts):
-    problems = []
+    paths = [insts]  # the function in address order
     addr_index = {a: i for i, (a, _) in enumerate(insts)}
     for i, (a, ins) in enumerate(insts):
         m = re.search(r"BRA (0x[0-9a-f]+)", ins)
         if not m or int(m.group(1), 16) >= a: continue
         start = addr_index.get(int(m.group(1), 16))
         if start is None: continue
-        body = insts[start:i + 1] * 2
+        paths.append(insts[start:i + 1] * 2)  # a loop body twice
+    problems = []
+    for body in paths:
         groups, open_regs = [], set()  # groups: list of sets of A registers, oldest first
         for addr, text in body:
             text = re.sub(r"^@!?U?P\w+\s+", "", text)
@@ -47,7 +51,7 @@ def check(insts):
                 r0 = int(m3.group(1)); written = set(range(r0, r0 + width(op)))
                 pending = set().union(*groups) | open_regs if (groups or open_regs) else set()
                 hit = written & pending
-                if hit: problems.append((addr, text, sorted(hit)))
+                if hit and (addr, text, sorted(hit)) not in problems: problems.append((addr, text, sorted(hit)))
     return problems
 
 funcs = parse(open(sys.argv[1]).read())

@@ -106,11 +106,16 @@ struct WeightLinearTuning {
                           //   four for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
                           //   the device cannot co-schedule falls back to a smaller one
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
-                   //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x)
+                   //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
+                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (256,1), warpgroups
+                   //   0 or 2; harness only until the H200 A/B against 2 decides which one stays)
   int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
                        //   cudaErrorInvalidValue)
+  int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
+                       //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split
+                       //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
 // aligned: the bit planes of x for bf16/fp16 x of M <= 2 (0 bytes otherwise; null or too small: those shapes run

@@ -843,10 +843,11 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
   const WeightLinearTuning chosen = tuning != nullptr ? *tuning : WeightLinearTuning{};
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
-  if (chosen.kernel == 2 || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
+  const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the warp-specialized wgmma kernel
+  if (forced_wgmma || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
     const cudaError_t result =
         launch_binary_weight_wgmma(x, type, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);
-    if (result != cudaErrorNotSupported || chosen.kernel == 2) return result;
+    if (result != cudaErrorNotSupported || forced_wgmma) return result;
     (void)cudaGetLastError();  // not here (no sm_90a, k % 64, alignment): the pass kernel
   }
   switch (type) {

@@ -4,6 +4,9 @@
 // y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
+// Two kernels while they are measured against each other: binary_weight_wgmma_kernel (below: all threads copy and
+// compute, the op's) and binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring, its own comment
+// block further down; WeightLinearTuning kernel = 3 only, not measured yet). The loser goes.
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
@@ -275,6 +278,93 @@ __device__ __forceinline__ void cp_async_wait() {
 
 #endif  // BC_WGMMA_ENABLED
 
+#if BC_WGMMA_ENABLED
+// The end of a block (both kernels), in two parts.
+// store_accumulators: a consumer thread's accumulators (warpgroup wg's SLABS slabs of 64 features x BN rows, the
+// wgmma D fragment) -> the fp32 tile partial[BN][kStride] in shared memory. The caller has made `partial` free (no
+// wgmma or copy still reading or writing it).
+template <int BN, int SLABS, int kStride>
+__device__ __forceinline__ void store_accumulators(float* const partial, const float (&acc)[SLABS][BN / 2], int wg,
+                                                   int warp, int g, int t) {
+  constexpr int kAcc = BN / 2;
+  // Accumulator (i) of slab `slab`: feature 64 (SLABS wg + slab) + 16 warp + g + 8 ((i >> 1) & 1),
+  // x row 8 (i >> 2) + 2t + (i & 1) (the wgmma D fragment, as mma.sync's C per 8-column block).
+#pragma unroll
+  for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) {
+      const int feature = 64 * (SLABS * wg + slab) + 16 * warp + g + 8 * ((i >> 1) & 1);
+      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
+      partial[row * kStride + feature] = acc[slab][i];
+    }
+}
+
+// finish_tile: kThreads threads (tid 0 .. kThreads - 1) after store_accumulators: with slices > 1 the cluster's
+// blocks each sum their share of the tile over the cluster's ranks in rank order (deterministic, through DSMEM); the
+// Epilogue; y with 16-byte stores (8 features) where N % 8 == 0 and y is 16-byte aligned, else element by element.
+// Rows past M / features past N are not written. kNamedBarrier: the kThreads are not the whole block; they meet at
+// named barrier 1 (slices == 1), and the block's other threads must take part in the two cluster barriers
+// (slices > 1) on their own.
+template <typename T, int BN, int kFeatures, int kThreads, int kStride, bool kNamedBarrier = false>
+__device__ __forceinline__ void finish_tile(const float* const partial, int tid, int rank, int slices, int64_t m0,
+                                            int64_t n0, int m_rows, int n_rows, const Epilogue& ep, T* __restrict__ out) {
+  namespace cg = cooperative_groups;
+  if (slices > 1) {
+    cg::this_cluster().sync();  // every block's partial tile is written
+  } else if (kNamedBarrier) {
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  } else {
+    __syncthreads();
+  }
+  const bool vector_out = (n_rows % 8 == 0) && ((reinterpret_cast<uintptr_t>(out) & 15u) == 0);
+  if (vector_out) {
+    constexpr int kGroups = kFeatures / 8;  // 8 features (16 bytes of y) an item
+    for (int index = rank * kThreads + tid; index < BN * kGroups; index += slices * kThreads) {
+      const int row = index / kGroups, group = index % kGroups;
+      const int64_t m = m0 + row, n = n0 + group * 8;
+      if (m >= m_rows || n >= n_rows) continue;  // n % 8 == 0 and n_rows % 8 == 0: all 8 inside
+      float sum[8];
+      const int offset = row * kStride + group * 8;
+      if (slices > 1) {
+        for (int v = 0; v < 8; ++v) sum[v] = 0.f;
+        for (int r = 0; r < slices; ++r) {  // rank order: deterministic
+          const float* peer = cg::this_cluster().map_shared_rank(partial, r) + offset;
+          const float4 p0 = *reinterpret_cast<const float4*>(peer), p1 = *reinterpret_cast<const float4*>(peer + 4);
+          sum[0] += p0.x, sum[1] += p0.y, sum[2] += p0.z, sum[3] += p0.w;
+          sum[4] += p1.x, sum[5] += p1.y, sum[6] += p1.z, sum[7] += p1.w;
+        }
+      } else {
+        const float4 p0 = *reinterpret_cast<const float4*>(partial + offset),
+                     p1 = *reinterpret_cast<const float4*>(partial + offset + 4);
+        sum[0] = p0.x, sum[1] = p0.y, sum[2] = p0.z, sum[3] = p0.w;
+        sum[4] = p1.x, sum[5] = p1.y, sum[6] = p1.z, sum[7] = p1.w;
+      }
+      const float factor = row_factor(ep, m);
+      alignas(16) T values[8];
+#pragma unroll
+      for (int v = 0; v < 8; ++v)
+        values[v] = from_float<T>(epilogue_value(sum[v], factor, column_scale(ep, n + v), column_bias(ep, n + v)));
+      *reinterpret_cast<uint4*>(out + m * n_rows + n) = *reinterpret_cast<const uint4*>(values);
+    }
+  } else {
+    for (int index = rank * kThreads + tid; index < BN * kFeatures; index += slices * kThreads) {
+      const int row = index / kFeatures, f = index % kFeatures;
+      const int64_t m = m0 + row, n = n0 + f;
+      if (m >= m_rows || n >= n_rows) continue;
+      const int offset = row * kStride + f;
+      float sum = 0.f;
+      if (slices > 1) {
+        for (int r = 0; r < slices; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[offset];
+      } else {
+        sum = partial[offset];
+      }
+      out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
+    }
+  }
+  if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
+}
+#endif  // BC_WGMMA_ENABLED
+
 template <int BN, int WGS, int SLABS>
 struct WgmmaShape {
   static constexpr int kThreads = 128 * WGS;
@@ -433,76 +523,29 @@ __global__ void __launch_bounds__(128 * WGS, 1)
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup's wgmmas and copies are done: the ring becomes the fp32 tile
 
-  // Accumulator (i) of slab `slab`: feature 64 (SLABS wg + slab) + 16 warp + g + 8 ((i >> 1) & 1),
-  // x row 8 (i >> 2) + 2t + (i & 1) (the wgmma D fragment, as mma.sync's C per 8-column block).
   float* const partial = reinterpret_cast<float*>(ring);
-#pragma unroll
-  for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) {
-      const int feature = 64 * (SLABS * wg + slab) + 16 * warp + g + 8 * ((i >> 1) & 1);
-      const int row = 8 * (i >> 2) + 2 * t + (i & 1);
-      partial[row * Shape::kPartialStride + feature] = acc[slab][i];
-    }
-
-  namespace cg = cooperative_groups;
-  if (slices > 1) {
-    cg::this_cluster().sync();  // every block's partial tile is written
-  } else {
-    __syncthreads();
-  }
-  const bool vector_out = (n_rows % 8 == 0) && ((reinterpret_cast<uintptr_t>(out) & 15u) == 0);
-  if (vector_out) {
-    constexpr int kGroups = kFeatures / 8;  // 8 features (16 bytes of y) an item
-    for (int index = rank * kThreads + tid; index < BN * kGroups; index += slices * kThreads) {
-      const int row = index / kGroups, group = index % kGroups;
-      const int64_t m = m0 + row, n = n0 + group * 8;
-      if (m >= m_rows || n >= n_rows) continue;  // n % 8 == 0 and n_rows % 8 == 0: all 8 inside
-      float sum[8];
-      const int offset = row * Shape::kPartialStride + group * 8;
-      if (slices > 1) {
-        for (int v = 0; v < 8; ++v) sum[v] = 0.f;
-        for (int r = 0; r < slices; ++r) {  // rank order: deterministic
-          const float* peer = cg::this_cluster().map_shared_rank(partial, r) + offset;
-          const float4 p0 = *reinterpret_cast<const float4*>(peer), p1 = *reinterpret_cast<const float4*>(peer + 4);
-          sum[0] += p0.x, sum[1] += p0.y, sum[2] += p0.z, sum[3] += p0.w;
-          sum[4] += p1.x, sum[5] += p1.y, sum[6] += p1.z, sum[7] += p1.w;
-        }
-      } else {
-        const float4 p0 = *reinterpret_cast<const float4*>(partial + offset),
-                     p1 = *reinterpret_cast<const float4*>(partial + offset + 4);
-        sum[0] = p0.x, sum[1] = p0.y, sum[2] = p0.z, sum[3] = p0.w;
-        sum[4] = p1.x, sum[5] = p1.y, sum[6] = p1.z, sum[7] = p1.w;
-      }
-      const float factor = row_factor(ep, m);
-      alignas(16) T values[8];
-#pragma unroll
-      for (int v = 0; v < 8; ++v)
-        values[v] = from_float<T>(epilogue_value(sum[v], factor, column_scale(ep, n + v), column_bias(ep, n + v)));
-      *reinterpret_cast<uint4*>(out + m * n_rows + n) = *reinterpret_cast<const uint4*>(values);
-    }
-  } else {
-    for (int index = rank * kThreads + tid; index < BN * kFeatures; index += slices * kThreads) {
-      const int row = index / kFeatures, f = index % kFeatures;
-      const int64_t m = m0 + row, n = n0 + f;
-      if (m >= m_rows || n >= n_rows) continue;
-      const int offset = row * Shape::kPartialStride + f;
-      float sum = 0.f;
-      if (slices > 1) {
-        for (int r = 0; r < slices; ++r) sum += cg::this_cluster().map_shared_rank(partial, r)[offset];
-      } else {
-        sum = partial[offset];
-      }
-      out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
-    }
-  }
-  if (slices > 1) cg::this_cluster().sync();  // no block leaves while a peer still reads its tile
+  store_accumulators<BN, SLABS, Shape::kPartialStride>(partial, acc, wg, warp, g, t);
+  finish_tile<T, BN, kFeatures, kThreads, Shape::kPartialStride>(partial, tid, rank, slices, m0, n0, m_rows, n_rows, ep,
+                                                                  out);
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
 }
 
 constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
+
+// Split K (a power of two, a cluster of at most 8, at most one slice a k tile): as asked, or while the grid of
+// `blocks` tiles x slices stays within one wave of one block an SM. The launchers then take the largest cluster of at
+// most that size that the device can co-schedule with the kernel (fitting_cluster).
+inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count, int slices_wanted) {
+  const int64_t sms = sm_count > 0 ? sm_count : 132;
+  int64_t slices = 1;
+  while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
+         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= sms)) {
+    slices *= 2;
+  }
+  return slices;
+}
 
 template <typename T, int BN, int WGS, int SLABS>
 cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
@@ -512,14 +555,7 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
   const int64_t row_blocks = ceil_div(m_rows, BN);
   const int64_t total_tiles = k / 64;
   if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
-  // Split K (a power of two, a cluster of at most 8): as asked, or while the grid stays within one wave of one block
-  // an SM; then the largest cluster of at most that size that the device can co-schedule with this kernel.
-  const int64_t sms = sm_count > 0 ? sm_count : 132;
-  int64_t slices = 1;
-  while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
-         (slices_wanted > 0 ? slices * 2 <= slices_wanted : feature_blocks * row_blocks * slices * 2 <= sms)) {
-    slices *= 2;
-  }
+  int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
   auto kernel = binary_weight_wgmma_kernel<T, BN, WGS, SLABS>;
   static unsigned long long smem_devices = 0;
   cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
@@ -542,9 +578,387 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
+// ================================================================================================================
+// The warp-specialized kernel (binary_weight_wgmma_ws_kernel; WeightLinearTuning kernel = 3 while it and the kernel
+// above are measured against each other on the H200). The same operands, A fragments, B layout and end of block as
+// above; what changes is who moves the data, the stage length (128 k) and how the steps wait for each other.
+//
+// ---- Roles (384 threads: warps 0-7 two consumer warpgroups, warps 8-11 the producer warpgroup) -----------------
+// Producer (warp 8; warps 9-11 only take part in the cluster barriers of the end): for each 128-k tile of its K
+//   slice, waits until the ring stage is free (empty[s]); lane 0 posts the x bytes (arrive.expect_tx) and issues the
+//   TMA copies of the x tile, two boxes of BN rows x 64 k (one 128-byte swizzle row each, SWIZZLE_128B: the layout
+//   the B descriptor reads, the header's "B (x) in shared memory"; rows past M zero-filled); all 32 lanes cp.async
+//   the tile's W words (4 a feature, 16 bytes: one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned,
+//   else two 8-byte ones; features past N zero-filled) and arrive on full[s] once their copies have landed
+//   (cp.async.mbarrier.arrive.noinc). No __syncthreads anywhere in the loop.
+// Consumers (warpgroup wg = 0, 1 with SLABS slabs of 64 features): for each tile wait full[s]; LDS.128 the lane's W
+//   words of the tile (rows g and g + 8 of each slab, k 0..127); then 8 k16 steps, each one wgmma group:
+//   wgmma.wait_group(F) (F = kStepsInFlight), expand the step's A (4 registers a slab, wgmma_fragment.cuh; step kk is
+//   half kk & 1 of word kk / 2), wgmma.fence, SLABS wgmmas m64nBNk16 (B: box kk / 4, + 32 (kk % 4) bytes), commit.
+//   So F steps of a warpgroup stay in flight while the next is expanded, and none of their A registers is rewritten:
+//   each unrolled step has its own registers, and step kk of tile i + 1 reuses those of step kk of tile i, retired by
+//   the wait F + 1 <= 8 steps later (benchmarks/kernels/hgmma_a_check.py checks the SASS). After the wait of step F
+//   of tile i every step of tile i - 1 is complete: lane 0 of each consumer warp arrives on empty[(i - 1) % S].
+//
+// ---- Protocol (S stages; tile i of the slice in stage s = i % S, round r = i / S) --------------------------------
+//   full[s]  count 33: lane 0's arrive.expect_tx (the tile's x bytes) + the x TMA's complete_tx, and one arrival
+//            a producer lane from cp.async.mbarrier.arrive.noinc when that lane's W copies have landed.
+//   empty[s] count 8: lane 0 of each consumer warp, once tile i's wgmmas are complete (step F of tile i + 1).
+//   producer: for i >= S wait empty[s] parity (r - 1) & 1 (the release of tile i - S), then the copies; at the end
+//            it waits for the full phases of its last S tiles (with slices == 1 it leaves before the consumers).
+//   consumer: wait full[s] parity r & 1.
+//   Watchdog build (-DBITCOMPILE_WGMMA_WATCHDOG): role 0 the producer on empty[s], 1 a consumer on full[s], 2 the
+//   producer's tail on full[s]; step = the tile of the slice.
+//   The last tile of a slice is never released (nobody waits for it). With k % 128 == 64 the last tile of K is half:
+//   one x box (the producer posts half the bytes), W words 2, 3 zero-filled, 4 steps; it is always the last tile of
+//   its slice and runs in its own unrolled instance after the loop (a break out of the unrolled steps made ptxas
+//   serialize every wgmma: C7513).
+//   TMA writes (async proxy) are read by wgmma (async proxy) after the mbarrier wait; cp.async writes are read by LDS
+//   after it; a stage is refilled only after the wgmmas that read it completed, and with them the LDS that fed their
+//   A. After the loop: wait_group(0), named barrier 1 (the 256 consumers), fp32 tile (aliasing the ring; the
+//   barriers lie past both), store_accumulators and finish_tile as above, the producer warpgroup joining only the
+//   two cluster barriers.
+//
+// ---- Budgets (an SM: 64K registers in 4 sub-partitions of 16K, 227 KiB shared memory; one block) ----------------
+//   Registers: with a producer warp alone (288 threads, __launch_bounds__(288, 1)) ptxas capped every thread at 168,
+//   as for 384 (warps are spread over the 4 sub-partitions of 16K registers: 3 warps on one, 16384 / 96 -> 168);
+//   hence a whole producer warpgroup and setmaxnreg: 168 at entry, producer 40,
+//   consumers 232 (40 + 232 + 232 = 504 <= 512 a sub-partition lane). A consumer holds SLABS * BN / 2 accumulators,
+//   up to (F + 1) * 4 * SLABS A registers (ptxas keeps all 8 steps' apart: 8 * 4 * SLABS), 8 * SLABS W words and
+//   addresses; the highest register in the SASS: (64, 2) R152, (128, 1) R119, (128, 2) R215, (256, 1) R183.
+//   Shared memory, a stage = x 2 * BN * 128 + W FEAT * 16 bytes, kStages of them (at most 8):
+//   (64, 2) 20 KiB x 8, (128, 1) 34 KiB x 6, (128, 2) 36 KiB x 6, (256, 1) 66 KiB x 3 (the fp32 tile
+//   BN x (FEAT + 4) x 4 aliases the ring: 65, 66, 130, 132 KiB).
+//   Tensor time a stage (the SM's ~2048 dense bf16 MAC/clk: m64nBNk16 holds it BN / 2 clk): 8 x SLABS x 2 x BN / 2 =
+//   (64, 2) 1024, (128, 1) 1024, (128, 2) 2048, (256, 1) 2048 clk. L2 -> SM bytes a stage: x 2 * BN * 128 and W FEAT
+//   * 16 (32 with the unused half of each 32-byte sector): (128, 2) 32 + 8 KiB per 2048 clk = 20 B/clk an SM, 5.2
+//   TB/s over 132 SMs at 1.98 GHz at the full tensor rate; (256, 1) 64 + 4 KiB, 34 B/clk. (The kernel above at
+//   (256, 2, 1): 33 KiB per 1024 clk, 8.5 TB/s, far above what it reached: 253 us at M = 1024.) Hence FEAT = 256 for
+//   every M: x re-reads from L2 = (N / FEAT) * M * K * 2.
+//   In flight a warpgroup: F = 3 steps of SLABS x BN / 2 clk at (128, 2) and (256, 1), F = 6 at (64, 2) and (128, 1):
+//   384 clk of tensor work either way, 768 with both warpgroups.
+// ================================================================================================================
+template <int BN, int SLABS>
+struct WsShape {
+  static constexpr int kConsumerThreads = 256;                   // two consumer warpgroups (warps 0-7)
+  static constexpr int kThreads = kConsumerThreads + 128;        // + the producer warpgroup (warps 8-11)
+  static constexpr int kFeatures = 64 * SLABS * 2;               // features a block
+  static constexpr int kSteps = 8;                               // k16 steps a stage (128 k)
+  static constexpr int kXBoxBytes = BN * 128;                    // one TMA box: BN rows x 64 k
+  static constexpr int kXBytes = 2 * kXBoxBytes;
+  static constexpr int kWBytes = kFeatures * 16;                 // 4 words a feature
+  static constexpr int kStageBytes = (kXBytes + kWBytes + 1023) / 1024 * 1024;
+  static constexpr int kPartialStride = kFeatures + 4;           // floats a row of the fp32 tile (+4: no conflicts)
+  static constexpr int kPartialBytes = BN * kPartialStride * 4;
+  static constexpr int kStagesFit = (227 * 1024 - 1024 - 256) / kStageBytes;  // - alignment slack - barriers
+  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
+  static constexpr int kRingBytes = kStages * kStageBytes;
+  static constexpr int kBarOffset = kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes;  // full[S], empty[S]
+  static constexpr size_t kSmemBytes = kBarOffset + 16 * kStages + 1024;                    // + alignment slack
+  // k16 steps (one wgmma group each) a warpgroup keeps in flight while it expands the next one: 3 x SLABS x BN / 2
+  // = 384 clk of tensor work at (128, 2) and (256, 1); 6 x 64 = 384 at (64, 2) and (128, 1).
+  static constexpr int kStepsInFlight = SLABS * BN <= 128 ? 6 : 3;
+  static_assert(SLABS * BN <= 256, "accumulators: SLABS * BN / 2 registers a thread");
+  static_assert(kStages >= 3, "ring depth");
+  static_assert(kStepsInFlight < kSteps, "tile i - 1 is released during tile i");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
+  static_assert(kFeatures % 32 == 0, "W copies: whole rounds of the producer warp");
+};
+
+#if BC_WGMMA_ENABLED
+// Arrives on the mbarrier once every cp.async this thread issued before it has landed; .noinc: the barrier's
+// expected count includes this arrival.
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// Word q of a uint4 (q a constant after unrolling).
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
+  return q == 0 ? v.x : (q == 1 ? v.y : (q == 2 ? v.z : v.w));
+}
+#endif
+
+template <typename T, int BN, int SLABS, int MC>
+__global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
+    binary_weight_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const uint32_t* __restrict__ w_bits,
+                                  int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
+                                  T* __restrict__ out) {
+#if BC_WGMMA_ENABLED
+  using Shape = WsShape<BN, SLABS>;
+  constexpr int S = Shape::kStages, kFeatures = Shape::kFeatures;
+  constexpr int kFullArrivals = 1 + 32;  // full[s]: lane 0's expect_tx + one cp.async arrival a producer lane
+  constexpr int kEmptyArrivals = 8 * MC;  // empty[s]: one a consumer warp of each block that the stage's x goes to
+  // setmaxnreg: 168 registers at entry (384 threads, one block); then a sub-partition holds one warp of each
+  // warpgroup: 40 + 232 + 232 = 504 <= 512 registers a lane (16K a sub-partition).
+  constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
+  extern __shared__ uint8_t smem_raw[];
+  // 1024-byte aligned ring (the swizzle atoms); the generic pointer and the shared address move together.
+  const uint32_t raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw_address + 1023u) & ~1023u;
+  uint8_t* const smem = smem_raw + (base - raw_address);
+  const uint32_t full_bar = base + Shape::kBarOffset;  // full[s] at full_bar + 8 s
+  const uint32_t empty_bar = full_bar + 8 * S;         // empty[s] at empty_bar + 8 s
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int rank = static_cast<int>(blockIdx.x) % slices;  // the cluster is `slices` blocks along x
+  const int total_tiles = (k + 127) / 128;  // 128-k tiles; with k % 128 == 64 the last one is half
+  const int half_tile = k % 128 != 0 ? total_tiles - 1 : -1;
+  const int per_slice = (total_tiles + slices - 1) / slices;
+  const int tile_begin = rank * per_slice;
+  const int tiles = max(0, min(total_tiles, tile_begin + per_slice) - tile_begin);
+
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) {
+      mbar_init(full_bar + 8 * s, kFullArrivals);
+      mbar_init(empty_bar + 8 * s, kEmptyArrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  namespace cg = cooperative_groups;
+  if (MC > 1) {
+    cg::this_cluster().sync();  // the peer's barriers are initialized before any multicast or arrival reaches them
+  } else {
+    __syncthreads();
+  }
+
+  if (warp >= 8) {
+    // ---- producer warpgroup: warp 8 copies, warps 9-11 only take part in the cluster barriers ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
+    if (warp == 8) {
+      const int64_t n0 = static_cast<int64_t>(blockIdx.x / slices) * kFeatures;
+      const int m0 = static_cast<int>(blockIdx.y) * BN;
+      const int64_t words = k / 32;  // row stride of w_bits
+      int s = 0;
+      uint32_t phase = 0;  // of round i / S
+      for (int i = 0; i < tiles; ++i) {
+        if (i >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, i);  // round i / S - 1 released it
+        const int j = tile_begin + i;                                 // absolute 128-k tile
+        const bool half = j == half_tile;
+        const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes), full = full_bar + 8 * s;
+        if (lane == 0) {
+          mbar_arrive_expect_tx(full, half ? Shape::kXBoxBytes : Shape::kXBytes);  // rows past M: zeros, counted
+          if (MC == 1) {
+            tma_load_2d(stage, &map_x, j * 128, m0, full);
+            if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
+          } else {  // box r of the stage by cluster rank r, into both blocks
+            const uint32_t box = cluster_cta_rank();
+            if (box == 0 || !half) {
+              tma_load_2d_multicast(stage + box * Shape::kXBoxBytes, &map_x, j * 128 + 64 * box, m0, full, 3);
+            }
+          }
+        }
+        // W: feature n0 + f (f = lane, lane + 32, ...) -> 16 bytes at w_stage + 16 f. Few registers (40 here): one
+        // running row pointer, not unrolled.
+        uint32_t w_dst = stage + Shape::kXBytes + lane * 16;
+        const uint32_t* row = w_bits + (n0 + lane) * words + j * 4;
+        int64_t left = n_rows - n0 - lane;  // features of this lane's rounds still inside N
+#pragma unroll 1
+        for (int round = 0; round < kFeatures / 32; ++round, w_dst += 32 * 16, row += 32 * words, left -= 32) {
+          const bool inside = left > 0;  // features past N: zero-filled (their outputs are not written)
+          const uint32_t* src = inside ? row : w_bits;
+          if (w_vector) {  // k % 128 == 0, w_bits 16-byte aligned
+            cp_async_16(w_dst, src, inside ? 16u : 0u);
+          } else {
+            cp_async_8(w_dst, src, inside ? 8u : 0u);
+            cp_async_8(w_dst + 8, src + (half ? 0 : 2), inside && !half ? 8u : 0u);
+          }
+        }
+        cp_async_mbarrier_arrive_noinc(full);
+        if (++s == S) {
+          s = 0;
+          phase ^= 1u;
+        }
+      }
+      // Tail: the last (up to S) tiles' copies have landed before the producer may leave (with slices == 1 it
+      // exits here while the consumers still work). Nothing refills those stages, so their phases stay put.
+      for (int i = max(0, tiles - S); i < tiles; ++i) mbar_wait(full_bar + 8 * (i % S), (i / S) & 1u, 2, i);
+    }
+    if (slices > 1) {  // the two cluster barriers of finish_tile
+      cg::this_cluster().sync();
+      cg::this_cluster().sync();
+    }
+    if (MC > 1) cg::this_cluster().sync();  // the consumers' last one
+  } else {
+    // ---- consumer warpgroups ----
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
+    constexpr uint32_t minus_one =
+        std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
+    // WGMMA_SERIALIZE=1 (debug builds): no step in flight while the next is expanded, each stage released as soon as
+    // the next tile starts: a result that changes with it points at a race (A registers, stage reuse), not a layout.
+    constexpr int kInFlight = WGMMA_SERIALIZE ? 0 : Shape::kStepsInFlight;
+    const int wg = warp >> 2, g = lane >> 2, t = lane & 3;  // warpgroup, fragment row group, lane in quad
+    float acc[SLABS][BN / 2];
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int v = 0; v < BN / 2; ++v) acc[slab][v] = 0.f;
+    // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 (warp % 4) + g (and + 8).
+    const int w_row = 64 * SLABS * wg + 16 * (warp & 3) + g;
+    int s = 0, previous_s = 0;
+    uint32_t phase = 0;
+    // Tile i of the slice in kSteps k16 steps (8: a whole tile; 4: the half tile, k 0..63). The half tile runs in
+    // its own instance after the loop: its A registers are not the loop's, and no path leads from it back into the
+    // loop (a break out of the unrolled steps did: ptxas then serialized every wgmma, C7513).
+    auto consume = [&](int i, auto steps) {
+      constexpr int kSteps = decltype(steps)::value;
+      mbar_wait(full_bar + 8 * s, phase, 1, i);
+      const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes);
+      const uint8_t* w_stage = smem + s * Shape::kStageBytes + Shape::kXBytes;
+      uint4 row_g[SLABS], row_h[SLABS];  // words 0..3 (k 0..127) of rows g and g + 8 of each slab
+#pragma unroll
+      for (int slab = 0; slab < SLABS; ++slab) {
+        row_g[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 16);
+        row_h[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 16);
+      }
+#pragma unroll
+      for (int kk = 0; kk < kSteps; ++kk) {  // one wgmma group a k16 step
+        wgmma_wait<kInFlight>();  // step kk - kInFlight - 1 (of this tile or the previous one) is complete
+        if (kk == kInFlight && i > 0 && lane == 0) {  // tile i - 1 complete: its stage is free, here and in the peer
+          mbar_arrive(empty_bar + 8 * previous_s);
+          if (MC > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, cluster_cta_rank() ^ 1u);
+        }
+        uint32_t a[SLABS][4];
+#pragma unroll
+        for (int slab = 0; slab < SLABS; ++slab) {
+          // k16 step kk is half (kk & 1) of word kk / 2: chunks 0, 1 (lo) or 2, 3 (hi) of the word.
+          const uint32_t word_g = word_of(row_g[slab], kk >> 1), word_h = word_of(row_h[slab], kk >> 1);
+          const uint32_t lo_g = wgmma_frag::split_lo(word_g, t), hi_g = wgmma_frag::split_hi(word_g, t);
+          const uint32_t lo_h = wgmma_frag::split_lo(word_h, t), hi_h = wgmma_frag::split_hi(word_h, t);
+          if (kk & 1) {
+            wgmma_frag::step_registers<1>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
+          } else {
+            wgmma_frag::step_registers<0>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
+          }
+        }
+#pragma unroll
+        for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+          for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
+        wgmma_fence();
+        const uint64_t desc = sw128_descriptor(stage + (kk >> 2) * Shape::kXBoxBytes + 32 * (kk & 3));
+#pragma unroll
+        for (int slab = 0; slab < SLABS; ++slab) WgmmaRs<T, BN>::run(acc[slab], a[slab], desc);
+        wgmma_commit();
+#pragma unroll
+        for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+          for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
+      }
+      previous_s = s;
+      if (++s == S) {
+        s = 0;
+        phase ^= 1u;
+      }
+    };
+    const bool has_half = tiles > 0 && tile_begin + tiles - 1 == half_tile;  // always the slice's last tile
+    const int whole_tiles = tiles - (has_half ? 1 : 0);
+    for (int i = 0; i < whole_tiles; ++i) consume(i, std::integral_constant<int, Shape::kSteps>());
+    if (has_half) consume(whole_tiles, std::integral_constant<int, Shape::kSteps / 2>());
+    wgmma_wait<0>();
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
+    // Every consumer's wgmmas are complete (and so every copy the producer issued has landed): the ring becomes the
+    // fp32 tile. Named barrier 1: the consumers only (the producer warpgroup may have left).
+    asm volatile("bar.sync 1, %0;\n" ::"n"(Shape::kConsumerThreads) : "memory");
+    float* const partial = reinterpret_cast<float*>(smem);
+    store_accumulators<BN, SLABS, Shape::kPartialStride>(partial, acc, wg, warp & 3, g, t);
+    finish_tile<T, BN, kFeatures, Shape::kConsumerThreads, Shape::kPartialStride, true>(
+        partial, tid, rank, slices, static_cast<int64_t>(blockIdx.y) * BN,
+        static_cast<int64_t>(blockIdx.x / slices) * kFeatures, m_rows, n_rows, ep, out);
+    // Multicast: no block leaves while its peer may still arrive on its barriers (or, before that, send it x).
+    if (MC > 1) cg::this_cluster().sync();
+  }
+#else
+  __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
+#endif
+}
+
+template <typename T, int BN, int SLABS, int MC>
+cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                            const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
+  using Shape = WsShape<BN, SLABS>;
+  const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
+  const int64_t row_blocks = ceil_div(m_rows, BN);
+  const int64_t total_tiles = ceil_div(k, 128);
+  if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
+  // The cluster: `slices` blocks splitting K (MC == 1), or the two blocks of a multicast pair (MC == 2: no K split;
+  // with an odd number of feature blocks the last pair has one past N, which loads and computes but writes nothing).
+  int64_t cluster = MC > 1 ? 2 : split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
+  const int64_t grid_x = MC > 1 ? ceil_div(feature_blocks, 2) * 2 : feature_blocks;
+  // x as a [m_rows, k] matrix of 2-byte elements (the type does not matter to a copy), boxes of 64 k x BN rows.
+  CUtensorMap map_x;
+  if (!encode_sw128_map(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT16, x, m_rows, k, k * 2, 64, BN)) {
+    return cudaErrorNotSupported;
+  }
+  const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
+  auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
+  static unsigned long long smem_devices = 0;
+  cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
+  if (error != cudaSuccess) return error;
+  if (cluster > 1) {
+    static unsigned cluster_sizes[64] = {};
+    cluster = fitting_cluster(kernel, cluster, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
+    if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
+  }
+  auto launch = [&](int64_t size) {
+    const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
+                               Shape::kThreads, Shape::kSmemBytes, size, stream);
+    return cudaLaunchKernelEx(&config.config, kernel, map_x, w_bits, static_cast<int>(m_rows),
+                              static_cast<int>(n_rows), static_cast<int>(k), static_cast<int>(MC > 1 ? 1 : size),
+                              w_vector, ep, out);
+  };
+  error = launch(cluster);
+  if (error != cudaSuccess && cluster > 1) {
+    (void)cudaGetLastError();
+    if (MC > 1) return cudaErrorNotSupported;  // a pair refused all the same: wgmma_ws_dispatch takes MC == 1
+    error = launch(1);  // a cluster refused all the same: one block a feature block, over the whole K
+  }
+  return error != cudaSuccess ? error : cudaGetLastError();
+}
+
+// Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
+// (256, 1); from M: (64, 2) up to M = 64, else (128, 2) (FEAT = 256: half the x re-reads of FEAT = 128). Multicast
+// pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only; a pair the device refuses falls back
+// to one block a feature block.
+template <typename T>
+cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
+                              T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
+  int rows = tuning.rows_per_pass, slabs = tuning.slabs;
+  if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
+  if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
+  if (rows == 0) {
+    rows = m <= 64 ? 64 : 128;
+    slabs = 2;
+  }
+  if (slabs == 0) slabs = rows == 256 ? 1 : 2;
+  if (rows == 128 && slabs == 2) {
+    using Shape = WsShape<128, 2>;
+    const int64_t blocks = ceil_div(n, Shape::kFeatures) * ceil_div(m, 128);
+    const bool pair = tuning.multicast == 2 ||
+                      (tuning.multicast == 0 && tuning.slices <= 1 &&
+                       split_k_slices(blocks, ceil_div(k, 128), sm_count, tuning.slices) == 1);
+    if (pair) {
+      const cudaError_t error = wgmma_ws_launch<T, 128, 2, 2>(x, w_bits, m, n, k, ep, out, sm_count, 1, stream);
+      if (error != cudaErrorNotSupported) return error;
+      (void)cudaGetLastError();
+    }
+    return wgmma_ws_launch<T, 128, 2, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  }
+  if (tuning.multicast == 2) return cudaErrorInvalidValue;  // not instantiated
+#define BC_CASE(BN, SLABS) \
+  if (rows == BN && slabs == SLABS) return wgmma_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  BC_CASE(64, 2)
+  BC_CASE(128, 1)
+  BC_CASE(256, 1)
+#undef BC_CASE
+  return cudaErrorInvalidValue;  // a tile that is not instantiated
+}
+
 template <typename T>
 cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                            T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
+  if (tuning.kernel == 3) return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
   int rows = tuning.rows_per_pass, wgs = tuning.warpgroups, slabs = tuning.slabs;
   if (rows == 0) {  // the tile from M (the table in the header)
     rows = m <= 64 ? 64 : (m <= 128 ? 128 : 256);
