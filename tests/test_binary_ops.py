@@ -605,7 +605,7 @@ def test_device_mismatch_raises():
 
 # ------------------------------------------------------------------------------------------------
 # Tile edges of the tensor-core CUDA paths (W1A16 pass and wgmma kernels with their split of K, dequantize +
-# cuBLAS above 128 rows (bf16/fp16; 768 where the wgmma kernel applies); b1 MMA binary_linear; implicit-GEMM conv
+# cuBLAS above 128 rows (bf16/fp16; 1024 where the wgmma kernels apply); b1 MMA binary_linear; implicit-GEMM conv
 # with two bit planes). They run on CPU too, against the CPU kernels.
 # ------------------------------------------------------------------------------------------------
 EDGE_N = [1, 127, 129]
@@ -715,11 +715,12 @@ def test_weight_linear_fp32_one_signed_inputs_cuda(inputs):
 
 # ------------------------------------------------------------------------------------------------
 # The edges of binary_weight_linear's wgmma dispatch. On a compute capability 9.0 GPU, bf16/fp16 x runs on the pass
-# kernel up to M = 16, on the wgmma kernel above (tile from M: 64 rows up to 64, 128 up to 128, else 256) where
-# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 768 rows (128 where wgmma does
+# kernel up to M = 16, on the wgmma kernel up to 128 (tile from M: 64 rows up to 64, else 128), on the
+# warp-specialized wgmma kernel above (tiles (64|128, 2) up to 160, then (256, 1) or (128, 1) by waves), where
+# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 1024 rows (128 where wgmma does
 # not apply). Elsewhere (other GPUs, the CPU) the same cases check whatever runs there.
 # ------------------------------------------------------------------------------------------------
-WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 768, 769]
+WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 160, 161, 1024, 1025]
 
 
 def assert_rounded_matches(actual, expected, bias, dtype, what, magnitude):
@@ -767,7 +768,7 @@ def one_element_off(t):
 def test_weight_linear_wgmma_refusals(device, dtype):
     """Inputs the wgmma kernel refuses run on the pass kernel, correctly: k % 64 != 0 (k = 1000), x one element off
     its alignment (M = 100, and 500: past the pass kernel's usual 128 rows, since the switch to cuBLAS does not look
-    at pointers), packed W one word off; and 3-D x of 2 x 150 rows (the 256-row tile, two row blocks)."""
+    at pointers), packed W one word off; and 3-D x of 2 x 150 rows (300 rows: the warp-specialized kernel)."""
     n = 264
     cases = []
     x = random_input((100, 1000), dtype, device)
@@ -808,11 +809,11 @@ def test_weight_linear_wgmma_dispatch_cuda():
             pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
         return names
 
-    def wgmma_tiles(names):
+    def wgmma_tiles(names, kernel="binary_weight_wgmma_kernel"):
         tiles = []
         for name in names:
-            if "binary_weight_wgmma_kernel" in name:
-                match = re.search(r"binary_weight_wgmma_kernel<[^,<>]+,\s*(\d+),\s*(\d+),\s*(\d+)\s*>", name)
+            if kernel + "<" in name:
+                match = re.search(kernel + r"<[^,<>]+,\s*(\d+),\s*(\d+),\s*(\d+)\s*>", name)
                 assert match, f"cannot read the tile of {name}"
                 tiles.append(tuple(int(v) for v in match.groups()))
         return tiles
@@ -821,14 +822,21 @@ def test_weight_linear_wgmma_dispatch_cuda():
         return any(kernel in name for name in names)
 
     for dtype in (torch.bfloat16, torch.float16):
-        for m, rows in ((17, 64), (64, 64), (65, 128), (128, 128), (129, 256), (768, 256)):
+        for m, rows in ((17, 64), (64, 64), (65, 128), (128, 128)):
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
             assert wgmma_tiles(names) == [(rows, 2, 1)], f"{dtype} m={m}: {names}"
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
+        # The warp-specialized kernel, (rows, slabs, multicast): N = 264 is 2-3 feature blocks, K split 4-8 ways;
+        # at 161 rows (128, 1) fills the SMs in one wave with half the work a block of (256, 1), at 1024 (256, 1).
+        for m, tile in ((129, (128, 2, 1)), (160, (128, 2, 1)), (161, (128, 1, 1)), (1024, (256, 1, 1))):
+            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
+            ws = "binary_weight_wgmma_ws_kernel"
+            assert wgmma_tiles(names, ws) == [tile] and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
+            assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
-        names = kernels(random_input((769, 1024), dtype, "cuda"), 1024)
-        assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=769: {names}"
+        names = kernels(random_input((1025, 1024), dtype, "cuda"), 1024)
+        assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=1025: {names}"
         for what, x, k in (("k=1000", random_input((100, 1000), dtype, "cuda"), 1000),
                            ("x off", one_element_off(random_input((100, 1024), dtype, "cuda")), 1024)):
             names = kernels(x, k)

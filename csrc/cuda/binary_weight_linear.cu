@@ -821,11 +821,11 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 constexpr int64_t kWgmmaMinRows = 16;
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
-// (N = K = 8192 bf16, 2026-12-01). wgmma: 127 us at M = 512 and 253 at 1024 against ~64 of dequantization plus a
-// GEMM of 89 and 179; straight lines through those cross near M = 880, and 768 keeps a margin. Pass kernel (other
-// GPUs): 94.7 us at M = 128 and 164.9 at 160 (do_bench), dequantize + cuBLAS 117.7 at 257. fp32 x (three-way bf16
-// split on the tensor cores): 2048, not placed by a sweep.
-constexpr int64_t kFusedRowsWgmma = 768;
+// (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel above M = 128): 183 us at M = 1024 in a graph
+// against ~64 of dequantization plus a GEMM of 179. Pass kernel (other GPUs): 94.7 us at M = 128 and 164.9 at 160
+// (do_bench), dequantize + cuBLAS 117.7 at 257. fp32 x (three-way bf16 split on the tensor cores): 2048, not placed
+// by a sweep.
+constexpr int64_t kFusedRowsWgmma = 1024;
 constexpr int64_t kFusedRowsPass = 128;
 constexpr int64_t kFusedRowsFp32 = 2048;
 

@@ -533,6 +533,7 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 }
 
 constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
+constexpr int64_t kWsMinRows = 128;  // the op takes the warp-specialized kernel above this M (wgmma_dispatch)
 
 // Split K (a power of two, a cluster of at most 8, at most one slice a k tile): as asked, or while the grid of
 // `blocks` tiles x slices stays within one wave of one block an SM. The launchers then take the largest cluster of at
@@ -917,10 +918,24 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
+// Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs, K split where a
+// wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1)
+// blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves in 154 us).
+inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count) {
+  const int64_t sms = sm_count > 0 ? sm_count : 132;
+  const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
+  const int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
+  const int64_t waves = ceil_div(blocks * slices, sms);
+  return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
+}
+
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
-// (256, 1); from M: (64, 2) up to M = 64, else (128, 2) (FEAT = 256: half the x re-reads of FEAT = 128). Multicast
-// pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only; a pair the device refuses falls back
-// to one block a feature block.
+// (256, 1). From M: (64, 2) up to M = 64, (128, 2) up to 160 (FEAT = 256: half the x re-reads of FEAT = 128), then
+// (256, 1) or (128, 1), the fewer waves (ws_tiling_cost). H200, N = K = 8192 bf16, us in a rotating graph
+// (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 / 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1)
+// 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1) 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2
+// against (128, 1) 222.2. Multicast pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only; a
+// pair the device refuses falls back to one block a feature block.
 template <typename T>
 cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                               T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
@@ -928,8 +943,13 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
   if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
   if (rows == 0) {
-    rows = m <= 64 ? 64 : 128;
-    slabs = 2;
+    if (m <= 160) {
+      rows = m <= 64 ? 64 : 128;
+      slabs = 2;
+    } else {
+      rows = ws_tiling_cost(m, n, k, 256, sm_count) <= ws_tiling_cost(m, n, k, 128, sm_count) ? 256 : 128;
+      slabs = 1;
+    }
   }
   if (slabs == 0) slabs = rows == 256 ? 1 : 2;
   if (rows == 128 && slabs == 2) {
@@ -958,7 +978,12 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
 template <typename T>
 cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                            T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
-  if (tuning.kernel == 3) return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
+  // The op's choice (kernel 0): the warp-specialized kernel above M = 128 (H200, N = K = 8192 bf16, graph us: M = 129
+  // 56.1 / 69.9, 256 47.5 / 68.2, 512 83.8 / 126.9, 768 162.2 / 252.5, 1024 183.2 / 254.8), this one up to 128
+  // (M = 17 30.4 / 42.9, 64 31.5 / 47.2, 128 44.1 / 66.5).
+  if (tuning.kernel == 3 || (tuning.kernel == 0 && m > kWsMinRows)) {
+    return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
+  }
   int rows = tuning.rows_per_pass, wgs = tuning.warpgroups, slabs = tuning.slabs;
   if (rows == 0) {  // the tile from M (the table in the header)
     rows = m <= 64 ? 64 : (m <= 128 ? 128 : 256);
