@@ -159,6 +159,26 @@ def test_binary_weight_wgmma_runs_asynchronously(compiled):
         assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_binary_linear_persistent_kernel_sass(compiled):
+    """The persistent wgmma kernel (A/B candidate against the one above): per instantiation BGMMA, TMA loads (plain and
+    multicast), TMA stores and the setmaxnreg register hand-over reach the SASS."""
+    result = compiled["binary_linear_wgmma.cu"]
+    assert result.returncode == 0, result.log
+    cuobjdump = _find_tool("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not installed")
+    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+    if sass.returncode != 0:
+        pytest.skip(f"cuobjdump failed: {sass.stderr}")
+    functions = [f for f in re.split(r"\n\s+Function : ", sass.stdout)[1:] if "binary_linear_persistent_kernel" in f]
+    assert len(functions) == 6, f"expected 6 persistent instantiations (2 tile widths x 3 outputs), got {len(functions)}"
+    for body in functions:
+        name = body.split("\n", 1)[0]
+        n = 256 if "ILi256E" in name else 128
+        for op in (f"BGMMA.64x{n}x256.AND.POPC", "UTMALDG", "UTMASTG", "USETMAXREG", ".MULTICAST"):
+            assert op in body, f"{op} missing from {name}"
+
+
 @pytest.mark.parametrize("arch", sorted(OLDER_ARCH_FLAGS))
 def test_cuda_sources_compile_for_older_gpus(tmp_path, arch):
     results = _compile_all(tmp_path, OLDER_ARCH_FLAGS[arch])
