@@ -84,8 +84,9 @@
 //   each consumer warp arrives on its own CTA's and (mapa + mbarrier.arrive.release.cluster) the peer's empty[s],
 //   since the peer's multicast writes into this CTA. cluster_sync after the barrier inits (the peer's barriers exist
 //   before any multicast or remote arrival) and before exit (no CTA leaves while its peer may still arrive on it).
-//   Boxes wholly outside the tensor (odd m_tiles with cluster=2, an N tail inside half a B tile) are zero-filled by
-//   TMA and still count their full bytes, as the partial boxes above do.
+//   A box that would lie wholly outside the tensor (rank 1's A with cluster=2 and odd m_tiles, a B half past an N
+//   tail) starts at the last real row instead (its rows feed only outputs that are never stored), so every box is
+//   partly in bounds as in the kernel above: no reliance on how TMA counts the bytes of a wholly out-of-bounds box.
 // - No popcount warps (they took ~128 POPC + 32 LDS.128 a thread a stage, the busiest pipe in ncu, on 3 SMSPs):
 //   pa: each consumer thread counts the A rows it owns in the accumulators (rows 16 w4 + lane / 4 and + 8 of its
 //   warpgroup), the 4 threads of a quad 2 of the 8 chunks each, 4 LDS.128 + 16 POPC a thread a stage, issued after
@@ -692,22 +693,28 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
     if (warp == 0 && lane == 0) {
       uint32_t s = 0, phase = 0;  // of ring round it / S
       int it = 0;                 // stages issued so far, over all of this cluster's tiles
+      const int last_m_row = static_cast<int>(shape.m_rows - 1), last_n_row = static_cast<int>(shape.n_rows - 1);
       for (int u = u_begin; u < u_end; ++u) {
         const int n_tile = u / m_groups;
         const int m_tile = (u - n_tile * m_groups) * csize + rank;
+        // A box wholly past M (rank 1 of an odd last pair) or B half wholly past N starts at the last real row
+        // instead: every box stays partly in bounds (as in the kernel above), and the rows that land belong to
+        // outputs that are never stored.
+        const int a_box_row = min(m_tile * kWgBM, last_m_row);
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           if (it >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, kb);  // round it / S - 1 released it
           const uint32_t stage = smem_base + s * L::kStageBytes;
           const uint32_t full = full_bar + 8 * s;
           // A box + the whole B box (with csize 2 half of it comes from the peer's multicast, counted here too).
           mbar_arrive_expect_tx(full, L::kStageBytes);
-          tma_load_2d(stage, &map_a, kb * kWgBKWords, m_tile * kWgBM, full);
+          tma_load_2d(stage, &map_a, kb * kWgBKWords, a_box_row, full);
           if (csize == 1) {
             tma_load_2d(stage + L::kBytesA, &map_b, kb * kWgBKWords, n_tile * BN, full);
           } else {
             constexpr int kHalf = BN / 2;  // map_b's box: BN / 2 rows; this CTA loads half `rank` for both
+            const int b_box_row = min(n_tile * BN + rank * kHalf, last_n_row);
             tma_load_2d_multicast(stage + L::kBytesA + rank * kHalf * kWgRowBytes, &map_b, kb * kWgBKWords,
-                                  n_tile * BN + rank * kHalf, full, 0x3);
+                                  b_box_row, full, 0x3);
           }
           if (++s == static_cast<uint32_t>(S)) {
             s = 0;
