@@ -115,10 +115,11 @@
 //   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (and pb) LDS +
 //             POPC of stage s; wait_group 1; arrive empty[previous s] (local + peer); after the last kb wait_group 0,
 //             arrive empty[last s]; epilogue.
-// A host model of this protocol (randomized interleavings of producer, 8 consumer warps a CTA, 2-CTA multicast, wgmma
-// groups, pb barriers, store-buffer rotation) found no race or hang and catches each of: empty counting local
-// arrivals only, no remote release, releasing before wait_group, a single pb barrier, one store buffer too few
-// waited, the wrong empty parity, expect_tx of the own bytes only.
+// Host model: benchmarks/kernels/w1a1_persistent_model.py checks the staging swizzle, popcount chunks, schedule and
+// budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, 2-CTA multicast,
+// wgmma groups, pb barriers, store-buffer rotation): no race or hang; with --mutations it shows it catches each of:
+// empty counting local arrivals only, no remote release, releasing before wait_group, a single pb barrier, one store
+// buffer too few waited, the wrong empty parity, expect_tx of the own bytes only. Keep it in step with the kernel.
 // First run (one harness process a row: a watchdog trap kills the context; build with EXTRA_NVCC_FLAGS=
 // -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 cluster=1 store=1), one k stage over
 // several tiles (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then
