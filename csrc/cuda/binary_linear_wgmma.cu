@@ -937,7 +937,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
   // No CTA of a cluster exits while its peer may still arrive on its barriers or multicast into it.
   if (csize > 1) cluster_sync();
 #else
-  __trap();  // built for another target: the launcher refuses anything but sm_90 (needs sm_90a code)
+  __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
 #endif
 }
 
@@ -1028,7 +1028,8 @@ constexpr FloatType float_type_of() {
                            : (std::is_same<OutT, __half>::value ? FloatType::kFloat16 : FloatType::kBFloat16);
 }
 
-// Clusters of `cluster_size` CTAs of this kernel that fit on the device at once, asked once per device (0: unknown).
+// Clusters (config's cluster dimension) of this kernel that are resident on the device at once, asked once per
+// device (cudaOccupancyMaxActiveClusters is not a stream operation: safe inside a graph capture); 0: unknown.
 template <typename Kernel>
 int resident_clusters(Kernel kernel, cudaLaunchConfig_t config, int (&known)[64]) {
   int device = 0;
@@ -1092,28 +1093,18 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
   shape.store_buffers = store_buffers;
   shape.pair_stores = n_rows % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(OutT)) == 0;
 
-  cudaLaunchConfig_t config = {};
-  config.blockDim = dim3(kWgThreads, 1, 1);
-  config.dynamicSmemBytes = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = cluster > 1 ? 1 : 0;
+  const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
   // Persistent grid: as many clusters as are resident at once (one CTA an SM), at most one a unit.
   int resident = sm_count / cluster;
   if (cluster > 1) {
     static int known[64] = {};
-    config.gridDim = dim3(static_cast<unsigned>(cluster), 1, 1);
-    const int fit = resident_clusters(kernel, config, known);
+    const ClusterLaunch probe(dim3(static_cast<unsigned>(cluster), 1, 1), kWgThreads, smem, cluster, stream);
+    const int fit = resident_clusters(kernel, probe.config, known);
     if (fit > 0) resident = std::min(resident, fit);
   }
   const int64_t clusters = std::max<int64_t>(1, std::min<int64_t>(units, resident));
-  config.gridDim = dim3(static_cast<unsigned>(clusters * cluster), 1, 1);
-  error = cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_out, shape, ep, out);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(clusters * cluster), 1, 1), kWgThreads, smem, cluster, stream);
+  error = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_out, shape, ep, out);
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
@@ -1176,7 +1167,8 @@ cudaError_t launch_binary_linear_wgmma_persistent(const uint32_t* x_bits, const 
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
-  if (device.major != 9 || device.minor != 0) return cudaErrorNotSupported;  // sm_90a code; sm_100 has no wgmma
+  // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only; sm_100 has no wgmma
+  if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),
