@@ -126,7 +126,8 @@ def test_binary_ops_use_b1_and_popc_tensor_cores(compiled, name):
 
 
 def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
-    """binary_linear's sm_90 kernel reaches wgmma b1 AND.POPC (SASS BGMMA), and ptxas does not serialize it."""
+    """binary_linear's sm_90 kernel (the persistent one) reaches wgmma b1 AND.POPC (SASS BGMMA), and ptxas does not
+    serialize it."""
     result = compiled["binary_linear_wgmma.cu"]
     assert result.returncode == 0, result.log
     ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
@@ -157,6 +158,26 @@ def test_binary_weight_wgmma_runs_asynchronously(compiled):
         listing.write_text(sass.stdout)
         check = subprocess.run([sys.executable, str(HGMMA_A_CHECK), str(listing)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_binary_linear_persistent_kernel_sass(compiled):
+    """The persistent wgmma kernel: per instantiation BGMMA, TMA loads (plain and multicast), TMA stores and the
+    setmaxnreg register hand-over reach the SASS."""
+    result = compiled["binary_linear_wgmma.cu"]
+    assert result.returncode == 0, result.log
+    cuobjdump = _find_tool("cuobjdump")
+    if cuobjdump is None:
+        pytest.skip("cuobjdump not installed")
+    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+    if sass.returncode != 0:
+        pytest.skip(f"cuobjdump failed: {sass.stderr}")
+    functions = [f for f in re.split(r"\n\s+Function : ", sass.stdout)[1:] if "binary_linear_persistent_kernel" in f]
+    assert len(functions) == 6, f"expected 6 persistent instantiations (2 tile widths x 3 outputs), got {len(functions)}"
+    for body in functions:
+        name = body.split("\n", 1)[0]
+        n = 256 if "ILi256E" in name else 128
+        for op in (f"BGMMA.64x{n}x256.AND.POPC", "UTMALDG", "UTMASTG", "USETMAXREG", ".MULTICAST"):
+            assert op in body, f"{op} missing from {name}"
 
 
 @pytest.mark.parametrize("arch", sorted(OLDER_ARCH_FLAGS))

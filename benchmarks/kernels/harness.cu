@@ -17,7 +17,11 @@
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
-//          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (wgmma, sm_90) bn=128|256 (wgmma tile width)
+//          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
+//          (wgmma tile width), cluster=1|2 (B multicast), store=1 (st.global) | 2 (TMA store), stages=N (ring
+//          depth); 0 or absent: from the shape
+//          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias) outoff=0 (the output pointer that
+//          many elements past an aligned one; guard elements around the output must stay untouched)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
@@ -499,9 +503,14 @@ Row run_w1a16(const Args& args, bool apot) {
 }
 
 // ---- w1a1: dot[m, n] = s(x[m]) . s(w[n]) on packed operands ----------------------------------------------
+// epi=1: y = dot * row_factor[m] * scale[n] + bias[n]; epi=2: a scalar scale and bias. outoff: the output that many
+// elements past a 256-byte aligned pointer (not 16-byte aligned: no TMA stores). Poisoned guard elements around the
+// output must stay untouched (a store outside the output fails the row).
 Row run_w1a1(const Args& args) {
   const int64_t m = args.num("m", 4096), n = args.num("n", 8192), k = args.num("k", 8192);
   const FloatType out = parse_type(args.str("out", "fp32"));
+  const int epi = static_cast<int>(args.num("epi", 0));
+  const int64_t out_offset = args.num("outoff", 0);
   Random random(static_cast<uint64_t>(args.num("seed", 1)));
   const int64_t words = (k + 31) / 32;
   Row row;
@@ -510,11 +519,28 @@ Row run_w1a1(const Args& args) {
   bk::BinaryLinearTuning tuning;
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.tile_n = static_cast<int>(args.num("bn", 0));
+  tuning.cluster = static_cast<int>(args.num("cluster", 0));
+  tuning.store = static_cast<int>(args.num("store", 0));
+  tuning.stages = static_cast<int>(args.num("stages", 0));
   row.config = format("kern=%d bn=%d", tuning.kernel, tuning.tile_n);
+  if (tuning.kernel != 1) row.config += format(" c%d s%d st%d", tuning.cluster, tuning.store, tuning.stages);
+  if (epi != 0) row.config += format(" epi=%d", epi);
+  if (out_offset != 0) row.config += format(" off=%lld", (long long)out_offset);
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
+  std::vector<float> scale, bias, factor;
+  if (epi != 0) {
+    scale.resize(epi == 2 ? 1 : n);
+    bias.resize(n);
+    for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    for (auto& v : bias) v = 50.f * random.uniform();
+    if (epi == 1) {
+      factor.resize(m);
+      for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    }
+  }
   std::vector<double> want(m * n), magnitude(m * n, 0.0);
   std::vector<int64_t> checked;
   for (const int64_t i : sample(m)) {
@@ -522,20 +548,41 @@ Row run_w1a1(const Args& args) {
       checked.push_back(i * n + r);
       int64_t differ = 0;
       for (int64_t w = 0; w < words; ++w) differ += __builtin_popcount((x_bits[i * words + w] ^ ref_w[r * words + w]) & tail_mask(k, w));
-      want[i * n + r] = static_cast<double>(k - 2 * differ);
+      double y = static_cast<double>(k - 2 * differ);
+      if (epi != 0) {
+        const double product = y * (factor.empty() ? 1.0 : factor[i]) * scale[scale.size() == 1 ? 0 : r];
+        y = product + bias[r];
+        magnitude[i * n + r] = std::fabs(product) + std::fabs(bias[r]);  // fp32 rounding of the epilogue
+      }
+      want[i * n + r] = y;
     }
   }
   const size_t weight_bytes = w_bits.size() * 4;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
   Copies weights(w_bits.data(), weight_bytes, copies);
-  Buffer x(x_bits.size() * 4), y(m * n * type_size(out));
+  constexpr int64_t kGuard = 128;  // poisoned elements before and after the output (256-byte aligned start)
+  const size_t size = type_size(out), out_bytes = static_cast<size_t>(m * n) * size;
+  Buffer x(x_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
+  Buffer scale_d(scale.size() * 4), bias_d(bias.size() * 4), factor_d(factor.size() * 4);
   CHECK_CUDA(cudaMemcpy(x.ptr, x_bits.data(), x.bytes, cudaMemcpyHostToDevice));
-  CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
+  for (const auto* v : {&scale, &bias, &factor}) {
+    Buffer& to = v == &scale ? scale_d : (v == &bias ? bias_d : factor_d);
+    if (!v->empty()) CHECK_CUDA(cudaMemcpy(to.ptr, v->data(), v->size() * 4, cudaMemcpyHostToDevice));
+  }
+  CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));  // NaN poison: an unwritten output fails the check
+  uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
+  bk::Epilogue ep;
+  if (epi != 0) {
+    ep.scale = scale_d.as<float>();
+    ep.scale_count = static_cast<int64_t>(scale.size());
+    ep.bias = bias_d.as<float>();
+    ep.row_factor = factor.empty() ? nullptr : factor_d.as<float>();
+  }
   auto launch = [&](int copy, cudaStream_t stream) {
-    return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, bk::Epilogue{},
-                                    y.ptr, out, stream, &tuning);
+    return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, ep, out_ptr,
+                                    out, stream, &tuning);
   };
-  if (args.str("expect", "") == "reject") {  // kernel=2 on a shape wgmma does not take: refused, not run
+  if (args.str("expect", "") == "reject") {  // kernel=2/3 on a shape wgmma does not take: refused, not run
     const cudaError_t error = launch(0, nullptr);
     row.ok = error == cudaErrorNotSupported;
     row.check = format("launcher answered %s (rejection expected)", cudaGetErrorName(error));
@@ -544,12 +591,20 @@ Row run_w1a1(const Args& args) {
   }
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint8_t> y_bytes(y.bytes);
-  CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  std::vector<uint8_t> all_bytes(y.bytes);
+  CHECK_CUDA(cudaMemcpy(all_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
+  const size_t head = (kGuard + out_offset) * size;
+  const std::vector<uint8_t> y_bytes(all_bytes.begin() + head, all_bytes.begin() + head + out_bytes);
   row.ok = check_values(decode(y_bytes, out), want, magnitude, checked, out, row.check);  // fp32: exact (< 2^24)
+  size_t guard_hits = 0;
+  for (size_t i = 0; i < all_bytes.size(); ++i) guard_hits += (i < head || i >= head + out_bytes) && all_bytes[i] != 0xff;
+  if (guard_hits != 0) {
+    row.ok = false;
+    row.check += format("; %zu bytes written outside the output", guard_hits);
+  }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * m * n * k;
-  const double bytes = weight_bytes + x.bytes + y.bytes;
+  const double bytes = weight_bytes + x.bytes + out_bytes;
   row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
   row.rate = ops / row.timing.us / 1e9;
   return row;

@@ -46,15 +46,21 @@ cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64
 // pipeline for M > 64 with such rows, a register-staged kernel for the rest). Needs sm_80.
 struct BinaryLinearTuning {  // for the kernel harness; the op passes none (everything from the shape)
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: wgmma (cudaErrorNotSupported if it does not apply)
-  int tile_n = 0;  // wgmma's output columns a block: 128 or 256 (0: from the shape)
+  // The wgmma kernel only (0: from the shape):
+  int tile_n = 0;   // output columns a tile: 128 or 256
+  int cluster = 0;  // CTAs a cluster sharing the B tile through TMA multicast: 1 (the default: faster) or 2
+  int store = 0;    // 1: st.global from registers; 2: TMA stores through shared memory (cudaErrorNotSupported where out
+                    // or its row pitch is not 16-byte aligned); 0: TMA stores where they apply
+  int stages = 0;   // ring depth (0: the deepest that fits beside the store buffers)
 };
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
                                  cudaStream_t stream, const BinaryLinearTuning* tuning = nullptr);
-// launch_binary_linear's sm_90 path (binary_linear_wgmma.cu); cudaErrorNotSupported where it does not apply.
+// launch_binary_linear's sm_90 path (binary_linear_wgmma.cu: the persistent wgmma kernel); cudaErrorNotSupported
+// where it does not apply.
 cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                       int64_t k, const Epilogue& epilogue, void* out, FloatType out_type, int tile_n,
-                                       cudaStream_t stream);
+                                       int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
+                                       const BinaryLinearTuning& tuning, cudaStream_t stream);
 
 // Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
 // [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,

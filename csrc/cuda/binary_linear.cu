@@ -425,9 +425,8 @@ cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits,
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
   const BinaryLinearTuning t = tuning != nullptr ? *tuning : BinaryLinearTuning{};
-  if (t.kernel != 1) {  // Hopper: wgmma wherever it applies (H200: 2x the mma.sync kernels at every M measured)
-    const cudaError_t error =
-        launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, t.tile_n, stream);
+  if (t.kernel != 1) {  // Hopper: wgmma wherever it applies (H200: 2-3x the mma.sync kernels at every M measured)
+    const cudaError_t error = launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, t, stream);
     if (error != cudaErrorNotSupported || t.kernel == 2) return error;
   }
   switch (out_type) {

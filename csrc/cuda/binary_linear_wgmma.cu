@@ -61,18 +61,85 @@
 //   (row_factor, scale, bias) and the fp32 / fp16 / bf16 store, as binary_linear.
 //
 // ---- Measured (H200, 2026-12-01, harness, us L2 flushed / rotating graph, fp32 out, N = K = 8192) -----------
-//   M = 1..256 (BN = 128): 13.4-14.4 us graph (mma.sync kernels: 20.7-30.0); M = 512 (BN = 256): 24.0 / 20.4 (54.4
-//   / 36.0); M = 4096: 151.7 / 148.7 (321.4 / 318.0), 3.6 POPS of ~15.5. ncu at M = 4096: issue slots 28%, 0.39
-//   eligible warps a scheduler, DRAM 17% (the 128 MiB fp32 output): the non-persistent grid's per-tile prologue
-//   (ring fill) and epilogue are not overlapped with MMA (next: a persistent tile loop).
+//   The sections above describe the first, one-block-a-tile kernel; the persistent kernel below replaced it (same
+//   math, stage layout, descriptors and wgmma loop). Persistent (cluster 1) against it, graph us: M = 16 12.1 /
+//   12.1, 256 12.9 / 12.9, 512 18.4 / 18.0, 1024 30.3 / 34.8, 2048 53.3 / 67.8, 4096 99.8 / 133.0 (5.3 POPS of
+//   ~15.5), 8192 196.7 / 262.7; fp16 out M = 4096 102.5 / 142.3. The first kernel at M = 4096 (ncu): issue slots
+//   28%, 0.39 eligible warps a scheduler; its per-tile ring fill and epilogue overlapped nothing.
 // Debugging: -DBITCOMPILE_WGMMA_WATCHDOG turns every mbarrier wait into a ~4 s watchdog that traps (a protocol
 //   bug then fails the launch instead of hanging); off by default, a trap kills the CUDA context.
+//
+// ==== Persistent kernel (binary_linear_persistent_kernel: the sm_90 path of launch_binary_linear) =================
+// Same math, tiles (128 x BN), stage layout, descriptors and wgmma loop as above; what changes:
+// - Persistent grid: min(units, resident clusters) CTAs, 1 an SM. Unit = (n tile, group of `cluster` consecutive m
+//   tiles), m fastest; cluster c walks the contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units
+//   mostly share the B tile (hot in L2, and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2,
+//   so the run order is chosen for pb reuse, not for L2 capacity.
+// - The ring runs across tiles: the producer (warp 0 lane 0) walks the same unit list and never waits for an
+//   epilogue, only for empty[s]; while the consumers store tile t it fills the ring with tile t + 1.
+// - Clusters of 2 (harness `cluster=2`; slower than 1 at every size measured, so the launcher's default is 1): the two CTAs own m tiles 2j, 2j + 1 of the same n tile; each
+//   loads its own A box and half of the B box (BN / 2 rows, map_b's box), multicast to both CTAs (same CTA-relative
+//   address, complete_tx on each CTA's full[s]): L2 -> SM bytes a CTA-stage 256 rows instead of 384. full[s] expects
+//   the whole stage (A + both halves; a peer's bytes may land before this CTA's expect_tx: the phase cannot complete
+//   while the producer's arrival is pending, the tx count just goes negative). empty[s] counts 8 x cluster arrivals:
+//   each consumer warp arrives on its own CTA's and (mapa + mbarrier.arrive.release.cluster) the peer's empty[s],
+//   since the peer's multicast writes into this CTA. cluster_sync after the barrier inits (the peer's barriers exist
+//   before any multicast or remote arrival) and before exit (no CTA leaves while its peer may still arrive on it).
+//   A box that would lie wholly outside the tensor (rank 1's A with cluster=2 and odd m_tiles, a B half past an N
+//   tail) starts at the last real row instead (its rows feed only outputs that are never stored), so every box is
+//   partly in bounds as in the kernel above: no reliance on how TMA counts the bytes of a wholly out-of-bounds box.
+// - No popcount warps (they took ~128 POPC + 32 LDS.128 a thread a stage, the busiest pipe in ncu, on 3 SMSPs):
+//   pa: each consumer thread counts the A rows it owns in the accumulators (rows 16 w4 + lane / 4 and + 8 of its
+//   warpgroup), the 4 threads of a quad 2 of the 8 chunks each, 4 LDS.128 + 16 POPC a thread a stage, issued after
+//   the stage's wgmmas (they overlap), summed by 2 shuffles a tile; pb: only on a tile whose n tile differs from the
+//   previous tile's (~1 tile in 5 at M = 4096: runs of ~7.8 units, 16 or 32 units an n tile), consumer thread ct counts B row ct (BN = 128: half a row each, shuffled),
+//   w's tail bits past K masked in the last stage; written to pop[BN] between two consumer barriers (bar 1, 256):
+//   the other warpgroup may still read the old pb a whole tile behind (a tile can be <= S stages). (Why not a global
+//   pre-pass: the launcher has no workspace, and a cudaMalloc'd one breaks graph capture. This is ~45% of the old
+//   POPC work, spread over all 4 SMSPs (2 consumer warps each: ~25% of the POPC pipe at peak MMA rate) and off the
+//   ring's critical path: no stage waits for a popcount warp.)
+// - Epilogue through TMA stores where out and its row pitch are 16-byte aligned (else st.global from registers, as
+//   above): each consumer warpgroup writes its 64 rows in boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns)
+//   into shared memory, SW128-swizzled like the operands (column pair at byte b of row r -> chunk (b / 16) ^ (r % 8):
+//   conflict-free), fence.proxy.async, bar (2 + wg, 128), and its first thread issues cp.async.bulk.tensor store +
+//   commit_group. B store buffers a warpgroup (4, or 2 where the ring leaves no room), reused round robin: before the
+//   barrier of box j that thread waits (cp.async.bulk.wait_group.read B - 2) until box j + 1 - B's store has read its
+//   buffer. Boxes wholly past N are not issued; TMA clips the M / N tails. The global writes then drain while the
+//   next tile's wgmmas run (the consumers only pay the shared-memory writes).
+// - Registers: setmaxnreg: producer warpgroup 40, consumers 232 (ptxas: 168 at launch, no spills; 128 s32
+//   accumulators + the epilogue need more than 168).
+//   Shared memory (bytes, S = stages, B = store buffers): BN = 256: TMA stores S 3 B 4: 215088, S 4 B 2: 231488;
+//   st.global S 4: 198720. BN = 128: TMA S 5 B 4: 230992, S 6 B 2: 231008; st.global S 6: 198240 (limit 232448).
+// Protocol (it = stage counter over the CTA's tiles, s = it % S, phase = (it / S) & 1; per tile kb = 0..kblocks-1):
+//   producer: for it: if it >= S wait empty[s] parity phase ^ 1; arrive.expect_tx(full[s], stage bytes); TMA A (own);
+//             TMA B (cluster 1: whole box; cluster 2: half `rank`, multicast to both).
+//   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (and pb) LDS +
+//             POPC of stage s; wait_group 1; arrive empty[previous s] (local + peer); after the last kb wait_group 0,
+//             arrive empty[last s]; epilogue.
+// Host model: benchmarks/kernels/w1a1_persistent_model.py checks the staging swizzle, popcount chunks, schedule and
+// budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, 2-CTA multicast,
+// wgmma groups, pb barriers, store-buffer rotation): no race or hang; with --mutations it shows it catches each of:
+// empty counting local arrivals only, no remote release, releasing before wait_group, a single pb barrier, one store
+// buffer too few waited, the wrong empty parity, expect_tx of the own bytes only. Keep it in step with the kernel.
+// First run (one harness process a row: a watchdog trap kills the context; build with EXTRA_NVCC_FLAGS=
+// -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 cluster=1 store=1), one k stage over
+// several tiles (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then
+// cluster=2, then the timing rows. Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a
+// protocol bug (counts, parity, remote arrivals, expect_tx bytes); wrong values with every row hit at the same
+// columns / rows pattern is a layout bug (descriptors, swizzle of the staging boxes: a store=1 vs store=2 difference
+// points at the staging layout, a cluster=1 vs 2 difference at the multicast half placement); values off by a
+// per-row or per-column constant are pa / pb (pb only: BN = 128 shuffles, the tail mask, or pb reuse across tiles
+// when only rows after the first tile of a run are wrong); bytes written outside the output (harness guard) are the
+// output tensor map.
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cudaTypedefs.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <type_traits>
 
 #include "device_common.cuh"
 #include "wgmma_common.cuh"
@@ -85,27 +152,9 @@ constexpr int kWgBM = 128;             // rows of x a block (2 consumer warpgrou
 constexpr int kWgBKWords = 32;         // words of K a stage (1024 bits)
 constexpr int kWgRowBytes = kWgBKWords * 4;  // 128: one swizzle span
 constexpr int kWgThreads = 384;        // producer warpgroup + 2 consumer warpgroups
-constexpr int kWgPopWarps = 3;         // warps 1-3 of the producer warpgroup
-[[maybe_unused]] constexpr int kWgPopThreads = kWgPopWarps * 32;
-[[maybe_unused]] constexpr int kWgEmptyArrivals = 8 + kWgPopWarps;  // consumer warps + popcount warps, one arrival each
 [[maybe_unused]] constexpr int kWgKSteps = kWgBKWords * 32 / 256;     // wgmma k256 steps a stage: 4
 [[maybe_unused]] constexpr int kWgStepBytes = 256 / 8;                // 32 bytes of a row a k step
 
-template <int BN>
-struct WgConfig {
-  static_assert(BN == 128 || BN == 256, "BN");
-  static constexpr int kStages = BN == 256 ? 4 : 6;
-  static_assert(kStages >= 2, "the consumers release stage kb - 1 after issuing kb: one stage would deadlock");
-  static constexpr int kBytesA = kWgBM * kWgRowBytes;  // 16384
-  static constexpr int kBytesB = BN * kWgRowBytes;
-  static constexpr int kStageBytes = kBytesA + kBytesB;
-  static_assert(kBytesA % 1024 == 0 && kStageBytes % 1024 == 0, "boxes must stay 1024-byte aligned (SW128)");
-  static constexpr int kPopOffset = kStages * kStageBytes;
-  static constexpr int kRows = kWgBM + BN;  // pop[0..127] = pa of A rows, pop[128..] = pb of B rows
-  static constexpr int kBarOffset = kPopOffset + kRows * 4;
-  static_assert(kBarOffset % 8 == 0, "mbarrier alignment");
-  static constexpr int kSmemBytes = kBarOffset + 2 * kStages * 8 + 1024;  // + slack to round the base up to 1024
-};
 
 // ---- PTX wrappers (sm_90a) ----------------------------------------------------------------------------------
 [[maybe_unused]] __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -183,6 +232,68 @@ __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a
     wgmma_and_popc_n128(d, desc_a, desc_b);
   }
 }
+
+// ---- Cluster, TMA multicast, TMA store and named-barrier wrappers (the persistent kernel) ----------------------
+__device__ __forceinline__ uint32_t cluster_cta_count() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_index() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ uint32_t cluster_grid_count() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every CTA of the cluster; release / acquire orders the shared memory accesses (remote mbarrier
+// arrivals included) before the barrier against those after it. .aligned: the whole warp executes it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+// 2-D TMA store of one box from shared memory (the elements outside the tensor are not written); c0: column, c1: row.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(c0), "r"(c1), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// At most PENDING of this thread's bulk groups still reading their shared memory source.
+template <int PENDING>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(PENDING) : "memory");
+}
+// At most PENDING of this thread's bulk groups not complete (their global writes done).
+template <int PENDING>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+// Orders this thread's generic-proxy shared memory writes before later async-proxy (TMA) reads of them.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int THREADS>
+__device__ __forceinline__ void named_barrier_sync(uint32_t id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");
+}
+// Warpgroup-wide register budget moves (every warp of the warpgroup executes them): the producer warpgroup
+// gives registers back, the consumer warpgroups take them (128 x 40 + 256 x 232 <= 65536).
+template <int REGS>
+__device__ __forceinline__ void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+__device__ __forceinline__ int popc4(const uint4& v) { return __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w); }
 #endif  // BC_WGMMA_ENABLED
 
 template <typename OutT>
@@ -200,233 +311,492 @@ __device__ __forceinline__ void store_pair(OutT* p, float v0, float v1, bool bot
   }
 }
 
-// One block = one 128 x BN output tile (layout, protocol: top of the file). pair_stores: columns 2t, 2t + 1 in one 8-byte (fp32)
-// or 4-byte (fp16 / bf16) store (n_rows even, out aligned to two elements).
-template <int BN, typename OutT>
-__global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
-    const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, int64_t m_rows,
-    int64_t n_rows, int64_t words, int64_t k, int64_t m_tiles, Epilogue ep, OutT* __restrict__ out,
-    int pair_stores) {
+// ==== The persistent kernel (top of the file, "Persistent kernel") ==============================================
+
+// Kernel arguments besides the tensor maps, the epilogue and the output pointer.
+struct PersistentShape {
+  int64_t m_rows, n_rows, words, k;
+  int m_tiles, n_tiles;
+  int stages;         // ring depth S
+  int store_buffers;  // 0: st.global from registers; 2 or 4: TMA stores through that many boxes a warpgroup
+  int pair_stores;    // st.global path: columns 2t, 2t + 1 in one store (n_rows even, out aligned to two elements)
+};
+
+// Shared memory of the persistent kernel (offsets from the 1024-byte aligned base; S and the store buffers are
+// launch arguments): [ring: S stages of (A box | B box), as the kernel above] [staging: 2 warpgroups x store_buffers
+// boxes of 8 KiB] [pb: BN int] [full[S], empty[S] u64]
+template <int BN>
+struct PersistentLayout {
+  static_assert(BN == 128 || BN == 256, "BN");
+  static constexpr int kBytesA = kWgBM * kWgRowBytes;  // 16384
+  static constexpr int kBytesB = BN * kWgRowBytes;
+  static constexpr int kStageBytes = kBytesA + kBytesB;
+  static_assert(kBytesA % 1024 == 0 && kStageBytes % 1024 == 0, "boxes must stay 1024-byte aligned (SW128)");
+  static constexpr int kBoxRows = 64;               // one consumer warpgroup's rows
+  static constexpr int kBoxBytes = kBoxRows * 128;  // a store box: 64 rows x 128 bytes (one swizzle span)
+  static constexpr int kPopBytes = BN * 4;          // pb of the tile's B rows
+  static constexpr int kSmemLimit = 227 * 1024;     // sm_90 opt-in maximum a block
+  __host__ __device__ static constexpr int staging_offset(int stages) { return stages * kStageBytes; }
+  __host__ __device__ static constexpr int pop_offset(int stages, int buffers) {
+    return staging_offset(stages) + 2 * buffers * kBoxBytes;
+  }
+  __host__ __device__ static constexpr int bar_offset(int stages, int buffers) {
+    return pop_offset(stages, buffers) + kPopBytes;
+  }
+  // + slack to round the base up to 1024 bytes
+  __host__ __device__ static constexpr int smem_bytes(int stages, int buffers) {
+    return bar_offset(stages, buffers) + 2 * stages * 8 + 1024;
+  }
+  // The deepest ring that fits beside 4 store buffers (TMA stores) or alone; BN = 256 at most 4 stages
+  static constexpr int default_stages(bool tma_store) {
+    return BN == 256 ? (tma_store ? 3 : 4) : (tma_store ? 5 : 6);
+  }
+  static_assert(smem_bytes(default_stages(true), 4) <= kSmemLimit && smem_bytes(default_stages(false), 0) <= kSmemLimit &&
+                    smem_bytes(default_stages(true) + 1, 2) <= kSmemLimit,
+                "shared memory");
+};
+
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536, "register file");
+
 #if BC_WGMMA_ENABLED
-  using Cfg = WgConfig<BN>;
-  constexpr int S = Cfg::kStages;
-  extern __shared__ uint8_t wg_smem_raw[];
-  // SW128 needs 1024-byte aligned boxes: round the dynamic shared memory base up (kSmemBytes has the slack).
-  uint8_t* smem = wg_smem_raw + ((1024 - (shared_address(wg_smem_raw) & 1023)) & 1023);
-  int* pop = reinterpret_cast<int*>(smem + Cfg::kPopOffset);
+__device__ __forceinline__ uint4 load_shared_16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
+#endif
+
+// Persistent: each cluster (1 CTA, or 2 sharing the B tile) walks its contiguous run of output tiles; the producer
+// keeps the ring going across tiles. Layout, protocol and popcounts: top of the file.
+template <int BN, typename OutT>
+__global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel(
+    const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+    const __grid_constant__ CUtensorMap map_out, const PersistentShape shape, const Epilogue ep,
+    OutT* __restrict__ out) {
+#if BC_WGMMA_ENABLED
+  using L = PersistentLayout<BN>;
+  const int S = shape.stages;
+  const int store_buffers = shape.store_buffers;  // 0: st.global
+  extern __shared__ uint8_t persistent_smem_raw[];
+  uint8_t* smem = persistent_smem_raw + ((1024 - (shared_address(persistent_smem_raw) & 1023)) & 1023);
   const uint32_t smem_base = shared_address(smem);
-  const uint32_t full_bar = smem_base + Cfg::kBarOffset;  // full[s] at full_bar + 8 s
-  const uint32_t empty_bar = full_bar + 8 * S;            // empty[s] at empty_bar + 8 s
+  int* pop = reinterpret_cast<int*>(smem + L::pop_offset(S, store_buffers));
+  const uint32_t full_bar = smem_base + L::bar_offset(S, store_buffers);  // full[s] at full_bar + 8 s
+  const uint32_t empty_bar = full_bar + 8 * S;                        // empty[s] at empty_bar + 8 s
 
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  // Tile origins: recomputed where needed rather than held across the consumers' mainloop (registers).
-  const int m_tile = static_cast<int>(blockIdx.x % static_cast<unsigned>(m_tiles));
-  const int n_tile = static_cast<int>(blockIdx.x / static_cast<unsigned>(m_tiles));
-  const int kblocks = static_cast<int>(ceil_div(words, kWgBKWords));  // words < 2^26 (k <= INT_MAX)
+  const int csize = static_cast<int>(cluster_cta_count());  // 1, or 2: B multicast to both CTAs
+  const int rank = static_cast<int>(cluster_cta_rank());
+  // Static schedule. Unit = (n tile, group of csize consecutive m tiles), m groups fastest; cluster c takes the
+  // contiguous run [u_begin, u_end) (a balanced split), so consecutive units mostly share the n tile (pb reused).
+  const int m_groups = (shape.m_tiles + csize - 1) / csize;
+  const int units = m_groups * shape.n_tiles;
+  const int clusters = static_cast<int>(cluster_grid_count());
+  const int cluster = static_cast<int>(cluster_index());
+  const int per_cluster = units / clusters, extra = units % clusters;
+  const int u_begin = cluster * per_cluster + min(cluster, extra);
+  const int u_end = u_begin + per_cluster + (cluster < extra ? 1 : 0);
+  const int kblocks = static_cast<int>(ceil_div(shape.words, kWgBKWords));  // words < 2^26 (k <= INT_MAX)
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, kWgEmptyArrivals);
+      mbar_init(empty_bar + 8 * s, 8 * csize);  // the consumer warps of every CTA that reads the stage
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    fence_proxy_async_shared();
   }
-  __syncthreads();
+  // The peer's barriers must be initialized before this CTA's multicast or remote arrivals reach them.
+  if (csize > 1) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (warp < 4) {
-    // ---- producer warpgroup ----
-    if (warp == 0) {
-      if (lane == 0) {
-        int s = 0;
-        uint32_t phase = 0;  // of round kb / S
-        for (int kb = 0; kb < kblocks; ++kb) {
-          if (kb >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, kb);  // round kb / S - 1 released it
-          const uint32_t stage = smem_base + s * Cfg::kStageBytes;
-          mbar_arrive_expect_tx(full_bar + 8 * s, Cfg::kStageBytes);  // TMA counts zero-filled OOB bytes too
-          tma_load_2d(stage, &map_a, kb * kWgBKWords, m_tile * kWgBM, full_bar + 8 * s);
-          tma_load_2d(stage + Cfg::kBytesA, &map_b, kb * kWgBKWords, n_tile * BN, full_bar + 8 * s);
-          if (++s == S) {
+    // ---- producer warpgroup: warp 0 lane 0 issues the TMA loads; warps 1-3 have nothing to do ----
+    registers_decrease<kProducerRegisters>();
+    if (warp == 0 && lane == 0) {
+      uint32_t s = 0, phase = 0;  // of ring round it / S
+      int it = 0;                 // stages issued so far, over all of this cluster's tiles
+      const int last_m_row = static_cast<int>(shape.m_rows - 1), last_n_row = static_cast<int>(shape.n_rows - 1);
+      for (int u = u_begin; u < u_end; ++u) {
+        const int n_tile = u / m_groups;
+        const int m_tile = (u - n_tile * m_groups) * csize + rank;
+        // A box wholly past M (rank 1 of an odd last pair) or B half wholly past N starts at the last real row
+        // instead: every box stays partly in bounds (as in the kernel above), and the rows that land belong to
+        // outputs that are never stored.
+        const int a_box_row = min(m_tile * kWgBM, last_m_row);
+        for (int kb = 0; kb < kblocks; ++kb, ++it) {
+          if (it >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, kb);  // round it / S - 1 released it
+          const uint32_t stage = smem_base + s * L::kStageBytes;
+          const uint32_t full = full_bar + 8 * s;
+          // A box + the whole B box (with csize 2 half of it comes from the peer's multicast, counted here too).
+          mbar_arrive_expect_tx(full, L::kStageBytes);
+          tma_load_2d(stage, &map_a, kb * kWgBKWords, a_box_row, full);
+          if (csize == 1) {
+            tma_load_2d(stage + L::kBytesA, &map_b, kb * kWgBKWords, n_tile * BN, full);
+          } else {
+            constexpr int kHalf = BN / 2;  // map_b's box: BN / 2 rows; this CTA loads half `rank` for both
+            const int b_box_row = min(n_tile * BN + rank * kHalf, last_n_row);
+            tma_load_2d_multicast(stage + L::kBytesA + rank * kHalf * kWgRowBytes, &map_b, kb * kWgBKWords,
+                                  b_box_row, full, 0x3);
+          }
+          if (++s == static_cast<uint32_t>(S)) {
             s = 0;
             phase ^= 1u;
           }
         }
       }
-      __syncwarp();
-    } else {
-      // Row popcounts. Thread p counts rows p, p + 96, ... of the stage (A rows 0..127, then B rows); rows are
-      // 128 contiguous bytes whatever the swizzle, but lane-consecutive rows read the physical chunk q ^ (r % 8)
-      // so that the 8 lanes of a quarter warp hit 8 different 16-byte bank groups.
-      const int p = tid - 32;
-      const int tail_kb = static_cast<int>((words - 1) / kWgBKWords);
-      const int tail_word = static_cast<int>((words - 1) % kWgBKWords);  // logical word of the stage
-      const uint32_t tail_stray = ~valid_bits(k, words - 1);              // w's bits past K in that word
-      constexpr int kRowsPerPopThread = (Cfg::kRows + kWgPopThreads - 1) / kWgPopThreads;
-      int count[kRowsPerPopThread];
+    }
+    __syncwarp();
+  } else {
+    // ---- consumer warpgroups: wg 0 tile rows 0-63, wg 1 rows 64-127, all BN columns ----
+    registers_increase<kConsumerRegisters>();
+    const int wg = warp / 4 - 1;
+    const int ct = tid - 128;  // 0..255
+    const int w4 = warp & 3;
+    const int quad_row = lane >> 2;  // row within its 8-row group = the row's swizzle phase
+    const bool elected = (ct & 127) == 0;
+    const uint32_t peer = static_cast<uint32_t>(rank ^ 1);
+    // pa: this thread's A rows are the accumulator rows it owns, 64 wg + 16 w4 + lane / 4 and + 8; the 4 threads
+    // of a quad split each row's 8 chunks (logical chunks 2 (lane % 4) + 0/1), summed by shuffles per tile.
+    const int a_row = wg * 64 + w4 * 16 + quad_row;
+    const int a_chunk0 = ((2 * (lane & 3)) ^ quad_row) * 16;
+    const int a_chunk1 = ((2 * (lane & 3) + 1) ^ quad_row) * 16;
+    // pb (tiles whose n tile differs from the previous tile's): BN = 256: B row ct, all 8 chunks; BN = 128: row
+    // ct / 2, chunks 4 (ct % 2) + 0..3, the pair summed by a shuffle.
+    constexpr int kPbChunks = BN == 256 ? 8 : 4;
+    const int b_row = BN == 256 ? ct : ct >> 1;
+    const int b_chunk_first = BN == 256 ? 0 : (ct & 1) * 4;
+    int acc[BN / 2];
+    uint32_t s = 0, phase = 0;
+    int box = 0;  // TMA store boxes this warpgroup has issued (store buffer box % store_buffers)
+    int last_n_tile = -1;
+    for (int u = u_begin; u < u_end; ++u) {
+      const int n_tile = u / m_groups;
+      const int m_tile = (u - n_tile * m_groups) * csize + rank;
+      const bool need_pb = n_tile != last_n_tile;  // uniform over the CTA
+      last_n_tile = n_tile;
 #pragma unroll
-      for (int i = 0; i < kRowsPerPopThread; ++i) count[i] = 0;
-      int s = 0;
-      uint32_t phase = 0;
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+      int pa0 = 0, pa1 = 0, pb = 0;
+      uint32_t previous_s = 0;
       for (int kb = 0; kb < kblocks; ++kb) {
-        mbar_wait(full_bar + 8 * s, phase, 1, kb);
-        const uint8_t* stage = smem + s * Cfg::kStageBytes;
+        mbar_wait(full_bar + 8 * s, phase, 2, kb);
+        const uint32_t stage = smem_base + s * L::kStageBytes;
+        fence_accumulators(acc);
+        wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < kRowsPerPopThread; ++i) {
-          const int r = p + i * kWgPopThreads;
-          if (r < Cfg::kRows) {
-            const uint8_t* row = stage + r * kWgRowBytes;
-            int c = 0;
+        for (int j = 0; j < kWgKSteps; ++j) {
+          wgmma_and_popc<BN>(acc, sw128_descriptor(stage + wg * (64 * kWgRowBytes) + j * kWgStepBytes),
+                             sw128_descriptor(stage + L::kBytesA + j * kWgStepBytes));
+        }
+        wgmma_commit();
+        // Row popcounts of the landed stage while its wgmmas run (ld.shared of TMA-written bytes, ordered by the
+        // full barrier as the wgmma reads are). x's bits past K are 0 (contract), so pa needs no mask.
+        const uint8_t* stage_ptr = smem + s * L::kStageBytes;
+        const uint8_t* a_ptr = stage_ptr + a_row * kWgRowBytes;
+        pa0 += popc4(load_shared_16(a_ptr + a_chunk0)) + popc4(load_shared_16(a_ptr + a_chunk1));
+        pa1 += popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk0)) +
+               popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk1));
+        if (need_pb) {
+          const uint8_t* b_ptr = stage_ptr + L::kBytesA + b_row * kWgRowBytes;
+          if (kb + 1 < kblocks) {
 #pragma unroll
-            for (int q = 0; q < kWgRowBytes / 16; ++q) {
-              const uint4 v = *reinterpret_cast<const uint4*>(row + ((q ^ (r & 7)) * 16));
-              c += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+            for (int c = 0; c < kPbChunks; ++c) {
+              pb += popc4(load_shared_16(b_ptr + (((b_chunk_first + c) ^ (b_row & 7)) << 4)));
             }
-            if (r >= kWgBM && kb == tail_kb && tail_stray != 0) {  // B row: drop stray tail bits from pb
-              const uint32_t last = *reinterpret_cast<const uint32_t*>(
-                  row + (((tail_word >> 2) ^ (r & 7)) * 16) + (tail_word & 3) * 4);
-              c -= __popc(last & tail_stray);
+          } else {  // the last stage: w's tail bits past K are masked out of pb (defensive, as the kernel above)
+#pragma unroll
+            for (int c = 0; c < kPbChunks; ++c) {
+              const int q = b_chunk_first + c;
+              uint4 v = load_shared_16(b_ptr + ((q ^ (b_row & 7)) << 4));
+              const int64_t word = static_cast<int64_t>(kb) * kWgBKWords + 4 * q;
+              v.x &= valid_bits(shape.k, word);
+              v.y &= valid_bits(shape.k, word + 1);
+              v.z &= valid_bits(shape.k, word + 2);
+              v.w &= valid_bits(shape.k, word + 3);
+              pb += popc4(v);
             }
-            count[i] += c;
           }
         }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty_bar + 8 * s);
-        if (++s == S) {
+        wgmma_wait<1>();  // the wgmmas of kb - 1 are complete: their stage may be refilled
+        fence_accumulators(acc);
+        if (kb > 0) {
+          __syncwarp();
+          if (lane == 0) {
+            mbar_arrive(empty_bar + 8 * previous_s);
+            if (csize > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, peer);
+          }
+        }
+        previous_s = s;
+        if (++s == static_cast<uint32_t>(S)) {
           s = 0;
           phase ^= 1u;
         }
       }
+      wgmma_wait<0>();
+      fence_accumulators(acc);
+      __syncwarp();
+      if (lane == 0) {  // the tile's last stage, now rather than after the epilogue
+        mbar_arrive(empty_bar + 8 * previous_s);
+        if (csize > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, peer);
+      }
+
+      // ---- epilogue: rows 64 wg + 16 w4 + lane / 4 (+ 8 h), columns 8 i + 2 (lane % 4) + 0/1 ----
+      pa0 += __shfl_xor_sync(kFullMask, pa0, 1);
+      pa0 += __shfl_xor_sync(kFullMask, pa0, 2);
+      pa1 += __shfl_xor_sync(kFullMask, pa1, 1);
+      pa1 += __shfl_xor_sync(kFullMask, pa1, 2);
+      if (need_pb) {
+        // The other warpgroup may still be in the epilogue of an earlier tile, reading the old pb (with tiles of
+        // at most S stages it can be a whole tile behind): both consumer warpgroups meet before and after the write.
+        if constexpr (BN == 128) pb += __shfl_xor_sync(kFullMask, pb, 1);
+        named_barrier_sync<256>(1);
+        if (BN == 256 || (ct & 1) == 0) pop[b_row] = pb;
+        named_barrier_sync<256>(1);
+      }
+      const int* pbs = pop;
+      const int64_t m0 = static_cast<int64_t>(m_tile) * kWgBM + wg * 64;  // this warpgroup's first row
+      const int64_t n0 = static_cast<int64_t>(n_tile) * BN;
+      const int r_local = w4 * 16 + quad_row;  // + 8 h: row within the warpgroup's 64
+      const int c_lane = 2 * (lane & 3);
+      const int64_t pa[2] = {pa0, pa1};
+      float factor[2];
+      bool row_ok[2];
 #pragma unroll
-      for (int i = 0; i < kRowsPerPopThread; ++i) {
-        const int r = p + i * kWgPopThreads;
-        if (r < Cfg::kRows) pop[r] = count[i];
+      for (int h = 0; h < 2; ++h) {
+        const int64_t m = m0 + r_local + 8 * h;
+        row_ok[h] = m < shape.m_rows;
+        factor[h] = row_ok[h] ? row_factor(ep, m) : 0.f;
+      }
+      if (store_buffers != 0) {
+        // Boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns), SW128 like the operands: the thread's column
+        // pair at byte b of a box row r goes to chunk (b / 16) ^ (r % 8). The elected thread (the warpgroup's
+        // first) stores each box once all 128 threads wrote it, and before the barrier of box j waits until at
+        // most B - 2 of its stores (B = store_buffers) still read shared memory: box j + 1's buffer (last used by
+        // box j + 1 - B) is then free. Boxes wholly past N are skipped (so none is wholly outside the tensor).
+        if (m0 < shape.m_rows) {
+          constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
+          constexpr int kBoxes = BN / kBoxCols;
+          constexpr int kGroupsPerBox = kBoxCols / 8;
+          const int64_t cols_left = shape.n_rows - n0;
+          const int boxes = cols_left >= BN ? kBoxes : static_cast<int>(ceil_div(cols_left, kBoxCols));
+          uint8_t* staging = smem + L::staging_offset(S) + wg * (store_buffers * L::kBoxBytes);
+#pragma unroll
+          for (int b = 0; b < kBoxes; ++b) {
+            if (b >= boxes) break;
+            uint8_t* buffer = staging + (box & (store_buffers - 1)) * L::kBoxBytes;
+#pragma unroll
+            for (int g = 0; g < kGroupsPerBox; ++g) {
+              const int i = b * kGroupsPerBox + g;
+              const int c = 8 * i + c_lane;
+              const int64_t n = n0 + c;
+              const int2 pb_pair = *reinterpret_cast<const int2*>(pbs + c);
+              const bool ok0 = n < shape.n_rows, ok1 = n + 1 < shape.n_rows;
+              const float scale0 = ok0 ? column_scale(ep, n) : 0.f, bias0 = ok0 ? column_bias(ep, n) : 0.f;
+              const float scale1 = ok1 ? column_scale(ep, n + 1) : 0.f, bias1 = ok1 ? column_bias(ep, n + 1) : 0.f;
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const int64_t and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
+                const float v0 = epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb_pair.x - 2 * and0)),
+                                                factor[h], scale0, bias0);
+                const float v1 = epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb_pair.y - 2 * and1)),
+                                                factor[h], scale1, bias1);
+                const int row = r_local + 8 * h;  // row % 8 == quad_row
+                const int byte = (8 * g + c_lane) * static_cast<int>(sizeof(OutT));
+                uint8_t* p = buffer + row * 128 + ((((byte >> 4) ^ quad_row) << 4) | (byte & 15));
+                if constexpr (sizeof(OutT) == 4) {
+                  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+                } else {
+                  OutT pair[2] = {from_float<OutT>(v0), from_float<OutT>(v1)};
+                  *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(pair);
+                }
+              }
+            }
+            fence_proxy_async_shared();  // this thread's writes, before the TMA engine reads them
+            if (elected) {
+              if (store_buffers == 4) {
+                bulk_wait_read<2>();
+              } else {
+                bulk_wait_read<0>();
+              }
+            }
+            named_barrier_sync<128>(2 + wg);
+            if (elected) {
+              tma_store_2d(&map_out, shared_address(buffer), static_cast<int>(n0 + b * kBoxCols), static_cast<int>(m0));
+              bulk_commit();
+            }
+            ++box;
+          }
+        }
+      } else {
+        const bool vector_ok = shape.pair_stores != 0;
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i) {
+          const int c = 8 * i + c_lane;
+          const int64_t n = n0 + c;
+          if (n >= shape.n_rows) continue;
+          const bool both = n + 1 < shape.n_rows;
+          const int64_t pb0 = pbs[c], pb1 = pbs[c + 1];
+          const float scale0 = column_scale(ep, n), bias0 = column_bias(ep, n);
+          const float scale1 = both ? column_scale(ep, n + 1) : 0.f, bias1 = both ? column_bias(ep, n + 1) : 0.f;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!row_ok[h]) continue;
+            const int64_t m = m0 + r_local + 8 * h;
+            const int64_t and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
+            const float v0 =
+                epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb0 - 2 * and0)), factor[h], scale0, bias0);
+            const float v1 =
+                epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb1 - 2 * and1)), factor[h], scale1, bias1);
+            store_pair(out + m * shape.n_rows + n, v0, v1, both, vector_ok);
+          }
+        }
       }
     }
-    __syncthreads();  // pop[] complete (pairs with the consumers' barrier below)
-    return;
+    if (store_buffers != 0 && elected) bulk_wait<0>();  // every store written (its shared memory read) before exit
+    __syncwarp();
   }
-
-  // ---- consumer warpgroups ----
-  const int wg = warp / 4 - 1;  // 0: tile rows 0-63, 1: rows 64-127
-  int acc[BN / 2];
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-  int s = 0, previous_s = S - 1;  // stage of kb and of kb - 1
-  uint32_t phase = 0;
-  for (int kb = 0; kb < kblocks; ++kb) {
-    mbar_wait(full_bar + 8 * s, phase, 2, kb);
-    const uint32_t a_start = smem_base + s * Cfg::kStageBytes + wg * (64 * kWgRowBytes);
-    const uint32_t b_start = smem_base + s * Cfg::kStageBytes + Cfg::kBytesA;
-    fence_accumulators(acc);
-    wgmma_fence();
-#pragma unroll
-    for (int j = 0; j < kWgKSteps; ++j) {
-      wgmma_and_popc<BN>(acc, sw128_descriptor(a_start + j * kWgStepBytes), sw128_descriptor(b_start + j * kWgStepBytes));
-    }
-    wgmma_commit();
-    wgmma_wait<1>();  // the wgmmas of kb - 1 are complete: their stage may be refilled
-    fence_accumulators(acc);
-    if (kb > 0) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);
-    }
-    previous_s = s;
-    if (++s == S) {
-      s = 0;
-      phase ^= 1u;
-    }
-  }
-  wgmma_wait<0>();
-  fence_accumulators(acc);
-  __syncthreads();  // pop[] complete
-
-  // ---- epilogue: thread rows r0 = 64 wg + 16 (warp % 4) + lane / 4 and r0 + 8, columns 8i + 2 (lane % 4) + 0/1 ----
-  const int64_t m0 = static_cast<int64_t>(m_tile) * kWgBM;
-  const int64_t n0 = static_cast<int64_t>(n_tile) * BN;
-  const int r0 = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-  const int c_lane = 2 * (lane & 3);
-  const bool vector_ok = pair_stores != 0;  // host: n_rows even and out aligned to two elements
-  int64_t pa[2];
-  float factor[2];
-  bool row_ok[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t m = m0 + r0 + 8 * h;
-    row_ok[h] = m < m_rows;
-    pa[h] = pop[r0 + 8 * h];
-    factor[h] = row_ok[h] ? row_factor(ep, m) : 0.f;
-  }
-#pragma unroll
-  for (int i = 0; i < BN / 8; ++i) {
-    const int c = 8 * i + c_lane;
-    const int64_t n = n0 + c;
-    if (n >= n_rows) continue;
-    const bool both = n + 1 < n_rows;
-    const int64_t pb0 = pop[kWgBM + c], pb1 = pop[kWgBM + c + 1];
-    const float scale0 = column_scale(ep, n), bias0 = column_bias(ep, n);
-    const float scale1 = both ? column_scale(ep, n + 1) : 0.f, bias1 = both ? column_bias(ep, n + 1) : 0.f;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (!row_ok[h]) continue;
-      const int64_t m = m0 + r0 + 8 * h;
-      const int64_t and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
-      // s(x).s(w) = K - 2 * (pa + pb - 2 * popc(a & b))
-      const float v0 = epilogue_value(static_cast<float>(k - 2 * (pa[h] + pb0 - 2 * and0)), factor[h], scale0, bias0);
-      const float v1 = epilogue_value(static_cast<float>(k - 2 * (pa[h] + pb1 - 2 * and1)), factor[h], scale1, bias1);
-      store_pair(out + m * n_rows + n, v0, v1, both, vector_ok);
-    }
-  }
+  // No CTA of a cluster exits while its peer may still arrive on its barriers or multicast into it.
+  if (csize > 1) cluster_sync();
 #else
   __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
 #endif
 }
+
 
 // [rows, words] uint32 K-contiguous packed bits, box = 32 words x box_rows, SWIZZLE_128B, zero OOB fill.
 bool encode_operand_map(CUtensorMap* map, const uint32_t* bits, int64_t rows, int64_t words, int box_rows) {
   return encode_sw128_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, bits, rows, words, words * 4, kWgBKWords, box_rows);
 }
 
-template <int BN, typename OutT>
-cudaError_t binary_linear_wgmma_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                      int64_t k, const Epilogue& ep, OutT* out, cudaStream_t stream) {
-  const int64_t words = ceil_div(k, 32);
-  CUtensorMap map_a, map_b;
-  if (!encode_operand_map(&map_a, x_bits, m_rows, words, kWgBM) ||
-      !encode_operand_map(&map_b, w_bits, n_rows, words, BN)) {
-    return cudaErrorNotSupported;
-  }
-  const int64_t m_tiles = ceil_div(m_rows, kWgBM);
-  const int64_t blocks = m_tiles * ceil_div(n_rows, BN);
-  if (blocks > INT_MAX) return cudaErrorInvalidValue;
-  auto kernel = binary_linear_wgmma_kernel<BN, OutT>;
-  static unsigned long long smem_devices = 0;
-  const cudaError_t error = allow_dynamic_smem(kernel, WgConfig<BN>::kSmemBytes, smem_devices);
-  if (error != cudaSuccess) return error;
-  const int pair_stores = n_rows % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(OutT)) == 0;
-  kernel<<<static_cast<unsigned>(blocks), kWgThreads, WgConfig<BN>::kSmemBytes, stream>>>(
-      map_a, map_b, m_rows, n_rows, words, k, m_tiles, ep, out, pair_stores);
-  return cudaGetLastError();
+// [rows, cols] row-major output of `type`, box = 64 rows x 128 bytes, SWIZZLE_128B (the staging layout).
+bool encode_output_map(CUtensorMap* map, void* out, FloatType type, int64_t rows, int64_t cols) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const int size = type == FloatType::kFloat32 ? 4 : 2;
+  const CUtensorMapDataType data_type = type == FloatType::kFloat32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                        : type == FloatType::kFloat16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                      : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(cols) * size};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(128 / size), 64};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = encode(map, data_type, 2, out, dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return result == CUDA_SUCCESS;
 }
 
-// Tile width: BN = 256 (half the L2 -> shared traffic per op of BN = 128) once its tiles about fill the GPU, else
-// BN = 128 for twice the blocks (H200, N = K = 8192: M <= 256 runs 30% faster on BN = 128, M >= 512 20-50% slower).
 template <typename OutT>
-cudaError_t binary_linear_wgmma_tile(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                     int64_t k, const Epilogue& ep, OutT* out, int tile_n, int sm_count,
-                                     cudaStream_t stream) {
+constexpr FloatType float_type_of() {
+  return sizeof(OutT) == 4 ? FloatType::kFloat32
+                           : (std::is_same<OutT, __half>::value ? FloatType::kFloat16 : FloatType::kBFloat16);
+}
+
+// Clusters (config's cluster dimension) of this kernel that are resident on the device at once, asked once per
+// device (cudaOccupancyMaxActiveClusters is not a stream operation: safe inside a graph capture); 0: unknown.
+template <typename Kernel>
+int resident_clusters(Kernel kernel, cudaLaunchConfig_t config, int (&known)[64]) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  int count = __atomic_load_n(&known[device], __ATOMIC_ACQUIRE);
+  if (count > 0) return count;
+  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) {
+    (void)cudaGetLastError();  // the query's error is not the launch's
+    return 0;
+  }
+  __atomic_store_n(&known[device], count, __ATOMIC_RELEASE);
+  return count;
+}
+
+template <int BN, typename OutT>
+cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
+                                           int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out, int cluster,
+                                           int store, int stages, int sm_count, cudaStream_t stream) {
+  using L = PersistentLayout<BN>;
+  const int64_t words = ceil_div(k, 32);
+  const int64_t m_tiles = ceil_div(m_rows, kWgBM), n_tiles = ceil_div(n_rows, BN);
+  // One CTA a cluster: B multicast to a pair (cluster = 2, the harness's) was slower at every size measured (H200,
+  // N = K = 8192 fp32 out, graph us: M = 4096 128.7 against 99.8, 512 20.9 against 18.4).
+  if (cluster == 0) cluster = 1;
+  if (cluster != 1 && cluster != 2) return cudaErrorInvalidValue;
+  // TMA stores: 16-byte aligned base and row pitch.
+  const bool store_ok =
+      reinterpret_cast<uintptr_t>(out) % 16 == 0 && (n_rows * static_cast<int64_t>(sizeof(OutT))) % 16 == 0;
+  if (store < 0 || store > 2) return cudaErrorInvalidValue;
+  if (store == 2 && !store_ok) return cudaErrorNotSupported;
+  const bool tma_store = store != 1 && store_ok;
+  if (stages == 0) stages = L::default_stages(tma_store);
+  // 4 store buffers a warpgroup where they fit beside the ring, else 2.
+  const int store_buffers = !tma_store ? 0 : (L::smem_bytes(stages, 4) <= L::kSmemLimit ? 4 : 2);
+  if (stages < 2 || L::smem_bytes(stages, store_buffers) > L::kSmemLimit) return cudaErrorInvalidValue;
+  const int64_t units = ceil_div(m_tiles, cluster) * n_tiles;
+  if (units > INT_MAX) return cudaErrorInvalidValue;
+
+  CUtensorMap map_a, map_b, map_out;
+  if (!encode_operand_map(&map_a, x_bits, m_rows, words, kWgBM) ||
+      !encode_operand_map(&map_b, w_bits, n_rows, words, BN / cluster)) {
+    return cudaErrorNotSupported;
+  }
+  if (tma_store) {
+    if (!encode_output_map(&map_out, out, float_type_of<OutT>(), m_rows, n_rows)) return cudaErrorNotSupported;
+  } else {
+    std::memset(&map_out, 0, sizeof map_out);  // not read
+  }
+  auto kernel = binary_linear_persistent_kernel<BN, OutT>;
+  static unsigned long long smem_devices = 0;
+  cudaError_t error = allow_dynamic_smem(kernel, L::kSmemLimit, smem_devices);
+  if (error != cudaSuccess) return error;
+
+  PersistentShape shape;
+  shape.m_rows = m_rows;
+  shape.n_rows = n_rows;
+  shape.words = words;
+  shape.k = k;
+  shape.m_tiles = static_cast<int>(m_tiles);
+  shape.n_tiles = static_cast<int>(n_tiles);
+  shape.stages = stages;
+  shape.store_buffers = store_buffers;
+  shape.pair_stores = n_rows % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(OutT)) == 0;
+
+  const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
+  // Persistent grid: as many clusters as are resident at once (one CTA an SM), at most one a unit.
+  int resident = sm_count / cluster;
+  if (cluster > 1) {
+    static int known[64] = {};
+    const ClusterLaunch probe(dim3(static_cast<unsigned>(cluster), 1, 1), kWgThreads, smem, cluster, stream);
+    const int fit = resident_clusters(kernel, probe.config, known);
+    if (fit > 0) resident = std::min(resident, fit);
+  }
+  const int64_t clusters = std::max<int64_t>(1, std::min<int64_t>(units, resident));
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(clusters * cluster), 1, 1), kWgThreads, smem, cluster, stream);
+  error = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_out, shape, ep, out);
+  return error != cudaSuccess ? error : cudaGetLastError();
+}
+
+template <typename OutT>
+cudaError_t binary_linear_persistent_tile(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
+                                          int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out,
+                                          const BinaryLinearTuning& t, int sm_count, cudaStream_t stream) {
+  int tile_n = t.tile_n;  // as the kernel above
   if (tile_n == 0) tile_n = ceil_div(m_rows, kWgBM) * ceil_div(n_rows, 256) * 8 >= int64_t{sm_count} * 7 ? 256 : 128;
-  if (tile_n == 128) return binary_linear_wgmma_typed<128>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
-  return binary_linear_wgmma_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, stream);
+  if (tile_n == 128) {
+    return binary_linear_persistent_typed<128>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.cluster, t.store,
+                                               t.stages, sm_count, stream);
+  }
+  return binary_linear_persistent_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.cluster, t.store, t.stages,
+                                             sm_count, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                       int64_t k, const Epilogue& epilogue, void* out, FloatType out_type, int tile_n,
-                                       cudaStream_t stream) {
-  if (tile_n != 0 && tile_n != 128 && tile_n != 256) return cudaErrorInvalidValue;
+                                       int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
+                                       const BinaryLinearTuning& tuning, cudaStream_t stream) {
+  if (tuning.tile_n != 0 && tuning.tile_n != 128 && tuning.tile_n != 256) return cudaErrorInvalidValue;
   const int64_t words = ceil_div(k, 32);
   // TMA: row stride a multiple of 16 bytes, 16-byte aligned bases, 32-bit coordinates.
   if (words % 4 != 0 || reinterpret_cast<uintptr_t>(x_bits) % 16 != 0 ||
@@ -440,14 +810,14 @@ cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w
   if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
   switch (out_type) {
     case FloatType::kFloat32:
-      return binary_linear_wgmma_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out), tile_n,
-                                      device.sm_count, stream);
+      return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),
+                                           tuning, device.sm_count, stream);
     case FloatType::kFloat16:
-      return binary_linear_wgmma_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out), tile_n,
-                                      device.sm_count, stream);
+      return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
+                                           tuning, device.sm_count, stream);
     case FloatType::kBFloat16:
-      return binary_linear_wgmma_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__nv_bfloat16*>(out),
-                                      tile_n, device.sm_count, stream);
+      return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue,
+                                           static_cast<__nv_bfloat16*>(out), tuning, device.sm_count, stream);
   }
   return cudaErrorInvalidValue;
 }
