@@ -66,13 +66,10 @@
 //   eligible warps a scheduler, DRAM 17% (the 128 MiB fp32 output): the non-persistent grid's per-tile prologue
 //   (ring fill) and epilogue are not overlapped with MMA (next: a persistent tile loop).
 // Debugging: -DBITCOMPILE_WGMMA_WATCHDOG turns every mbarrier wait into a ~4 s watchdog that traps (a protocol
-//   bug then fails the launch instead of hanging); off by default, a trap kills the CUDA context.
-#include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
+//   bug then fails the launch instead of hanging; roles 0 producer on empty, 1 popcount warp on full, 2 consumer on
+//   full; mbar_wait in wgmma_common.cuh); off by default, a trap kills the CUDA context.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cudaTypedefs.h>
-
-#include <cstdio>
 
 #include "device_common.cuh"
 #include "wgmma_common.cuh"
@@ -113,55 +110,6 @@ struct WgConfig {
 }
 
 #if BC_WGMMA_ENABLED
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// Waits for the phase of the given parity to complete. With -DBITCOMPILE_WGMMA_WATCHDOG (debug builds only) a
-// wait that spins ~4 s (clock64 at ~2 GHz) prints who waited on what (role 0: producer on empty, 1: popcount warp
-// on full, 2: consumer on full) and traps, so a protocol bug fails the launch instead of hanging.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int role, int kb) {
-  if (mbar_try_wait(bar, parity)) return;
-#ifdef BITCOMPILE_WGMMA_WATCHDOG
-  const long long start = clock64();
-#endif
-  while (!mbar_try_wait(bar, parity)) {
-#ifdef BITCOMPILE_WGMMA_WATCHDOG
-    if (clock64() - start > (8ll << 30)) {
-      printf("binary_linear_wgmma watchdog: block %d thread %d role %d kb %d parity %u\n", blockIdx.x, threadIdx.x,
-             role, kb, parity);
-      __trap();
-    }
-#endif
-  }
-  (void)role;
-  (void)kb;
-}
-// 2-D TMA load of one box into shared memory, completion counted in bytes on `bar`. c0: word along K, c1: row.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
 // Pins the accumulators at this point of the instruction stream: the compiler may neither move their reads above
 // a wgmma.wait_group nor copy them between in-flight wgmmas.
 template <int R>
@@ -432,34 +380,9 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_wgmma_kernel(
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no -lcuda), looked up once.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encoder = []() -> PFN_cuTensorMapEncodeTiled_v12000 {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      return nullptr;
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encoder;
-}
-
 // [rows, words] uint32 K-contiguous packed bits, box = 32 words x box_rows, SWIZZLE_128B, zero OOB fill.
 bool encode_operand_map(CUtensorMap* map, const uint32_t* bits, int64_t rows, int64_t words, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(words), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(words) * 4};  // bytes between rows
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kWgBKWords), static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, const_cast<uint32_t*>(bits), dims, strides, box, element_strides,
-             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return result == CUDA_SUCCESS;
+  return encode_sw128_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, bits, rows, words, words * 4, kWgBKWords, box_rows);
 }
 
 template <int BN, typename OutT>
