@@ -10,6 +10,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "mma_b1.cuh"
 #include "wgmma_common.cuh"
 
@@ -1364,14 +1366,19 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
     const int pa_top = __shfl_sync(kFullMask, pa, lane & ~3);
     const int pa_bottom = __shfl_sync(kFullMask, pa, (lane & ~3) | 2);
     named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring: it becomes the E1 tile
-    // E1: 4 acc - 2 pa into the int32 tile [128][BN + 8]
+    // E1: 4 acc + the row's term into the int32 tile [128][BN + 8]. The row's term: -2 pa, and of the padded-tap
+    // correction -(1 + pad) sum_padded D_t = -(1 + pad) (C n_padded - 2 sum_padded pb_t) the part without pb_t.
     const int r_top = wg * 64 + (warp & 3) * 16 + (lane >> 2);
+    const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+    const int padded_c = (1 + shape.pad_value) * channels;
+    const int term_top = -2 * pa_top - padded_c * __popc(~rows.row_inside[r_top] & all_taps);
+    const int term_bottom = -2 * pa_bottom - padded_c * __popc(~rows.row_inside[r_top + 8] & all_taps);
     const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
     constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
-      st_shared_v2(e1_top + i * 32, 4 * acc[4 * i] - 2 * pa_top, 4 * acc[4 * i + 1] - 2 * pa_top);
-      st_shared_v2(e1_top + kEightRows + i * 32, 4 * acc[4 * i + 2] - 2 * pa_bottom, 4 * acc[4 * i + 3] - 2 * pa_bottom);
+      st_shared_v2(e1_top + i * 32, 4 * acc[4 * i] + term_top, 4 * acc[4 * i + 1] + term_top);
+      st_shared_v2(e1_top + kEightRows + i * 32, 4 * acc[4 * i + 2] + term_bottom, 4 * acc[4 * i + 3] + term_bottom);
     }
   }
   __syncthreads();  // the E1 tile, tap_pb and all_pb complete
@@ -1386,11 +1393,10 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
   // transposed staging's writes on distinct banks)
   const int col_base = out_channels_last ? 8 * lane_in_row : lane_in_row;
   const int col_step = out_channels_last ? 1 : L::kLanesPerRow;
-  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr, has_factor = ep.row_factor != nullptr;
+  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
   const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
   const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
   const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
-  const float* factors = has_factor ? ep.row_factor + m0 : &kEpilogueUnit[0];
   float col_scale[8], col_bias[8];
   int col_all_d[8];
   const int all_taps_c = taps * channels;
@@ -1400,14 +1406,14 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
     const bool valid = col < cols_valid;
     col_scale[e] = valid ? scale[col * scale_step] : 0.f;
     col_bias[e] = valid ? bias[has_bias ? col : 0] : 0.f;
-    col_all_d[e] = all_taps_c - 2 * all_pb[col];
+    col_all_d[e] = all_taps_c - 2 * all_pb[col];  // sum_t D_t
   }
   const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
-  const int pad_weight = 1 + shape.pad_value;  // sum_in D_t - pad * sum_padded D_t = all_d - (1 + pad) sum_padded D_t
+  const int twice_pad_weight = 2 * (1 + shape.pad_value);
   const int* tile = reinterpret_cast<const int*>(smem);
-  // The integer dot of (row, the lane's 8 columns) and its epilogue value.
-  auto row_values = [&](int r, float (&y)[8]) {
-    int v[8];
+  // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t + 2 (1 + pad) sum_padded pb_t, the padded
+  // taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
+  auto row_dots = [&](int r, int (&v)[8]) {
     const int* line = tile + r * L::kTileStride + col_base;
     if (out_channels_last) {
       const int4 lo = *reinterpret_cast<const int4*>(line);
@@ -1417,96 +1423,110 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = line[e * L::kLanesPerRow];
     }
-    const uint32_t padded = ~rows.row_inside[r] & all_taps;
-    const int row_base = -pad_weight * channels * __popc(padded);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) v[e] += col_all_d[e] + row_base;
-    if (pad_weight != 0) {
-      const int twice = 2 * pad_weight;
-      for (uint32_t left = padded; left != 0; left &= left - 1) {  // uniform across the row's lanes
+    for (int e = 0; e < 8; ++e) v[e] += col_all_d[e];
+    if (twice_pad_weight != 0) {
+      for (uint32_t left = ~rows.row_inside[r] & all_taps; left != 0; left &= left - 1) {
         const int* pb = tap_pb + (__ffs(left) - 1) * BN + col_base;
         if (out_channels_last) {
           const int4 lo = *reinterpret_cast<const int4*>(pb);
           const int4 hi = *reinterpret_cast<const int4*>(pb + 4);
-          v[0] += twice * lo.x, v[1] += twice * lo.y, v[2] += twice * lo.z, v[3] += twice * lo.w;
-          v[4] += twice * hi.x, v[5] += twice * hi.y, v[6] += twice * hi.z, v[7] += twice * hi.w;
+          v[0] += twice_pad_weight * lo.x, v[1] += twice_pad_weight * lo.y, v[2] += twice_pad_weight * lo.z;
+          v[3] += twice_pad_weight * lo.w, v[4] += twice_pad_weight * hi.x, v[5] += twice_pad_weight * hi.y;
+          v[6] += twice_pad_weight * hi.z, v[7] += twice_pad_weight * hi.w;
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) v[e] += twice * pb[e * L::kLanesPerRow];
+          for (int e = 0; e < 8; ++e) v[e] += twice_pad_weight * pb[e * L::kLanesPerRow];
         }
       }
     }
-    const float factor = factors[has_factor ? r : 0];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = epilogue_value(static_cast<float>(v[e]), factor, col_scale[e], col_bias[e]);
   };
-
-  if (out_channels_last) {
-    // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
-    constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
-    int vec = kMaxVec;
-    while (vec > 1 && ((n_rows & (vec - 1)) != 0 || (reinterpret_cast<uintptr_t>(out) & (vec * sizeof(OutT) - 1)) != 0)) {
-      vec >>= 1;
-    }
-    const int valid = min(8, cols_valid - col_base);  // a multiple of vec, or 8 (n_rows % vec == 0)
-    if (valid > 0) {
-      OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
-      const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
-      for (int r = first_row; r < rows_valid; r += L::kRowStep, dst += dst_step) {
-        float y[8];
-        row_values(r, y);
-        EightOut<OutT> o;
-        o.set(y);
-        if (vec == kMaxVec) {
-          o.template store<kMaxVec>(dst, valid);
-        } else if (vec >= 4) {
-          o.template store<4>(dst, valid);
-        } else if (vec == 2) {
-          o.template store<2>(dst, valid);
-        } else {
-          o.template store<1>(dst, valid);
+  // epilogue_value(dot, factor, scale, bias) = fma(dot * factor, scale, bias) as nvcc contracts it, bit for bit;
+  // without a row factor (the op's convs) dot * 1 is exact, so fma(dot, scale, bias) gives the same bits.
+  auto run = [&](auto with_factor) {
+    constexpr bool kFactor = decltype(with_factor)::value;
+    const float* factors = ep.row_factor + m0;
+    auto row_values = [&](int r, float (&y)[8]) {
+      int v[8];
+      row_dots(r, v);
+      const float factor = kFactor ? factors[r] : 1.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float dot = static_cast<float>(v[e]);
+        y[e] = __fmaf_rn(kFactor ? __fmul_rn(dot, factor) : dot, col_scale[e], col_bias[e]);
+      }
+    };
+    if (out_channels_last) {
+      // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
+      constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
+      int vec = kMaxVec;
+      while (vec > 1 &&
+             ((n_rows & (vec - 1)) != 0 || (reinterpret_cast<uintptr_t>(out) & (vec * sizeof(OutT) - 1)) != 0)) {
+        vec >>= 1;
+      }
+      const int valid = min(8, cols_valid - col_base);  // a multiple of vec, or 8 (n_rows % vec == 0)
+      if (valid > 0) {
+        OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
+        const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
+        for (int r = first_row; r < rows_valid; r += L::kRowStep, dst += dst_step) {
+          float y[8];
+          row_values(r, y);
+          EightOut<OutT> o;
+          o.set(y);
+          if (vec == kMaxVec) {
+            o.template store<kMaxVec>(dst, valid);
+          } else if (vec >= 4) {
+            o.template store<4>(dst, valid);
+          } else if (vec == 2) {
+            o.template store<2>(dst, valid);
+          } else {
+            o.template store<1>(dst, valid);
+          }
+        }
+      }
+    } else {
+      // NCHW: the thread's rows first (registers), then the transposed staging once every tile read is done.
+      uint32_t held[L::kRowsPerThread][8];
+#pragma unroll
+      for (int k = 0; k < L::kRowsPerThread; ++k) {
+        const int r = first_row + k * L::kRowStep;
+        if (r < rows_valid) {
+          float y[8];
+          row_values(r, y);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) held[k][e] = out_bits<OutT>(y[e]);
+        }
+      }
+      __syncthreads();  // every read of the E1 tile done: the ring becomes [BN][kLineStride] words
+      uint32_t* lines = reinterpret_cast<uint32_t*>(smem);
+#pragma unroll
+      for (int k = 0; k < L::kRowsPerThread; ++k) {
+        const int r = first_row + k * L::kRowStep;
+        if (r < rows_valid) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) lines[(col_base + e * col_step) * L::kLineStride + r] = held[k][e];
+        }
+      }
+      __syncthreads();
+      // E3: thread tid stores pixel tid % 128 of channels tid / 128 + 3 j (384 = 3 x 128: the pixel is fixed).
+      const int r = tid % kCwBM;
+      if (r < rows_valid) {
+        OutT* dst = out + rows.row_out[r] + static_cast<int64_t>(n0) * out_plane;
+        for (int c = tid / kCwBM; c < cols_valid; c += kCwThreads / kCwBM) {
+          const uint32_t bits = lines[c * L::kLineStride + r];
+          if constexpr (sizeof(OutT) == 2) {
+            *reinterpret_cast<uint16_t*>(dst + c * out_plane) = static_cast<uint16_t>(bits);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst + c * out_plane) = bits;
+          }
         }
       }
     }
+  };
+  if (ep.row_factor != nullptr) {  // uniform: the NCHW path's barriers are reached by every thread either way
+    run(std::true_type{});
   } else {
-    // NCHW: the thread's rows first (registers), then the transposed staging once every tile read is done.
-    uint32_t held[L::kRowsPerThread][8];
-#pragma unroll
-    for (int k = 0; k < L::kRowsPerThread; ++k) {
-      const int r = first_row + k * L::kRowStep;
-      if (r < rows_valid) {
-        float y[8];
-        row_values(r, y);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          held[k][e] = out_bits<OutT>(y[e]);
-        }
-      }
-    }
-    __syncthreads();  // every read of the E1 tile done: the ring becomes [BN][kLineStride] words
-    uint32_t* lines = reinterpret_cast<uint32_t*>(smem);
-#pragma unroll
-    for (int k = 0; k < L::kRowsPerThread; ++k) {
-      const int r = first_row + k * L::kRowStep;
-      if (r < rows_valid) {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) lines[(col_base + e * col_step) * L::kLineStride + r] = held[k][e];
-      }
-    }
-    __syncthreads();
-    // E3: thread tid stores pixel tid % 128 of channels tid / 128 + 3 j (384 = 3 x 128: the pixel is fixed).
-    const int r = tid % kCwBM;
-    if (r < rows_valid) {
-      OutT* dst = out + rows.row_out[r] + static_cast<int64_t>(n0) * out_plane;
-      for (int c = tid / kCwBM; c < cols_valid; c += kCwThreads / kCwBM) {
-        const uint32_t bits = lines[c * L::kLineStride + r];
-        if constexpr (sizeof(OutT) == 2) {
-          *reinterpret_cast<uint16_t*>(dst + c * out_plane) = static_cast<uint16_t>(bits);
-        } else {
-          *reinterpret_cast<uint32_t*>(dst + c * out_plane) = bits;
-        }
-      }
-    }
+    run(std::false_type{});
   }
 #else
   __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
