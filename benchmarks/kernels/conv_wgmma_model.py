@@ -25,6 +25,8 @@ import sys
 import numpy as np
 
 BM, STAGE_WORDS, MAX_TAPS = 128, 32, 32
+LAYOUT_MUTATION = None  # an index bug injected into emulate() (--mutations)
+LAYOUT_MUTATIONS = ["no_swizzle", "pa_chunks", "no_tail_mask", "no_carry", "e1_rows"]
 
 
 def popc(x):
@@ -75,6 +77,10 @@ class Shape:
     def __repr__(self):
         return (f"b={self.batch} c={self.channels} {self.height}x{self.width} oc={self.out_channels} "
                 f"k{self.kh}x{self.kw} s{self.stride} p{self.pad} d{self.dil} padv={self.pad_value} bn={self.bn}")
+
+
+class BlockMismatch(Exception):
+    pass
 
 
 def reference_dots(s, x, w):
@@ -163,7 +169,9 @@ def emulate(s, x_words, w_words, nchw):
                     r = st["row0"] + 16 * i
                     fill = in_taps and (row_inside[r] >> tap_bit) & 1
                     dst = st["row0"] * 128 + ((st["chunk"] ^ (st["row0"] & 7)) * 16) + i * 2048
-                    assert dst == r * 128 + ((st["chunk"] ^ (r & 7)) * 16)
+                    if LAYOUT_MUTATION == "no_swizzle":
+                        dst = r * 128 + st["chunk"] * 16
+                    assert LAYOUT_MUTATION or dst == r * 128 + ((st["chunk"] ^ (r & 7)) * 16)
                     if fill:
                         src = row_source[r] + offset
                         assert 0 <= src and src + 4 <= len(flat_x), "gather out of bounds"
@@ -172,7 +180,7 @@ def emulate(s, x_words, w_words, nchw):
                         stage[dst:dst + 16] = bytes(16)
                 st["tap"] += tap_step
                 st["word"] += word_step
-                if st["word"] >= cw:
+                if st["word"] >= cw and LAYOUT_MUTATION != "no_carry":
                     st["word"] -= cw
                     st["tap"] += 1
             # TMA: box of 32 words x bn rows at (kb * 32, n0), SWIZZLE_128B, zero fill out of bounds
@@ -207,6 +215,8 @@ def emulate(s, x_words, w_words, nchw):
                 a_row = wg * 64 + warp4 * 16 + (lane >> 2) + 8 * (quad >> 1)
                 for j in range(4):
                     q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3)
+                    if LAYOUT_MUTATION == "pa_chunks":
+                        q = (j + 2 * (quad >> 1)) & 3  # both lanes of a pair on chunks 0-3
                     phys = a_row * 128 + ((q ^ (a_row & 7)) * 16)
                     pa_lane[wg, warp4, lane] += sum(popc(v) for v in sw[phys // 4:phys // 4 + 4])
                 st = cons[ctid]
@@ -215,7 +225,7 @@ def emulate(s, x_words, w_words, nchw):
                     q = st["q0"] + i
                     phys = 16384 + st["b_row"] * 128 + ((q ^ (st["b_row"] & 7)) * 16)
                     v = [int(u) for u in sw[phys // 4:phys // 4 + 4]]
-                    if word + 4 == cw:
+                    if word + 4 == cw and LAYOUT_MUTATION != "no_tail_mask":
                         v[3] &= last_bits
                     c = sum(popc(u) for u in v)
                     count += c
@@ -246,14 +256,19 @@ def emulate(s, x_words, w_words, nchw):
                     pa_top, pa_bottom = summed[lane & ~3], summed[(lane & ~3) | 2]
                     quad = lane & 3
                     r_top = wg * 64 + warp4 * 16 + (lane >> 2)
+                    padded_c = (1 + s.pad_value) * s.channels
+                    term_top = -2 * pa_top - padded_c * popc(~row_inside[r_top] & all_taps)
+                    term_bottom = -2 * pa_bottom - padded_c * popc(~row_inside[r_top + 8] & all_taps)
                     for i in range(bn // 8):
-                        for h, pa in ((0, pa_top), (1, pa_bottom)):
+                        for h, term in ((0, term_top), (1, term_bottom)):
                             base = (r_top * stride + 2 * quad) * 4 + (8 * stride * 4 if h else 0) + i * 32
                             for e in range(2):
                                 row, col = r_top + 8 * h, 8 * i + 2 * quad + e
+                                if LAYOUT_MUTATION == "e1_rows" and h:
+                                    row = r_top + 1
                                 addr = base + 4 * e
                                 assert addr not in tile
-                                tile[addr] = 4 * acc[row, col] - 2 * pa
+                                tile[addr] = 4 * acc[row, col] + term
         # E2 / E3
         rows_valid = min(BM, total - m0)
         cols_valid = min(bn, s.out_channels - n0)
@@ -274,8 +289,7 @@ def emulate(s, x_words, w_words, nchw):
             while r < rows_valid:
                 v = [tile[(r * stride + c) * 4] for c in cols]
                 padded = ~row_inside[r] & all_taps
-                row_base = -pad_weight * s.channels * popc(padded)
-                v = [v[e] + all_d[e] + row_base for e in range(8)]
+                v = [v[e] + all_d[e] for e in range(8)]
                 if pad_weight:
                     left = padded
                     while left:
@@ -309,7 +323,8 @@ def emulate(s, x_words, w_words, nchw):
     return result, writes
 
 
-def check_blocks(count, seed):
+def check_blocks(count, seed, quiet=False):
+    """The first `count` shapes (the fixed edge cases, then random ones); raises BlockMismatch on the first wrong one."""
     rng = random.Random(seed)
     fixed = [  # the sweep's edges first
         dict(batch=1, cw=8, channels=256, height=5, width=7, kh=3, kw=3, stride=1, pad=1, dil=1, pad_value=0,
@@ -342,13 +357,14 @@ def check_blocks(count, seed):
         for nchw in (False, True):
             got, writes = emulate(s, x, w, nchw)
             if not (writes == 1).all():
-                raise SystemExit(f"FAIL {s} nchw={nchw}: outputs written {writes.min()}..{writes.max()} times")
+                raise BlockMismatch(f"{s} nchw={nchw}: outputs written {writes.min()}..{writes.max()} times")
             bad = np.argwhere(got != want)
             if len(bad):
                 p, o = bad[0]
-                raise SystemExit(f"FAIL {s} nchw={nchw}: {len(bad)} wrong, first (pixel {p}, oc {o}) "
-                                 f"got {got[p, o]} want {want[p, o]}")
-        print(f"ok {s}")
+                raise BlockMismatch(f"{s} nchw={nchw}: {len(bad)} wrong, first (pixel {p}, oc {o}) "
+                                    f"got {got[p, o]} want {want[p, o]}")
+        if not quiet:
+            print(f"ok {s}")
         done += 1
     return True
 
@@ -529,14 +545,28 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if args.blocks:
-        check_blocks(args.blocks, args.seed)
+        try:
+            check_blocks(args.blocks, args.seed)
+        except BlockMismatch as error:
+            print(f"FAIL {error}")
+            sys.exit(1)
         print(f"layout/math: {args.blocks} shapes match the direct convolution (channels_last and NCHW)")
     if args.protocol:
         if not check_protocol(args.protocol):
             sys.exit(1)
         print(f"protocol: {args.protocol} interleavings clean")
     if args.mutations:
+        global LAYOUT_MUTATION
         missed = []
+        for m in LAYOUT_MUTATIONS:
+            LAYOUT_MUTATION = m
+            try:
+                check_blocks(3, args.seed, quiet=True)
+                print(f"layout mutation {m}: MISSED")
+                missed.append(m)
+            except (BlockMismatch, AssertionError) as error:
+                print(f"layout mutation {m}: caught: {str(error)[:100]}")
+        LAYOUT_MUTATION = None
         for m in MUTATIONS:
             caught = check_protocol(max(args.protocol, 100), mutation=m)
             print(f"mutation {m}: {'caught: ' + str(caught[0]) if caught else 'MISSED'}")
