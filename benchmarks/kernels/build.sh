@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the torch-free kernel harness for the H200 (sm_90a) with nvcc, linking the kernel sources of
 # csrc/cuda directly (no torch, no pip). The binary lands in benchmarks/kernels/build/ (git-ignored): carry
-# that folder to the GPU machine (benchmarks/kernels/README.md). ARCH overrides the target, BUILD_DIR the folder.
+# that folder to the GPU machine (benchmarks/kernels/README.md). ARCH overrides the target, BUILD_DIR the folder,
+# EXTRA_NVCC_FLAGS adds flags to the kernel sources (e.g. -DBITCOMPILE_WGMMA_WATCHDOG).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -14,7 +15,7 @@ sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binar
 objects=()
 pids=()
 for source in "${sources[@]}"; do  # one nvcc a translation unit, in parallel
-  nvcc -std=c++17 -O3 -lineinfo $arch $define -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$build/$source.o" &
+  nvcc -std=c++17 -O3 -lineinfo $arch $define ${EXTRA_NVCC_FLAGS:-} -I "$root/csrc" -c "$root/csrc/cuda/$source.cu" -o "$build/$source.o" &
   pids+=($!)
   objects+=("$build/$source.o")
 done
