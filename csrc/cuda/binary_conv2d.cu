@@ -1203,6 +1203,7 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
 
   const int tap_step = kCwStageWords / channel_words;  // a stage's advance in whole taps and channel words
   const int word_step = kCwStageWords % channel_words;
+  const int steps_words = (reduction_words + 7) & ~7;  // the words the k steps cover (whole 256-bit steps)
   // The warpgroup, broadcast from lane 0 so that ptxas sees a warp-uniform role: with a threadIdx-derived one it
   // takes the consumers' branch on the step count (below) as divergent and serializes the wgmmas (C7520).
   const int warpgroup = __shfl_sync(kFullMask, tid / 128, 0);
@@ -1236,13 +1237,16 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       const bool in_taps = tap < taps;
       const int tap_bit = in_taps ? tap : 0;
       const uint64_t offset = static_cast<uint64_t>((rows.tap_offset[tap_bit] + channel_word) * 4);
+      // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pa counts): not copied
+      if (kb * kCwStageWords + 4 * chunk < steps_words) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const bool fill = in_taps && ((a_inside[i] >> tap_bit) & 1u) != 0;
-        cp_async_shared<16>(slot + a_dst + i * 2048,
-                            fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
+        for (int i = 0; i < 8; ++i) {
+          const bool fill = in_taps && ((a_inside[i] >> tap_bit) & 1u) != 0;
+          cp_async_shared<16>(slot + a_dst + i * 2048,
+                              fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
+        }
       }
-      cp_async_commit();
+      cp_async_commit();  // (an empty group where nothing was copied: the wait_group accounting stays the same)
       tap += tap_step;
       channel_word += word_step;
       if (channel_word >= channel_words) {
@@ -1314,22 +1318,25 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       } else {
         wgmma_stage<BN, 1>(acc, a_start, b_start);
       }
-      // Row popcounts while the wgmmas run (zero-filled chunks count 0: padded taps, words past the last tap).
+      // Row popcounts while the wgmmas run (zero-filled chunks count 0: padded taps), only of chunks holding real
+      // words (past them: zeros, or in a stage's uncopied tail stale words).
+      const int stage_words = reduction_words - kb * kCwStageWords;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3);
-        pa += popc4(ld_shared_16(slot + a_pop + ((q ^ (a_row & 7)) * 16)));
+        if (4 * q < stage_words) pa += popc4(ld_shared_16(slot + a_pop + ((q ^ (a_row & 7)) * 16)));
       }
       {
         int tap = b_tap, word = b_word, count = 0;
 #pragma unroll
         for (int i = 0; i < kBChunks; ++i) {
           const int q = q0 + i;
+          if (4 * q >= stage_words) break;  // uniform across the warp (one q0 a warp)
           uint4 v = ld_shared_16(slot + b_pop + ((q ^ (b_row & 7)) * 16));
           if (word + 4 == channel_words) v.w &= last_bits;  // the tap's last channel word: real channels only
           const int c = popc4(v);
           count += c;
-          pb_total += c;  // words past the last tap are zero (TMA fill)
+          pb_total += c;
           word += 4;
           if (word == channel_words) {
             if (count != 0 && tap < taps) atomicAdd(&tap_pb[tap * BN + b_row], count);
