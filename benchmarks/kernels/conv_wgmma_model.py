@@ -26,7 +26,7 @@ import numpy as np
 
 BM, STAGE_WORDS, MAX_TAPS = 128, 32, 32
 LAYOUT_MUTATION = None  # an index bug injected into emulate() (--mutations)
-LAYOUT_MUTATIONS = ["no_swizzle", "pa_chunks", "no_tail_mask", "no_carry", "e1_rows"]
+LAYOUT_MUTATIONS = ["no_swizzle", "pa_chunks", "no_tail_mask", "no_carry", "e1_rows", "pa_reads_tail"]
 
 
 def popc(x):
@@ -128,6 +128,7 @@ def emulate(s, x_words, w_words, nchw):
     for t in range(taps):
         kh = t // s.kw
         tap_offset.append((kh * s.dil * s.width + (t - kh * s.kw) * s.dil) * cw)
+    garbage = np.random.default_rng(12345)
     for block in range(m_tiles * n_tiles):
         m0 = (block % m_tiles) * BM
         n0 = (block // m_tiles) * bn
@@ -157,15 +158,17 @@ def emulate(s, x_words, w_words, nchw):
         for ctid in range(256):
             q0 = (ctid // bn) * kb_chunks
             cons.append({"b_row": ctid % bn, "q0": q0, "tap": 4 * q0 // cw, "word": 4 * q0 % cw, "total": 0})
+        steps_words = (reduction_words + 7) & ~7
         for kb in range(kblocks):
-            stage = bytearray(16384 + bn * 128)
+            stage = bytearray(garbage.bytes(16384 + bn * 128))  # a ring slot holds stale words of earlier stages
             # producer: 8 cp.async of 16 bytes a thread
             for st in prod:
                 tap, word = st["tap"], st["word"]
                 in_taps = tap < taps
                 tap_bit = tap if in_taps else 0
                 offset = tap_offset[tap_bit] + word
-                for i in range(8):
+                copied = kb * 32 + 4 * st["chunk"] < steps_words or LAYOUT_MUTATION == "no_copy_skip"
+                for i in range(8 if copied else 0):
                     r = st["row0"] + 16 * i
                     fill = in_taps and (row_inside[r] >> tap_bit) & 1
                     dst = st["row0"] * 128 + ((st["chunk"] ^ (st["row0"] & 7)) * 16) + i * 2048
@@ -213,16 +216,21 @@ def emulate(s, x_words, w_words, nchw):
                 wg, warp4, lane = ctid // 128, (ctid // 32) % 4, ctid % 32
                 quad = lane & 3
                 a_row = wg * 64 + warp4 * 16 + (lane >> 2) + 8 * (quad >> 1)
+                stage_words = reduction_words - kb * 32
                 for j in range(4):
                     q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3)
                     if LAYOUT_MUTATION == "pa_chunks":
                         q = (j + 2 * (quad >> 1)) & 3  # both lanes of a pair on chunks 0-3
+                    if 4 * q >= stage_words and LAYOUT_MUTATION != "pa_reads_tail":
+                        continue
                     phys = a_row * 128 + ((q ^ (a_row & 7)) * 16)
                     pa_lane[wg, warp4, lane] += sum(popc(v) for v in sw[phys // 4:phys // 4 + 4])
                 st = cons[ctid]
                 tap, word, count = st["tap"], st["word"], 0
                 for i in range(kb_chunks):
                     q = st["q0"] + i
+                    if 4 * q >= stage_words:
+                        break
                     phys = 16384 + st["b_row"] * 128 + ((q ^ (st["b_row"] & 7)) * 16)
                     v = [int(u) for u in sw[phys // 4:phys // 4 + 4]]
                     if word + 4 == cw and LAYOUT_MUTATION != "no_tail_mask":
