@@ -992,13 +992,14 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //
 // ---- Epilogue -----------------------------------------------------------------------------------------------------
 //   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
-//      writes 4 acc - 2 pa of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i + 2 (lane % 4) + 0/1, the
-//      mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart (8-byte stores of a warp on
-//      distinct banks). __syncthreads (all 384: the producer warps join the rest).
+//      writes 4 acc - 2 pa - (1 + pad) C n_padded of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
+//      2 (lane % 4) + 0/1, the mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart
+//      (8-byte stores of a warp on distinct banks). __syncthreads (all 384: the producer warps join the rest).
 //   E2 (all 12 warps): a warp takes one row (BN = 128: two) at a time, so the padded-tap correction of the row is
-//      uniform across the warp (no divergence): value = tile + all_d[c] - (1 + pad) (C n_padded - 2 sum_padded
-//      pb_t[c]), all_d[c] = taps C - 2 all_pb[c] (= sum_t D_t, D_t = C - 2 pb_t), then epilogue_value. The
-//      column values (scale, bias, all_d) of the lane's 8 columns are read once a thread.
+//      uniform across the warp (no divergence): value = tile + all_d[c] + 2 (1 + pad) sum_padded pb_t[c], all_d[c]
+//      = taps C - 2 all_pb[c] (= sum_t D_t, D_t = C - 2 pb_t); with the E1 term that is conv_epilogue's
+//      all_d - (1 + pad) sum_padded D_t. Then epilogue_value's fma (bit for bit). The column values (scale, bias,
+//      all_d) of the lane's 8 columns are read once a thread.
 //      channels_last: lane = 8 consecutive columns, stored straight to global (16-byte vectors where the row
 //      pitch and the output pointer allow: a warp writes a row's 512 contiguous bytes for BN = 256 fp16).
 //      NCHW: lane = columns lane + 32 e (BN = 128: lane % 16 + 16 e), values kept in registers for all the
