@@ -1071,7 +1071,7 @@ __device__ __forceinline__ void wgmma_stage(int (&acc)[BN / 2], uint32_t a_start
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < STEPS; ++j) {
-    wgmma_and_popc<BN>(acc, sw128_descriptor(a_start + 32 * j), sw128_descriptor(b_start + 32 * j));
+    b1::wgmma_and_popc<BN>(acc, sw128_descriptor(a_start + 32 * j), sw128_descriptor(b_start + 32 * j));
   }
   wgmma_commit();
 }
@@ -1313,7 +1313,7 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       const int steps = min(4, (reduction_words - kb * kCwStageWords + 7) / 8);  // k steps holding real words
       const uint32_t a_start = slot + wg * (64 * 128);
       const uint32_t b_start = slot + L::kBytesA;
-      fence_accumulators(acc);
+      b1::fence_accumulators(acc);
       // One straight-line fence + chain + commit a step count: a branch around single wgmmas makes ptxas serialize
       // them (C7520); a fence before the branch or a commit after the join makes it inject arrives (C7519).
       if (steps == 4) {
@@ -1361,7 +1361,7 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
         }
       }
       wgmma_wait<1>();  // the wgmmas of kb - 1 are complete: their stage may be refilled
-      fence_accumulators(acc);
+      b1::fence_accumulators(acc);
       if (kb > 0) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);
@@ -1373,7 +1373,7 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       }
     }
     wgmma_wait<0>();
-    fence_accumulators(acc);
+    b1::fence_accumulators(acc);
     atomicAdd(&all_pb[b_row], pb_total);
     // pa of rows a_row0 (lanes 0, 1 of the quad) and a_row0 + 8 (lanes 2, 3)
     pa += __shfl_xor_sync(kFullMask, pa, 1);

@@ -41,58 +41,9 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
   return static_cast<uint64_t>((start & 0x3ffff) >> 4) | (kLbo << 16) | (kSbo << 32) | (kSwizzle128 << 62);
 }
 
-// ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----------------------
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// One arrival, and `bytes` more transaction bytes that the phase waits for (complete_tx of async copies).
-__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, p;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// Waits for the phase of the given parity to complete. With -DBITCOMPILE_WGMMA_WATCHDOG (debug builds only) a
-// wait that spins ~4 s (clock64 at ~2 GHz) prints who waited on what (role and step: the kernel's own numbering)
-// and traps, so a protocol bug fails the launch instead of hanging.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int role, int step) {
-  if (mbar_try_wait(bar, parity)) return;
-#ifdef BITCOMPILE_WGMMA_WATCHDOG
-  const long long start = clock64();
-#endif
-  while (!mbar_try_wait(bar, parity)) {
-#ifdef BITCOMPILE_WGMMA_WATCHDOG
-    if (clock64() - start > (8ll << 30)) {
-      printf("wgmma watchdog: block (%d, %d) thread %d role %d step %d parity %u\n", blockIdx.x, blockIdx.y,
-             threadIdx.x, role, step, parity);
-      __trap();
-    }
-#endif
-  }
-  (void)role;
-  (void)step;
-}
-// 2-D TMA load of one box into shared memory, completion counted in bytes on `bar`. c0: the inner (contiguous)
-// coordinate in elements, c1: the row.
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
-}
+// ---- b1 AND.POPC wgmma (binary_conv2d.cu; binary_linear_wgmma.cu still has its own copies, in its anonymous
+// namespace: hence the namespace here, until those go) ------------------------------------------------------------
+namespace b1 {
 // Pins the accumulators at this point of the instruction stream: the compiler may neither move their reads above
 // a wgmma.wait_group nor copy them between in-flight wgmmas.
 template <int R>
@@ -162,6 +113,60 @@ __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a
   } else {
     wgmma_and_popc_n128(d, desc_a, desc_b);
   }
+}
+}  // namespace b1
+
+// ---- mbarrier (PTX ISA "Parallel Synchronization and Communication Instructions: mbarrier") ----------------------
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival, and `bytes` more transaction bytes that the phase waits for (complete_tx of async copies).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits for the phase of the given parity to complete. With -DBITCOMPILE_WGMMA_WATCHDOG (debug builds only) a
+// wait that spins ~4 s (clock64 at ~2 GHz) prints who waited on what (role and step: the kernel's own numbering)
+// and traps, so a protocol bug fails the launch instead of hanging.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, int role, int step) {
+  if (mbar_try_wait(bar, parity)) return;
+#ifdef BITCOMPILE_WGMMA_WATCHDOG
+  const long long start = clock64();
+#endif
+  while (!mbar_try_wait(bar, parity)) {
+#ifdef BITCOMPILE_WGMMA_WATCHDOG
+    if (clock64() - start > (8ll << 30)) {
+      printf("wgmma watchdog: block (%d, %d) thread %d role %d step %d parity %u\n", blockIdx.x, blockIdx.y,
+             threadIdx.x, role, step, parity);
+      __trap();
+    }
+#endif
+  }
+  (void)role;
+  (void)step;
+}
+// 2-D TMA load of one box into shared memory, completion counted in bytes on `bar`. c0: the inner (contiguous)
+// coordinate in elements, c1: the row.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
 }
 #endif  // BC_WGMMA_ENABLED
 
