@@ -141,6 +141,24 @@ def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
             assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
 
 
+def test_binary_conv2d_wgmma_uses_b1_wgmma(compiled):
+    """binary_conv2d's sm_90a candidate (binary_conv2d_wgmma_kernel) reaches wgmma b1 AND.POPC (SASS BGMMA) for both
+    tile widths, ptxas neither serializes its wgmmas (C7510 / C7513 / C7520) nor injects warpgroup arrives into its
+    step-count branches (C7519), and its producer publishes the cp.async gather to the async proxy."""
+    result = compiled["binary_conv2d.cu"]
+    assert result.returncode == 0, result.log
+    assert not re.search(r"C751[0-9]|C752[0-9]|serializ", result.log), result.log
+    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    for n in (128, 256):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k256.s32.b1.b1.and.popc" in ptx
+    assert "fence.proxy.async.shared::cta" in ptx and "cp.async.bulk.tensor.2d" in ptx
+    cuobjdump = _find_tool("cuobjdump")
+    if cuobjdump is not None:
+        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+        if sass.returncode == 0:
+            assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
+
+
 def test_binary_weight_wgmma_runs_asynchronously(compiled):
     """binary_weight_wgmma.cu: wgmma.mma_async in the PTX, no "wgmma serialized" ptxas warning (C7510 / C7513: ptxas
     then waits for every wgmma, most of the speed gone), and, where cuobjdump is installed, no instruction writing

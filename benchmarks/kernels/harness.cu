@@ -23,9 +23,12 @@
 //          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias) outoff=0 (the output pointer that
 //          many elements past an aligned one; guard elements around the output must stay untouched)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
-//   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
+//   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 dil=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
-//          scale, bias) outoff=0 (the output pointer that many elements past an aligned one)
+//          scale, bias) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
+//          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
+//          mma.sync kernels, 2 the sm_90a wgmma kernel) bn=0 (wgmma: 128 | 256 output channels a block)
+//          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
 //          |x| per row; xoff: x that many elements past an aligned pointer)
 // Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
@@ -622,9 +625,14 @@ Row run_conv(const Args& args) {
   s.kernel_w = args.num("kw", s.kernel_h);
   s.stride_h = s.stride_w = args.num("stride", 1);
   s.pad_h = s.pad_w = args.num("pad", 1);
+  s.dilation_h = s.dilation_w = args.num("dil", 1);
   s.pad_value = static_cast<int>(args.num("padv", 0));
-  s.out_height = (s.height + 2 * s.pad_h - s.kernel_h) / s.stride_h + 1;
-  s.out_width = (s.width + 2 * s.pad_w - s.kernel_w) / s.stride_w + 1;
+  s.out_height = (s.height + 2 * s.pad_h - s.dilation_h * (s.kernel_h - 1) - 1) / s.stride_h + 1;
+  s.out_width = (s.width + 2 * s.pad_w - s.dilation_w * (s.kernel_w - 1) - 1) / s.stride_w + 1;
+  bk::ConvTuning tuning;
+  tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  tuning.tile_n = static_cast<int>(args.num("bn", 0));
+  const bool stray = args.num("stray", 0) != 0;
   const FloatType out = parse_type(args.str("out", "fp16"));
   const bool nchw = args.num("nchw", 0) != 0;
   const int epi = static_cast<int>(args.num("epi", 0));
@@ -633,18 +641,26 @@ Row run_conv(const Args& args) {
   const int64_t cw = (s.channels + 31) / 32, taps = s.kernel_h * s.kernel_w;
   Row row;
   row.family = "conv";
-  row.shape = format("b=%lld c=%lld %lldx%lld oc=%lld k%lld s%lld p%lld %s", (long long)s.batch, (long long)s.channels,
-                     (long long)s.height, (long long)s.width, (long long)s.out_channels, (long long)s.kernel_h,
-                     (long long)s.stride_h, (long long)s.pad_h, args.str("out", "fp16").c_str());
+  row.shape = format("b=%lld c=%lld %lldx%lld oc=%lld k%lldx%lld s%lld p%lld%s %s", (long long)s.batch,
+                     (long long)s.channels, (long long)s.height, (long long)s.width, (long long)s.out_channels,
+                     (long long)s.kernel_h, (long long)s.kernel_w, (long long)s.stride_h, (long long)s.pad_h,
+                     s.dilation_h != 1 ? format(" d%lld", (long long)s.dilation_h).c_str() : "",
+                     args.str("out", "fp16").c_str());
   row.config = "auto";
-  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0) {
-    row.config = format("%s%s%s%s", nchw ? "nchw " : "", epi != 0 ? format("epi=%d ", epi).c_str() : "",
+  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0 || stray || tuning.kernel != 0 || tuning.tile_n != 0) {
+    row.config = format("%s%s%s%s%s%s", tuning.kernel != 0 ? format("k%d ", tuning.kernel).c_str() : "",
+                        tuning.tile_n != 0 ? format("bn%d ", tuning.tile_n).c_str() : "", nchw ? "nchw " : "",
+                        epi != 0 ? format("epi=%d ", epi).c_str() : "",
                         s.pad_value != 0 ? format("padv=%d ", s.pad_value).c_str() : "",
-                        out_offset != 0 ? format("off=%lld", (long long)out_offset).c_str() : "");
+                        out_offset != 0 ? format("off=%lld ", (long long)out_offset).c_str() : "");
+    if (stray) row.config += "stray";
   }
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, s.batch * s.height * s.width, s.channels);
-  const std::vector<uint32_t> w_bits = random_bits(random, s.out_channels * taps, s.channels);
+  std::vector<uint32_t> w_bits = random_bits(random, s.out_channels * taps, s.channels);
+  if (stray) {  // bits past the last channel in every tap's last word (the reference masks them out)
+    for (int64_t r = 0; r < s.out_channels * taps; ++r) w_bits[r * cw + cw - 1] |= ~tail_mask(s.channels, cw - 1);
+  }
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
   const int64_t pixels = s.batch * s.out_height * s.out_width, plane = s.out_height * s.out_width;
@@ -667,7 +683,8 @@ Row run_conv(const Args& args) {
     for (int64_t o = 0; o < s.out_channels; ++o) {
       int64_t dot = 0;
       for (int64_t t = 0; t < taps; ++t) {
-        const int64_t ih = oh * s.stride_h - s.pad_h + t / s.kernel_w, iw = ow * s.stride_w - s.pad_w + t % s.kernel_w;
+        const int64_t ih = oh * s.stride_h - s.pad_h + t / s.kernel_w * s.dilation_h,
+                      iw = ow * s.stride_w - s.pad_w + t % s.kernel_w * s.dilation_w;
         const uint32_t* wt = &ref_w[(o * taps + t) * cw];
         if (ih < 0 || ih >= s.height || iw < 0 || iw >= s.width) {  // padded: s(x) = pad_value on every channel
           int64_t ones = 0;
@@ -714,9 +731,21 @@ Row run_conv(const Args& args) {
   }
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s, ep,
-                                    out_ptr, out, /*out_channels_last=*/!nchw, stream);
+                                    out_ptr, out, /*out_channels_last=*/!nchw, stream, &tuning);
   };
-  CHECK_CUDA(launch(0, nullptr));
+  // expect=reject: kernel=2 on a shape the wgmma kernel does not take must be refused, not run. A refusal that was
+  // not expected fails the row, not the sweep.
+  const bool expect_reject = args.str("expect", "") == "reject";
+  const cudaError_t first = launch(0, nullptr);
+  if (expect_reject || first == cudaErrorNotSupported || first == cudaErrorInvalidValue) {
+    (void)cudaGetLastError();
+    row.ok = expect_reject && first == cudaErrorNotSupported;
+    row.check = format("launcher answered %s%s", cudaGetErrorName(first),
+                       expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return row;
+  }
+  CHECK_CUDA(first);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> all_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(all_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));

@@ -4,11 +4,16 @@
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
 // form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
 // and the alignment allow); torch.sign inputs (sign_zero) and larger kernels take the two-plane form
-// (binary_conv2d_mma_kernel).
+// (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least kCwMinPixels
+// output pixels take the Hopper form of the one-plane kernel instead, binary_conv2d_wgmma_kernel (wgmma b1
+// AND.POPC, TMA + mbarrier ring; its own section below), where it applies (ConvTuning::kernel forces either).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "mma_b1.cuh"
+#include "wgmma_common.cuh"
 
 namespace bitcompile {
 namespace cuda {
@@ -934,10 +939,695 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   return cudaGetLastError();
 }
 
+// ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
+// The Hopper form of binary_conv2d_pipelined_kernel (from kCwMinPixels pixels; harness `conv ... kernel=2`): same
+// math (one plane, D_t, padding-exact, conv_epilogue's integer value and epilogue_value), same results bit for bit.
+// Applies to s(x) in {-1, +1}, <= kOnePlaneMaxTaps taps, channel_words % 4 == 0 (a 16-byte piece lies within one
+// tap of one pixel), 16-byte aligned operands, a 9.0 device with sm_90a code.
+//
+// ---- Tiles ------------------------------------------------------------------------------------------------------
+//   Block tile 128 pixels x BN output channels (BN = 256: all of C = 256 in one block, the gather done once per
+//   pixel; BN = 128 where that gives more blocks in one wave), K stage = 1024 bits = 32 words (C = 256: 4 taps of
+//   8 words, one tap a k256 step). 384 threads = 3 warpgroups:
+//     WG0 (producer, 128 threads): gathers A by cp.async (thread p: chunk p % 8 of rows p / 8 + 16 i, i < 8);
+//         thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
+//     WG1, WG2 (consumers): rows 0-63 / 64-127, all BN columns: per stage up to 4 wgmma m64nBNk256 into BN / 2
+//         s32 registers a thread; while they run, the row popcounts pa of the thread's own accumulator rows and
+//         the weight's per-tap popcounts pb_t of B row ctid (BN = 128: half a row) from the stage in shared memory.
+//   The last stage issues only its k steps that hold real words (C = 256 3x3: 9 k steps, not 12); its chunks past
+//   them are not copied, and the popcounts skip chunks past the last real word.
+//   Budget: 384 threads, 1 block an SM; registers (ptxas, nvcc 13.0) 157 at BN = 256, 105 at BN = 128, no spills;
+//   shared memory 210784 bytes for C = 256 3x3 at BN = 256 (4 stages of 48 KB + tap_pb 10 KB + 2.9 KB + 1 KB
+//   alignment slack). Per block of the B=64 C=256 14x14 row: 18 BGMMA 64x256x256 (151 M binary ops, 1.29 us at
+//   the 15.5 POPS peak / 132 SMs) against ~420 KB of shared-memory traffic (wgmma 180, fills 132, popcounts 108:
+//   ~1.8 us at 128 B a clock), so the main loop is shared-memory bound before it is MMA bound.
+//
+// ---- Shared memory (dynamic; base rounded up to 1024) -----------------------------------------------------------
+//   [ring: S stages of (A 128 x 128 bytes | B BN x 128 bytes)] [tap_pb: taps x BN int] [all_pb: BN int] [ConvWgRows]
+//   Both boxes in the canonical K-major SW128 layout of wgmma (as binary_linear_wgmma.cu): row r at r * 128, its
+//   16-byte chunk q (words 4q..4q+3 of the stage) at r * 128 + ((q ^ (r % 8)) * 16); TMA writes B so
+//   (CU_TENSOR_MAP_SWIZZLE_128B), the gather writes A so itself. Descriptors: A of consumer WG w, step j:
+//   slot + w * 8192 + 32 j; B: slot + 16384 + 32 j; SBO 1024, SW128 (sw128_descriptor).
+//   S = 3..6 from what fits in 227 KB (BN = 256: 4 up to 30 taps, 3 beyond; BN = 128: 6).
+//   After the main loop the ring holds the epilogue's int32 tile [128][BN + 8] (and for NCHW output the
+//   converted tile, [BN][128 + 1 or 2] 32-bit words).
+//
+// ---- Pipeline protocol (kb = 0 .. kblocks-1, s = kb % S, round = kb / S) -----------------------------------------
+//   full[s]  (count 129): the 128 producer threads, each after its own copies of stage kb have landed
+//            (cp.async.wait_group LAG, then fence.proxy.async.shared::cta: its generic-proxy writes ordered before
+//            the consumers' async-proxy wgmma reads; then mbarrier.arrive, release), + thread 0's
+//            arrive.expect_tx(BN * 128) whose TMA box completes the transaction bytes.
+//   empty[s] (count 8): lane 0 of each consumer warp, after its wgmmas of the stage completed (wait_group) and
+//            its popcount loads of the stage were consumed (__syncwarp).
+//   producer thread: for kb: if kb >= S wait empty[s] parity (round - 1) & 1; (thread 0: expect_tx + TMA B;
+//            the first S B boxes go out right after the barrier init, before the row set-up); 8 cp.async (zero
+//            fill for padded taps, taps past the last, pixels past the end); commit; if kb >= LAG: wait_group LAG,
+//            fence.proxy.async, arrive full[kb - LAG]. After the loop: wait_group 0, fence, arrive the last LAG.
+//            LAG = min(S - 2, 2): the producer of stage kb waits for the release of kb - S, which the consumers
+//            give after issuing kb - S + 1, whose arrival came at the end of iteration kb - S + 1 + LAG <= kb - 1.
+//   consumers: for kb: wait full[s] parity round & 1; wgmma.fence; k steps; commit; pa / pb popcounts of the
+//            stage; wait_group 1 (the wgmmas of kb - 1 are done); arrive empty[(kb - 1) % S]. Then wait_group 0.
+//   No fence for the ring's reuse (wgmma reads, then cp.async / TMA writes): a wgmma's completion is followed by
+//   an implicit generic-async proxy fence (PTX ISA, wgmma "Async Proxy"), and TMA is async proxy itself.
+//
+// ---- Epilogue -----------------------------------------------------------------------------------------------------
+//   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
+//      writes 4 acc - 2 pa - (1 + pad) C n_padded of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
+//      2 (lane % 4) + 0/1, the mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart
+//      (8-byte stores of a warp on distinct banks). __syncthreads (all 384: the producer warps join the rest).
+//   E2 (all 12 warps): a warp takes one row (BN = 128: two) at a time, so the padded-tap correction of the row is
+//      uniform across the warp (no divergence): value = tile + all_d[c] + 2 (1 + pad) sum_padded pb_t[c], all_d[c]
+//      = taps C - 2 all_pb[c] (= sum_t D_t, D_t = C - 2 pb_t); with the E1 term that is conv_epilogue's
+//      all_d - (1 + pad) sum_padded D_t. Then epilogue_value's fma (bit for bit). The column values (scale, bias,
+//      all_d) of the lane's 8 columns are read once a thread.
+//      channels_last: lane = 8 consecutive columns, stored straight to global (16-byte vectors where the row
+//      pitch and the output pointer allow: a warp writes a row's 512 contiguous bytes for BN = 256 fp16).
+//      NCHW: lane = columns lane + 32 e (BN = 128: lane % 16 + 16 e), values kept in registers for all the
+//      thread's rows, __syncthreads, written transposed ([channel][pixel], odd / 2 mod 32 line stride: no
+//      bank conflicts), __syncthreads, E3: consecutive threads store consecutive pixels of a channel.
+//
+// Debugging: -DBITCOMPILE_WGMMA_WATCHDOG (wgmma_common.cuh) traps a wait that spins ~4 s and prints role and
+// stage: role 0 = producer thread on empty[s], role 2 = consumer on full[s].
+constexpr int kCwThreads = 384;
+constexpr int kCwBM = 128;
+constexpr int kCwMaxStages = 6;
+constexpr int kCwStageWords = 32;               // 1024 bits of K a stage, 128 bytes of a row
+constexpr int kCwMaxDynamicSmem = 232448;       // sm_90: 227 KB a block (opt-in)
+constexpr int kCwEmptyArrivals = 8;             // consumer warps
+constexpr int kCwFullArrivals = 128 + 1;        // producer threads + thread 0's expect_tx
+
+template <int BN>
+struct ConvWgLayout {
+  static_assert(BN == 128 || BN == 256, "BN");
+  static constexpr int kBytesA = kCwBM * 128;                    // 16384
+  static constexpr int kBytesB = BN * 128;
+  static constexpr int kStageBytes = kBytesA + kBytesB;
+  static_assert(kBytesA % 1024 == 0 && kStageBytes % 1024 == 0, "SW128 boxes 1024-byte aligned");
+  static constexpr int kTileStride = BN + 8;                     // int32 words a row of the E1 tile
+  static constexpr int kTileBytes = kCwBM * kTileStride * 4;
+  static constexpr int kLineStride = BN == 256 ? kCwBM + 1 : kCwBM + 2;  // words a channel line (NCHW staging)
+  static constexpr int kLineBytes = BN * kLineStride * 4;
+  static_assert(kTileBytes <= 3 * kStageBytes && kLineBytes <= 3 * kStageBytes, "epilogue tiles fit a 3-stage ring");
+  static constexpr int kLanesPerRow = BN / 8;                    // E2: 8 columns a lane
+  static constexpr int kRowsPerWarp = 32 / kLanesPerRow;         // E2: rows a warp at a time
+  static constexpr int kRowStep = (kCwThreads / 32) * kRowsPerWarp;
+  static constexpr int kRowsPerThread = (kCwBM + kRowStep - 1) / kRowStep;  // NCHW: rows held in registers
+};
+
+// Per-block values that are not part of the ring (8-byte aligned: placed after the int arrays).
+struct ConvWgRows {
+  int64_t row_source[kCwBM];              // word offset of the row's (image, top, left) input pixel (may lie outside)
+  int64_t row_out[kCwBM];                 // NCHW output offset of the row's channel 0
+  int64_t tap_offset[kOnePlaneMaxTaps];   // word offset of tap t = (kh, kw) from the (top, left) pixel
+  uint32_t row_inside[kCwBM];             // the row's taps inside the image (bit t), 0 past the last output pixel
+  uint64_t bars[2 * kCwMaxStages];        // full[s] at bars[s], empty[s] at bars[S + s]
+};
+
+template <int BN>
+constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
+  return 1024 + static_cast<size_t>(stages) * ConvWgLayout<BN>::kStageBytes + static_cast<size_t>(taps + 1) * BN * 4 +
+         sizeof(ConvWgRows);
+}
+
+#if BC_WGMMA_ENABLED
+__device__ __forceinline__ uint32_t cw_shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Named barrier `id` (1..15) of `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2(uint32_t address, int a, int b) {
+  asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(address), "r"(a), "r"(b) : "memory");
+}
+__device__ __forceinline__ int popc4(uint4 v) { return __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w); }
+// A stage's STEPS k256 steps as one commit group: A at a_start, B at b_start (SW128 K-major), step j 32 bytes into
+// both rows.
+template <int BN, int STEPS>
+__device__ __forceinline__ void wgmma_stage(int (&acc)[BN / 2], uint32_t a_start, uint32_t b_start) {
+  wgmma_fence();
+#pragma unroll
+  for (int j = 0; j < STEPS; ++j) {
+    b1::wgmma_and_popc<BN>(acc, sw128_descriptor(a_start + 32 * j), sw128_descriptor(b_start + 32 * j));
+  }
+  wgmma_commit();
+}
+#endif
+
+// from_float's value as raw bits in the low bits of a word.
+template <typename OutT>
+__device__ __forceinline__ uint32_t out_bits(float v);
+template <>
+__device__ __forceinline__ uint32_t out_bits<float>(float v) {
+  return __float_as_uint(v);
+}
+template <>
+__device__ __forceinline__ uint32_t out_bits<__half>(float v) {
+  return __half_as_ushort(from_float<__half>(v));
+}
+template <>
+__device__ __forceinline__ uint32_t out_bits<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(from_float<__nv_bfloat16>(v));
+}
+
+// Eight outputs of one row (channels_last), converted as from_float converts (OutPair: one packed conversion a pair)
+// and packed into 32-bit words: 16-bit types 4 words (a pair each), fp32 8.
+template <typename OutT>
+struct EightOut {
+  static constexpr int kWords = sizeof(OutT) == 2 ? 4 : 8;
+  uint32_t w[kWords];
+  __device__ __forceinline__ void set(const float (&y)[8]) {
+    if constexpr (sizeof(OutT) == 2) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const typename OutPair<OutT>::type pair = OutPair<OutT>::make(y[2 * i], y[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&pair);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) w[i] = __float_as_uint(y[i]);
+    }
+  }
+  // Element e (0..7) as its raw bits in the low bits of a word.
+  __device__ __forceinline__ uint32_t element(int e) const {
+    if constexpr (sizeof(OutT) == 2) {
+      return (w[e >> 1] >> (16 * (e & 1))) & 0xffffu;
+    } else {
+      return w[e];
+    }
+  }
+  // Stores the first `valid` elements (a multiple of V, or all 8) at dst in vectors of V elements (dst V-aligned).
+  template <int V>
+  __device__ __forceinline__ void store(OutT* dst, int valid) const {
+    constexpr int kBytes = V * static_cast<int>(sizeof(OutT));
+#pragma unroll
+    for (int g = 0; g < 8 / V; ++g) {
+      if (g * V >= valid) break;
+      if constexpr (kBytes == 16) {
+        *reinterpret_cast<uint4*>(dst + g * V) = make_uint4(w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]);
+      } else if constexpr (kBytes == 8) {
+        *reinterpret_cast<uint2*>(dst + g * V) = make_uint2(w[2 * g], w[2 * g + 1]);
+      } else if constexpr (kBytes == 4) {
+        *reinterpret_cast<uint32_t*>(dst + g * V) = w[g];
+      } else {  // one 16-bit element
+        *reinterpret_cast<uint16_t*>(dst + g) = static_cast<uint16_t>(element(g));
+      }
+    }
+  }
+};
+
+template <int BN, typename OutT>
+__global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
+    const __grid_constant__ CUtensorMap map_w, const uint32_t* __restrict__ plus_bits, ConvShape shape, int m_tiles,
+    int stages, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last) {
+#if BC_WGMMA_ENABLED
+  using L = ConvWgLayout<BN>;
+  extern __shared__ uint8_t cw_smem_raw[];
+  uint8_t* const smem = cw_smem_raw + ((1024 - (cw_shared_address(cw_smem_raw) & 1023)) & 1023);
+  const uint32_t ring = cw_shared_address(smem);
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  int* const tap_pb = reinterpret_cast<int*>(smem + stages * L::kStageBytes);  // pb_t of column c at [t * BN + c]
+  int* const all_pb = tap_pb + taps * BN;                                      // sum_t pb_t of column c
+  ConvWgRows& rows = *reinterpret_cast<ConvWgRows*>(all_pb + BN);
+  const uint32_t full_bar = cw_shared_address(&rows.bars[0]);  // full[s] at full_bar + 8 s
+  const uint32_t empty_bar = full_bar + 8 * stages;            // empty[s] at empty_bar + 8 s
+
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x % static_cast<unsigned>(m_tiles)) * kCwBM;
+  const int n0 = static_cast<int>(blockIdx.x / static_cast<unsigned>(m_tiles)) * BN;  // out_channels <= INT_MAX
+  const int kblocks = (reduction_words + kCwStageWords - 1) / kCwStageWords;
+  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
+  const int64_t out_plane = shape.out_height * shape.out_width;
+  const int64_t n_rows = shape.out_channels;
+  const int channels = static_cast<int>(shape.channels);
+
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(full_bar + 8 * s, kCwFullArrivals);
+      mbar_init(empty_bar + 8 * s, kCwEmptyArrivals);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_proxy_async_shared();
+    // B does not depend on the rows: the first stages' boxes go out before the row set-up.
+    for (int kb = 0; kb < stages && kb < kblocks; ++kb) {
+      mbar_arrive_expect_tx(full_bar + 8 * kb, L::kBytesB);  // TMA counts the zero-filled out-of-bound bytes too
+      tma_load_2d(ring + kb * L::kStageBytes + L::kBytesA, &map_w, kb * kCwStageWords, n0, full_bar + 8 * kb);
+    }
+  }
+  if (tid < kCwBM) {  // the rows' pixel math, once a row (as binary_conv2d_pipelined_kernel)
+    const int r = tid;
+    const int64_t p = m0 + r;
+    uint32_t inside = 0;
+    int64_t source = 0, out_offset = 0;
+    if (p < total_pixels) {
+      const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
+      const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
+      const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
+      source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
+      inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), static_cast<int>(shape.kernel_w),
+                           static_cast<int>(shape.dilation_h), static_cast<int>(shape.dilation_w),
+                           static_cast<int>(shape.height), static_cast<int>(shape.width));
+      out_offset = px.image * n_rows * out_plane + px.position;
+    }
+    rows.row_source[r] = source;
+    rows.row_inside[r] = inside;
+    rows.row_out[r] = out_offset;
+  }
+  if (tid < taps) {
+    const int kernel_w = static_cast<int>(shape.kernel_w);
+    const int kh = tid / kernel_w;
+    rows.tap_offset[tid] =
+        (static_cast<int64_t>(kh) * shape.dilation_h * shape.width + (tid - kh * kernel_w) * shape.dilation_w) *
+        channel_words;
+  }
+  for (int i = tid; i < (taps + 1) * BN; i += kCwThreads) tap_pb[i] = 0;  // tap_pb and all_pb
+  __syncthreads();
+
+  const int tap_step = kCwStageWords / channel_words;  // a stage's advance in whole taps and channel words
+  const int word_step = kCwStageWords % channel_words;
+  const int steps_words = (reduction_words + 7) & ~7;  // the words the k steps cover (whole 256-bit steps)
+  // The warpgroup, broadcast from lane 0 so that ptxas sees a warp-uniform role: with a threadIdx-derived one it
+  // takes the consumers' branch on the step count (below) as divergent and serializes the wgmmas (C7520).
+  const int warpgroup = __shfl_sync(kFullMask, tid / 128, 0);
+  if (warpgroup == 0) {
+    // ---- producer warpgroup: the A gather (and thread 0: B by TMA) ----
+    const int chunk = tid & 7;    // 16-byte chunk of the stage row: words 4 chunk .. 4 chunk + 3
+    const int row0 = tid >> 3;    // rows row0 + 16 i: a warp copies 4 whole rows (128 contiguous bytes a tap)
+    uint64_t a_source[8];         // global byte address of the row's (image, top, left) pixel
+    uint32_t a_inside[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int r = row0 + 16 * i;
+      a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(rows.row_source[r] * 4);
+      a_inside[i] = rows.row_inside[r];
+    }
+    const uint32_t a_dst = row0 * 128 + ((chunk ^ (row0 & 7)) * 16);  // + slot + i * 2048 (row0 + 16 i: same r % 8)
+    int tap = 4 * chunk / channel_words;  // of the next stage to issue (tap < taps <=> word < reduction_words)
+    int channel_word = 4 * chunk % channel_words;
+    const int lag = stages >= 4 ? 2 : 1;
+    int s = 0, published_s = 0;  // slot of kb, and of the next stage to publish (stages are published in order)
+    uint32_t round_parity = 0;   // (kb / stages) & 1
+    for (int kb = 0; kb < kblocks; ++kb) {
+      const uint32_t slot = ring + s * L::kStageBytes;
+      if (kb >= stages) {
+        mbar_wait(empty_bar + 8 * s, round_parity ^ 1u, 0, kb);  // round kb / S - 1 released it
+        if (tid == 0) {
+          mbar_arrive_expect_tx(full_bar + 8 * s, L::kBytesB);
+          tma_load_2d(slot + L::kBytesA, &map_w, kb * kCwStageWords, n0, full_bar + 8 * s);
+        }
+      }
+      const bool in_taps = tap < taps;
+      const int tap_bit = in_taps ? tap : 0;
+      const uint64_t offset = static_cast<uint64_t>((rows.tap_offset[tap_bit] + channel_word) * 4);
+      // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pa counts): not copied
+      if (kb * kCwStageWords + 4 * chunk < steps_words) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const bool fill = in_taps && ((a_inside[i] >> tap_bit) & 1u) != 0;
+          cp_async_shared<16>(slot + a_dst + i * 2048,
+                              fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
+        }
+      }
+      cp_async_commit();  // (an empty group where nothing was copied: the wait_group accounting stays the same)
+      tap += tap_step;
+      channel_word += word_step;
+      if (channel_word >= channel_words) {
+        channel_word -= channel_words;
+        ++tap;
+      }
+      if (kb >= lag) {  // this thread's copies of stage kb - lag have landed: publish them to the async proxy
+        if (lag == 2) {
+          cp_async_wait<2>();
+        } else {
+          cp_async_wait<1>();
+        }
+        fence_proxy_async_shared();
+        mbar_arrive(full_bar + 8 * published_s);  // stage kb - lag
+        if (++published_s == stages) published_s = 0;
+      }
+      if (++s == stages) {
+        s = 0;
+        round_parity ^= 1u;
+      }
+    }
+    cp_async_wait<0>();
+    fence_proxy_async_shared();
+    for (int done = max(kblocks - lag, 0); done < kblocks; ++done) {
+      mbar_arrive(full_bar + 8 * published_s);
+      if (++published_s == stages) published_s = 0;
+    }
+  } else {
+    // ---- consumer warpgroups ----
+    const int wg = warpgroup - 1;  // 0: tile rows 0-63, 1: rows 64-127
+    const int ctid = tid - 128;      // 0..255
+    const int quad = lane & 3;
+    int acc[BN / 2];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    // pa: this thread's accumulator rows are a_row0 = 64 wg + 16 (warp % 4) + lane / 4 and a_row0 + 8; lanes 0, 1
+    // of the quad count row a_row0 (chunks 0-3 / 4-7), lanes 2, 3 row a_row0 + 8, the second pair rotated by two
+    // chunks (rows r and r + 8 share r % 8): the 8 lanes of a quarter warp read 8 distinct bank groups.
+    const int a_row = wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * (quad >> 1);
+    const uint32_t a_pop = a_row * 128;
+    int pa = 0;
+    // pb: B row b_row (column n0 + b_row), chunks q0 .. q0 + kBChunks - 1 of every stage; per-tap counts into
+    // tap_pb by shared atomics (a tap may straddle two stages, or, for BN = 128, the two threads of a row).
+    constexpr int kBChunks = 8 * BN / 256;
+    const int b_row = ctid % BN;
+    const int q0 = (ctid / BN) * kBChunks;
+    const uint32_t b_pop = L::kBytesA + b_row * 128;
+    int b_tap = 4 * q0 / channel_words;  // of the thread's first chunk of the current stage
+    int b_word = 4 * q0 % channel_words;
+    int pb_total = 0;
+    const uint32_t last_bits = valid_bits(channels, channel_words - 1);  // real channels of a tap's last word
+    int s = 0, previous_s = 0;
+    uint32_t round_parity = 0;
+    for (int kb = 0; kb < kblocks; ++kb) {
+      mbar_wait(full_bar + 8 * s, round_parity, 2, kb);
+      const uint32_t slot = ring + s * L::kStageBytes;
+      const int steps = min(4, (reduction_words - kb * kCwStageWords + 7) / 8);  // k steps holding real words
+      const uint32_t a_start = slot + wg * (64 * 128);
+      const uint32_t b_start = slot + L::kBytesA;
+      b1::fence_accumulators(acc);
+      // One straight-line fence + chain + commit a step count: a branch around single wgmmas makes ptxas serialize
+      // them (C7520); a fence before the branch or a commit after the join makes it inject arrives (C7519).
+      if (steps == 4) {
+        wgmma_stage<BN, 4>(acc, a_start, b_start);
+      } else if (steps == 3) {
+        wgmma_stage<BN, 3>(acc, a_start, b_start);
+      } else if (steps == 2) {
+        wgmma_stage<BN, 2>(acc, a_start, b_start);
+      } else {
+        wgmma_stage<BN, 1>(acc, a_start, b_start);
+      }
+      // Row popcounts while the wgmmas run (zero-filled chunks count 0: padded taps), only of chunks holding real
+      // words (past them: zeros, or in a stage's uncopied tail stale words).
+      const int stage_words = reduction_words - kb * kCwStageWords;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3);
+        if (4 * q < stage_words) pa += popc4(ld_shared_16(slot + a_pop + ((q ^ (a_row & 7)) * 16)));
+      }
+      {
+        int tap = b_tap, word = b_word, count = 0;
+#pragma unroll
+        for (int i = 0; i < kBChunks; ++i) {
+          const int q = q0 + i;
+          if (4 * q >= stage_words) break;  // uniform across the warp (one q0 a warp)
+          uint4 v = ld_shared_16(slot + b_pop + ((q ^ (b_row & 7)) * 16));
+          if (word + 4 == channel_words) v.w &= last_bits;  // the tap's last channel word: real channels only
+          const int c = popc4(v);
+          count += c;
+          pb_total += c;
+          word += 4;
+          if (word == channel_words) {
+            if (count != 0 && tap < taps) atomicAdd(&tap_pb[tap * BN + b_row], count);
+            count = 0;
+            word = 0;
+            ++tap;
+          }
+        }
+        if (count != 0 && tap < taps) atomicAdd(&tap_pb[tap * BN + b_row], count);
+        b_tap += tap_step;
+        b_word += word_step;
+        if (b_word >= channel_words) {
+          b_word -= channel_words;
+          ++b_tap;
+        }
+      }
+      wgmma_wait<1>();  // the wgmmas of kb - 1 are complete: their stage may be refilled
+      b1::fence_accumulators(acc);
+      if (kb > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);
+      }
+      previous_s = s;
+      if (++s == stages) {
+        s = 0;
+        round_parity ^= 1u;
+      }
+    }
+    wgmma_wait<0>();
+    b1::fence_accumulators(acc);
+    atomicAdd(&all_pb[b_row], pb_total);
+    // pa of rows a_row0 (lanes 0, 1 of the quad) and a_row0 + 8 (lanes 2, 3)
+    pa += __shfl_xor_sync(kFullMask, pa, 1);
+    const int pa_top = __shfl_sync(kFullMask, pa, lane & ~3);
+    const int pa_bottom = __shfl_sync(kFullMask, pa, (lane & ~3) | 2);
+    named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring: it becomes the E1 tile
+    // E1: 4 acc + the row's term into the int32 tile [128][BN + 8]. The row's term: -2 pa, and of the padded-tap
+    // correction -(1 + pad) sum_padded D_t = -(1 + pad) (C n_padded - 2 sum_padded pb_t) the part without pb_t.
+    const int r_top = wg * 64 + (warp & 3) * 16 + (lane >> 2);
+    const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+    const int padded_c = (1 + shape.pad_value) * channels;
+    const int term_top = -2 * pa_top - padded_c * __popc(~rows.row_inside[r_top] & all_taps);
+    const int term_bottom = -2 * pa_bottom - padded_c * __popc(~rows.row_inside[r_top + 8] & all_taps);
+    const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
+    constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i) {
+      st_shared_v2(e1_top + i * 32, 4 * acc[4 * i] + term_top, 4 * acc[4 * i + 1] + term_top);
+      st_shared_v2(e1_top + kEightRows + i * 32, 4 * acc[4 * i + 2] + term_bottom, 4 * acc[4 * i + 3] + term_bottom);
+    }
+  }
+  __syncthreads();  // the E1 tile, tap_pb and all_pb complete
+
+  // ---- E2: a row (BN = 128: two) a warp at a time, 8 columns a lane ----
+  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(kCwBM), total_pixels - m0));
+  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
+  const int row_sub = lane / L::kLanesPerRow;
+  const int lane_in_row = lane % L::kLanesPerRow;
+  const int first_row = warp * L::kRowsPerWarp + row_sub;
+  // columns of the lane: channels_last 8 consecutive (vector stores); NCHW lane_in_row + kLanesPerRow e (the
+  // transposed staging's writes on distinct banks)
+  const int col_base = out_channels_last ? 8 * lane_in_row : lane_in_row;
+  const int col_step = out_channels_last ? 1 : L::kLanesPerRow;
+  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
+  const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
+  const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
+  const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
+  float col_scale[8], col_bias[8];
+  int col_all_d[8];
+  const int all_taps_c = taps * channels;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    const int col = col_base + e * col_step;
+    const bool valid = col < cols_valid;
+    col_scale[e] = valid ? scale[col * scale_step] : 0.f;
+    col_bias[e] = valid ? bias[has_bias ? col : 0] : 0.f;
+    col_all_d[e] = all_taps_c - 2 * all_pb[col];  // sum_t D_t
+  }
+  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+  const int twice_pad_weight = 2 * (1 + shape.pad_value);
+  const int* tile = reinterpret_cast<const int*>(smem);
+  // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t + 2 (1 + pad) sum_padded pb_t, the padded
+  // taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
+  auto row_dots = [&](int r, int (&v)[8]) {
+    const int* line = tile + r * L::kTileStride + col_base;
+    if (out_channels_last) {
+      const int4 lo = *reinterpret_cast<const int4*>(line);
+      const int4 hi = *reinterpret_cast<const int4*>(line + 4);
+      v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = line[e * L::kLanesPerRow];
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] += col_all_d[e];
+    if (twice_pad_weight != 0) {
+      for (uint32_t left = ~rows.row_inside[r] & all_taps; left != 0; left &= left - 1) {
+        const int* pb = tap_pb + (__ffs(left) - 1) * BN + col_base;
+        if (out_channels_last) {
+          const int4 lo = *reinterpret_cast<const int4*>(pb);
+          const int4 hi = *reinterpret_cast<const int4*>(pb + 4);
+          v[0] += twice_pad_weight * lo.x, v[1] += twice_pad_weight * lo.y, v[2] += twice_pad_weight * lo.z;
+          v[3] += twice_pad_weight * lo.w, v[4] += twice_pad_weight * hi.x, v[5] += twice_pad_weight * hi.y;
+          v[6] += twice_pad_weight * hi.z, v[7] += twice_pad_weight * hi.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) v[e] += twice_pad_weight * pb[e * L::kLanesPerRow];
+        }
+      }
+    }
+  };
+  // epilogue_value(dot, factor, scale, bias) = fma(dot * factor, scale, bias) as nvcc contracts it, bit for bit;
+  // without a row factor (the op's convs) dot * 1 is exact, so fma(dot, scale, bias) gives the same bits.
+  auto run = [&](auto with_factor) {
+    constexpr bool kFactor = decltype(with_factor)::value;
+    const float* factors = ep.row_factor + m0;
+    auto row_values = [&](int r, float (&y)[8]) {
+      int v[8];
+      row_dots(r, v);
+      const float factor = kFactor ? factors[r] : 1.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float dot = static_cast<float>(v[e]);
+        y[e] = __fmaf_rn(kFactor ? __fmul_rn(dot, factor) : dot, col_scale[e], col_bias[e]);
+      }
+    };
+    if (out_channels_last) {
+      // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
+      constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
+      int vec = kMaxVec;
+      while (vec > 1 &&
+             ((n_rows & (vec - 1)) != 0 || (reinterpret_cast<uintptr_t>(out) & (vec * sizeof(OutT) - 1)) != 0)) {
+        vec >>= 1;
+      }
+      const int valid = min(8, cols_valid - col_base);  // a multiple of vec, or 8 (n_rows % vec == 0)
+      if (valid > 0) {
+        OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
+        const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
+        for (int r = first_row; r < rows_valid; r += L::kRowStep, dst += dst_step) {
+          float y[8];
+          row_values(r, y);
+          EightOut<OutT> o;
+          o.set(y);
+          if (vec == kMaxVec) {
+            o.template store<kMaxVec>(dst, valid);
+          } else if (vec >= 4) {
+            o.template store<4>(dst, valid);
+          } else if (vec == 2) {
+            o.template store<2>(dst, valid);
+          } else {
+            o.template store<1>(dst, valid);
+          }
+        }
+      }
+    } else {
+      // NCHW: the thread's rows first (registers), then the transposed staging once every tile read is done.
+      uint32_t held[L::kRowsPerThread][8];
+#pragma unroll
+      for (int k = 0; k < L::kRowsPerThread; ++k) {
+        const int r = first_row + k * L::kRowStep;
+        if (r < rows_valid) {
+          float y[8];
+          row_values(r, y);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) held[k][e] = out_bits<OutT>(y[e]);
+        }
+      }
+      __syncthreads();  // every read of the E1 tile done: the ring becomes [BN][kLineStride] words
+      uint32_t* lines = reinterpret_cast<uint32_t*>(smem);
+#pragma unroll
+      for (int k = 0; k < L::kRowsPerThread; ++k) {
+        const int r = first_row + k * L::kRowStep;
+        if (r < rows_valid) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) lines[(col_base + e * col_step) * L::kLineStride + r] = held[k][e];
+        }
+      }
+      __syncthreads();
+      // E3: thread tid stores pixel tid % 128 of channels tid / 128 + 3 j (384 = 3 x 128: the pixel is fixed).
+      const int r = tid % kCwBM;
+      if (r < rows_valid) {
+        OutT* dst = out + rows.row_out[r] + static_cast<int64_t>(n0) * out_plane;
+        for (int c = tid / kCwBM; c < cols_valid; c += kCwThreads / kCwBM) {
+          const uint32_t bits = lines[c * L::kLineStride + r];
+          if constexpr (sizeof(OutT) == 2) {
+            *reinterpret_cast<uint16_t*>(dst + c * out_plane) = static_cast<uint16_t>(bits);
+          } else {
+            *reinterpret_cast<uint32_t*>(dst + c * out_plane) = bits;
+          }
+        }
+      }
+    }
+  };
+  if (ep.row_factor != nullptr) {  // uniform: the NCHW path's barriers are reached by every thread either way
+    run(std::true_type{});
+  } else {
+    run(std::false_type{});
+  }
+#else
+  __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
+#endif
+}
+
+template <int BN, typename OutT>
+cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                       const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
+  using L = ConvWgLayout<BN>;
+  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  const int64_t reduction_words = taps * channel_words;
+  const int64_t m_tiles = ceil_div(total_pixels, kCwBM);
+  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
+  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4 ||
+      shape.out_channels > INT_MAX - BN) {
+    return cudaErrorInvalidValue;
+  }
+  // Ring stages: as many as fit (at most kCwMaxStages), at least 3 (the producer's lag needs S >= 3).
+  const size_t fixed = conv_wgmma_smem_bytes<BN>(0, taps);
+  const size_t fitting = (kCwMaxDynamicSmem - fixed) / static_cast<size_t>(L::kStageBytes);
+  const int stages = static_cast<int>(fitting < kCwMaxStages ? fitting : kCwMaxStages);
+  if (stages < 3) return cudaErrorNotSupported;
+  CUtensorMap map_w;  // [out_channels, reduction_words] words, boxes of 32 words x BN rows
+  if (!encode_sw128_map(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT32, w_bits, shape.out_channels, reduction_words,
+                        reduction_words * 4, kCwStageWords, BN)) {
+    return cudaErrorNotSupported;
+  }
+  auto kernel = binary_conv2d_wgmma_kernel<BN, OutT>;
+  static unsigned long long smem_devices = 0;  // the attribute is raised to the largest size once (sizes vary)
+  const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices);
+  if (error != cudaSuccess) return error;
+  kernel<<<static_cast<unsigned>(blocks), kCwThreads, conv_wgmma_smem_bytes<BN>(stages, taps), stream>>>(
+      map_w, plus_bits, shape, static_cast<int>(m_tiles), stages, static_cast<int>(channel_words),
+      static_cast<int>(reduction_words), ep, out, out_channels_last);
+  return cudaGetLastError();
+}
+
+// Output pixels from which the op takes the wgmma kernel. H200 harness, 3x3 convolutions, fp16 out, graph us, wgmma /
+// mma.sync pipelined (2026-12-01): C = OC = 256 14x14: B = 1 8.9 / 7.9, 8 9.2 / 8.7, 16 (3136 pixels) 9.3 / 9.3,
+// 32 9.2 / 12.9, 64 12.9 / 24.2, 256 36.0 / 77.5; C = OC = 512 7x7: B = 1 10.8 / 9.6, 64 11.9 / 16.0, 256 32.3 /
+// 47.5; C = OC = 128 28x28 B = 64 24.1 / 31.7; C = 128 -> OC = 256 stride 2, B = 64 12.3 / 19.5.
+constexpr int64_t kCwMinPixels = 3072;
+
+// The wgmma kernel where it applies (cudaErrorNotSupported elsewhere). tile_n: 128, 256, or 0: BN = 128 where the
+// output channels fit one such tile or its blocks fit one wave (half the work a block), else 256 (one gather per
+// pixel tile for all of C = 256).
+template <typename OutT>
+cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                const Epilogue& ep, OutT* out, bool out_channels_last, int tile_n,
+                                cudaStream_t stream) {
+  if (tile_n != 0 && tile_n != 128 && tile_n != 256) return cudaErrorInvalidValue;
+  const int64_t channel_words = ceil_div(shape.channels, 32);
+  if (shape.kernel_h * shape.kernel_w > kOnePlaneMaxTaps || channel_words % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
+    return cudaErrorNotSupported;
+  }
+  DeviceFacts device;
+  const cudaError_t error = current_device_facts(device);
+  if (error != cudaSuccess) return error;
+  // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only
+  if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
+  if (tile_n == 0) {
+    const int64_t m_tiles = ceil_div(shape.batch * shape.out_height * shape.out_width, kCwBM);
+    tile_n = shape.out_channels <= 128 || m_tiles * ceil_div(shape.out_channels, 128) <= device.sm_count ? 128 : 256;
+  }
+  if (tile_n == 128) {
+    return binary_conv2d_wgmma_launch<128>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  }
+  return binary_conv2d_wgmma_launch<256>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+}
+
 template <typename OutT>
 cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                     const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, const ConvTuning& tuning) {
+  // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
+  // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
+  const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
+  if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
+    if (minus_bits != nullptr) return cudaErrorNotSupported;
+    const cudaError_t error = binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, tuning.tile_n, stream);
+    if (error != cudaErrorNotSupported || tuning.kernel == 2) return error;
+    (void)cudaGetLastError();
+  }
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const auto aligned = [&](uintptr_t bytes) {
     return reinterpret_cast<uintptr_t>(plus_bits) % bytes == 0 && reinterpret_cast<uintptr_t>(minus_bits) % bytes == 0 &&
@@ -967,7 +1657,9 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
 
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream) {
+                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning) {
+  const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
+  if (chosen.kernel < 0 || chosen.kernel > 2) return cudaErrorInvalidValue;
   if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
       shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
     return cudaErrorInvalidValue;
@@ -977,13 +1669,13 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
-                                     out_channels_last, stream);
+                                     out_channels_last, stream, chosen);
     case FloatType::kFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
-                                     out_channels_last, stream);
+                                     out_channels_last, stream, chosen);
     case FloatType::kBFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
-                                     out_channels_last, stream);
+                                     out_channels_last, stream, chosen);
   }
   return cudaErrorInvalidValue;
 }

@@ -89,9 +89,18 @@ inline bool conv_geometry_fits(const ConvShape& s) {
 // bit(minus) (torch.sign, 0 allowed). The epilogue's rows are the output pixels (batch, oh, ow), its columns
 // the output channels. out_channels_last: out is laid out [batch, oh, ow, oc], else [batch, oc, oh, ow].
 // A linear layer is the 1x1 case. Exact integer dots. Needs sm_80 and conv_geometry_fits(shape).
+// tuning (null: chosen from the shape and device) lets the kernel harness force a kernel. On a 9.0 device the
+// wgmma kernel (binary_conv2d.cu, binary_conv2d_wgmma_kernel) serves one-plane convolutions from 3072 output pixels
+// where it applies, the mma.sync kernels the rest.
+struct ConvTuning {
+  int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: the sm_90a
+                   //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
+                   //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
+  int tile_n = 0;  // wgmma kernel: output channels a block, 128 or 256 (0: from the shape)
+};
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream);
+                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning = nullptr);
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):
