@@ -1049,3 +1049,70 @@ def test_conv2d_short_pixel_rows(device, dtype, c, sign_zero):
     weight = torch.randn(9, c, 3, 3, device=device)
     actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1), pad_value=0.0, sign_zero=sign_zero)
     assert_matches(actual, expected, dtype, True, f"conv c={c} {dtype} sign_zero={sign_zero}")
+
+
+# ------------------------------------------------------------------------------------------------
+# The edges of binary_conv2d's wgmma dispatch. On a compute capability 9.0 GPU with sm_90a code, one-plane
+# convolutions (no sign_zero, <= 32 taps) of at least 3072 output pixels run on binary_conv2d_wgmma_kernel where
+# the channel words are a multiple of 4 and the operands 16-byte aligned, the mma.sync kernels elsewhere. The same
+# cases run everywhere (the CPU kernels on CPU).
+# ------------------------------------------------------------------------------------------------
+# (batch, channels, height, width, out_channels, kernel, stride, padding, dilation, pad_value): 3072 pixels exactly
+# and 3071; 1x1, 3x3, 5x5 (25 taps) and 4x8 (32 taps: the most one plane takes); stride 2 and dilation 2; channel
+# words 4 (C = 97: a tail word), 8, 12 and 5 (not a multiple of 4: the mma.sync kernels); output channels 1, 65,
+# 129 and 257 (tails of the 128 and 256 tiles).
+CONV_WGMMA_CASES = [
+    (16, 128, 12, 16, 65, (3, 3), (1, 1), (1, 1), (1, 1), 0.0),
+    (1, 128, 37, 83, 65, (3, 3), (1, 1), (1, 1), (1, 1), 1.0),
+    (3, 256, 32, 32, 257, (1, 1), (1, 1), (0, 0), (1, 1), 0.0),
+    (4, 97, 30, 30, 129, (5, 5), (1, 1), (2, 2), (1, 1), -1.0),
+    (2, 384, 40, 40, 1, (4, 8), (1, 1), (2, 3), (1, 1), 1.0),
+    (12, 128, 33, 34, 64, (3, 3), (2, 2), (1, 1), (2, 2), -1.0),
+    (16, 160, 12, 16, 33, (3, 3), (1, 1), (1, 1), (1, 1), 0.0),
+]
+
+
+@pytest.mark.parametrize("case", CONV_WGMMA_CASES, ids=lambda c: f"b{c[0]}c{c[1]}h{c[2]}w{c[3]}oc{c[4]}k{c[5][0]}x{c[5][1]}")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_conv2d_wgmma_edges(device, case, dtype):
+    """Exact integer results (no scale) in both memory formats; scale and bias per channel on a bf16 / fp16 copy."""
+    b, c, h, w, oc, kernel, stride, padding, dilation, pad_value = case
+    weight = torch.randn(oc, c, *kernel, device=device)
+    for memory_format in (torch.channels_last, torch.contiguous_format):
+        x = random_input((b, c, h, w), dtype, device).contiguous(memory_format=memory_format)
+        actual, expected = run_conv(x, weight, stride, padding, dilation, pad_value=pad_value)
+        assert actual.is_contiguous(memory_format=memory_format)
+        assert_matches(actual, expected, dtype, True, f"conv {case} {dtype} {memory_format}")
+    x = random_input((b, c, h, w), torch.bfloat16, device).contiguous(memory_format=torch.channels_last)
+    scale, bias = scale_and_bias("per_channel", oc, device)
+    actual, expected = run_conv(x, weight, stride, padding, dilation, scale, bias, pad_value=pad_value)
+    assert_matches(actual, expected, torch.bfloat16, False, f"conv {case} bf16 scale+bias")
+
+
+@requires_cuda
+def test_conv2d_wgmma_dispatch_cuda():
+    """Which kernel serves which convolution on a compute capability 9.0 GPU, by the names the profiler records."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernel runs on compute capability 9.0 only")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch_list and "9.0a" not in arch_list:
+        pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
+
+    def kernels(b, c, h, w, sign_zero=False):
+        x = random_input((b, c, h, w), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
+        w_packed = ops.pack_signs(torch.randn(64, 3, 3, c, device="cuda"))
+        args = (c, [3, 3], [1, 1], [1, 1], [1, 1])
+        ops.binary_conv2d(x, w_packed, *args, sign_zero=sign_zero)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+            ops.binary_conv2d(x, w_packed, *args, sign_zero=sign_zero)
+            torch.cuda.synchronize()
+        names = [event.key for event in profile.key_averages()]
+        if not any("conv2d" in name for name in names):
+            pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
+        return " ".join(names)
+
+    assert "binary_conv2d_wgmma_kernel" in kernels(16, 128, 12, 16)  # 3072 pixels
+    assert "binary_conv2d_wgmma_kernel" not in kernels(1, 128, 37, 83)  # 3071
+    assert "binary_conv2d_wgmma_kernel" not in kernels(16, 160, 12, 16)  # 5 channel words
+    assert "binary_conv2d_wgmma_kernel" not in kernels(16, 128, 12, 16, sign_zero=True)  # two planes
