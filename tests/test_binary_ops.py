@@ -605,7 +605,7 @@ def test_device_mismatch_raises():
 
 # ------------------------------------------------------------------------------------------------
 # Tile edges of the tensor-core CUDA paths (W1A16 pass and wgmma kernels with their split of K, dequantize +
-# cuBLAS above 128 rows (bf16/fp16; 1024 where the wgmma kernels apply); b1 MMA binary_linear; implicit-GEMM conv
+# cuBLAS above 128 rows (bf16/fp16; 4096 where the wgmma kernels apply); b1 MMA binary_linear; implicit-GEMM conv
 # with two bit planes). They run on CPU too, against the CPU kernels.
 # ------------------------------------------------------------------------------------------------
 EDGE_N = [1, 127, 129]
@@ -717,10 +717,10 @@ def test_weight_linear_fp32_one_signed_inputs_cuda(inputs):
 # The edges of binary_weight_linear's wgmma dispatch. On a compute capability 9.0 GPU, bf16/fp16 x runs on the pass
 # kernel up to M = 16, on the wgmma kernel up to 128 (tile from M: 64 rows up to 64, else 128), on the
 # warp-specialized wgmma kernel above (tiles (64|128, 2) up to 160, then (256, 1) or (128, 1) by waves), where
-# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 1024 rows (128 where wgmma does
+# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 4096 rows (128 where wgmma does
 # not apply). Elsewhere (other GPUs, the CPU) the same cases check whatever runs there.
 # ------------------------------------------------------------------------------------------------
-WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 160, 161, 1024, 1025]
+WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 160, 161, 1024, 4096, 4097]
 
 
 def assert_rounded_matches(actual, expected, bias, dtype, what, magnitude):
@@ -766,9 +766,9 @@ def one_element_off(t):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_weight_linear_wgmma_refusals(device, dtype):
-    """Inputs the wgmma kernel refuses run on the pass kernel, correctly: k % 64 != 0 (k = 1000), x one element off
-    its alignment (M = 100, and 500: past the pass kernel's usual 128 rows, since the switch to cuBLAS does not look
-    at pointers), packed W one word off; and 3-D x of 2 x 150 rows (300 rows: the warp-specialized kernel)."""
+    """Inputs the wgmma kernels refuse run on the pass kernel, correctly: k % 64 != 0 (k = 1000), x one element off
+    its alignment (M = 100; at M = 500 the binding copies x to an aligned buffer for the warp-specialized kernel),
+    packed W one word off; and 3-D x of 2 x 150 rows (300 rows: the warp-specialized kernel)."""
     n = 264
     cases = []
     x = random_input((100, 1000), dtype, device)
@@ -835,8 +835,11 @@ def test_weight_linear_wgmma_dispatch_cuda():
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
-        names = kernels(random_input((1025, 1024), dtype, "cuda"), 1024)
-        assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=1025: {names}"
+        names = kernels(one_element_off(random_input((500, 1024), dtype, "cuda")), 1024)  # copied to aligned memory
+        assert wgmma_tiles(names, "binary_weight_wgmma_ws_kernel"), f"{dtype} x off m=500: {names}"
+        assert not uses(names, "binary_weight_linear_tc_kernel"), f"{dtype} x off m=500: {names}"
+        names = kernels(random_input((4097, 1024), dtype, "cuda"), 1024)
+        assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=4097: {names}"
         for what, x, k in (("k=1000", random_input((100, 1000), dtype, "cuda"), 1000),
                            ("x off", one_element_off(random_input((100, 1024), dtype, "cuda")), 1024)):
             names = kernels(x, k)

@@ -146,8 +146,13 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
 
   const int64_t k = in_features;
   const int64_t m = x.numel() / k;
-  const at::Tensor input = x.contiguous();
-  const at::Tensor weight = w_packed.contiguous();
+  at::Tensor input = x.contiguous();
+  at::Tensor weight = w_packed.contiguous();
+  // Above 128 rows only the wgmma kernels are fast, and they need 16-byte aligned operands (TMA): a view off that
+  // alignment (a slice of a larger buffer) is copied once instead of running on the pass kernel.
+  const auto misaligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0; };
+  if (m > 128 && misaligned(input)) input = input.clone();
+  if (m > 128 && misaligned(weight)) weight = weight.clone();
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (m <= kernels::binary_weight_linear_fused_rows(float_type(input), k)) {

@@ -821,11 +821,12 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 constexpr int64_t kWgmmaMinRows = 16;
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
-// (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel above M = 128): 183 us at M = 1024 in a graph
-// against ~64 of dequantization plus a GEMM of 179. Pass kernel (other GPUs): 94.7 us at M = 128 and 164.9 at 160
-// (do_bench), dequantize + cuBLAS 117.7 at 257. fp32 x (three-way bf16 split on the tensor cores): 2048, not placed
-// by a sweep.
-constexpr int64_t kFusedRowsWgmma = 1024;
+// (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel above M = 128), harness us L2 flushed / graph:
+// M = 1024 170 / 175, 2048 336 / 363, 4096 666 / 728, against cuBLAS alone 179 / ~360 / 688 plus ~64 of
+// dequantization; both grow linearly, so the kernel keeps its ~60 us lead to about M = 8192 (not measured past
+// 4096: the switch sits there). Pass kernel (other GPUs): 94.7 us at M = 128 and 164.9 at 160 (do_bench),
+// dequantize + cuBLAS 117.7 at 257. fp32 x (three-way bf16 split on the tensor cores): 2048, not placed by a sweep.
+constexpr int64_t kFusedRowsWgmma = 4096;
 constexpr int64_t kFusedRowsPass = 128;
 constexpr int64_t kFusedRowsFp32 = 2048;
 
