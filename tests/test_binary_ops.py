@@ -1119,3 +1119,23 @@ def test_conv2d_wgmma_dispatch_cuda():
     assert "binary_conv2d_wgmma_kernel" not in kernels(1, 128, 37, 83)  # 3071
     assert "binary_conv2d_wgmma_kernel" not in kernels(16, 160, 12, 16)  # 5 channel words
     assert "binary_conv2d_wgmma_kernel" not in kernels(16, 128, 12, 16, sign_zero=True)  # two planes
+
+
+@requires_cuda
+def test_weight_linear_cublas_path_keeps_reduction_flags_cuda():
+    """Above 4096 rows binary_weight_linear runs cuBLAS with its split-K sums in fp32 (fp32 accumulation) and gives
+    torch's reduced-precision-reduction flags back as the user set them."""
+    matmul = torch.backends.cuda.matmul
+    saved = (matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction)
+    try:
+        for flags in ((True, True), (False, True), (True, False)):
+            matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction = flags
+            x = random_input((4097, 1024), torch.bfloat16, "cuda")
+            _, w_packed = packed_weight(100, 1024, "cuda")
+            scale, bias = scale_and_bias("per_channel", 100, "cuda")
+            actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, 1024, scale, bias)
+            assert_rounded_matches(actual, expected, bias, torch.bfloat16, f"flags {flags}", magnitude)
+            after = (matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction)
+            assert after == flags, f"flags {flags} came back as {after}"
+    finally:
+        matmul.allow_fp16_reduced_precision_reduction, matmul.allow_bf16_reduced_precision_reduction = saved

@@ -133,6 +133,31 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   return out;
 }
 
+// cuBLAS with its split-K partial sums kept in fp32 for the scope (SPEC 2.3's fp32 accumulation): torch's default
+// lets cuBLAS reduce them in bf16 / fp16 (a bf16 M = 4097, N = 100, K = 1024 product was then 28x past the test's
+// bound). The user's setting comes back at the end of the scope; the flags are process-wide, as torch's own.
+class FullPrecisionReduction {
+ public:
+  FullPrecisionReduction()
+      : fp16_(at::globalContext().allowFP16ReductionCuBLAS()), bf16_(at::globalContext().allowBF16ReductionCuBLAS()) {
+    at::globalContext().setAllowFP16ReductionCuBLAS(false, split_k(fp16_));
+    at::globalContext().setAllowBF16ReductionCuBLAS(false, split_k(bf16_));
+  }
+  ~FullPrecisionReduction() {
+    at::globalContext().setAllowFP16ReductionCuBLAS(reduced(fp16_), split_k(fp16_));
+    at::globalContext().setAllowBF16ReductionCuBLAS(reduced(bf16_), split_k(bf16_));
+  }
+  FullPrecisionReduction(const FullPrecisionReduction&) = delete;
+  FullPrecisionReduction& operator=(const FullPrecisionReduction&) = delete;
+
+ private:
+  static bool reduced(at::CuBLASReductionOption o) { return o == at::CuBLASReductionOption::AllowReducedPrecisionWithSplitK; }
+  static bool split_k(at::CuBLASReductionOption o) {
+    return o != at::CuBLASReductionOption::DisallowReducedPrecisionDisallowSplitK;
+  }
+  at::CuBLASReductionOption fp16_, bf16_;
+};
+
 // y = x @ (s(W) * scale).T + bias with fp32 accumulation (SPEC 2.3).
 at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_features,
                                      const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias) {
@@ -169,12 +194,13 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
     return out;
   }
   // Large M: compute-bound like a dense GEMM, so W = s(w) * scale in x's dtype (one pass) and cuBLAS
-  // (fp32 accumulation, the bias in its epilogue), as F.linear with that weight.
+  // (fp32 accumulation, split-K sums included: FullPrecisionReduction; the bias in its epilogue).
   at::Tensor dense = at::empty({n, k}, x.options());
   check_launch(kernels::launch_dequantize_signs(words(weight), n, k, inputs.epilogue.scale, inputs.epilogue.scale_count,
                                                 dense.mutable_data_ptr(), float_type(dense), stream),
                op);
   at::Tensor out_rows = out.view({m, n});
+  const FullPrecisionReduction full_precision;
   if (bias.has_value()) {
     at::addmm_out(out_rows, bias->to(x.scalar_type()).reshape({n}), input.view({m, k}), dense.t());
   } else {
