@@ -41,8 +41,7 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
   return static_cast<uint64_t>((start & 0x3ffff) >> 4) | (kLbo << 16) | (kSbo << 32) | (kSwizzle128 << 62);
 }
 
-// ---- b1 AND.POPC wgmma (binary_conv2d.cu; binary_linear_wgmma.cu still has its own copies, in its anonymous
-// namespace: hence the namespace here, until those go) ------------------------------------------------------------
+// ---- b1 AND.POPC wgmma (binary_conv2d.cu, binary_linear_wgmma.cu) ------------------------------------------------
 namespace b1 {
 // Pins the accumulators at this point of the instruction stream: the compiler may neither move their reads above
 // a wgmma.wait_group nor copy them between in-flight wgmmas.
