@@ -69,7 +69,69 @@
 // Debugging: -DBITCOMPILE_WGMMA_WATCHDOG turns every mbarrier wait into a ~4 s watchdog that traps (a protocol
 //   bug then fails the launch instead of hanging); off by default, a trap kills the CUDA context.
 //
-// ==== Persistent kernel (binary_linear_persistent_kernel: the sm_90 path of launch_binary_linear) ==========#include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
+// ==== Persistent kernel (binary_linear_persistent_kernel: the sm_90 path of launch_binary_linear) =================
+// Same math, tiles (128 x BN), stage layout, descriptors and wgmma loop as above; what changes:
+// - Persistent grid: min(units, resident clusters) CTAs, 1 an SM. Unit = (n tile, group of `cluster` consecutive m
+//   tiles), m fastest; cluster c walks the contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units
+//   mostly share the B tile (hot in L2, and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2,
+//   so the run order is chosen for pb reuse, not for L2 capacity.
+// - The ring runs across tiles: the producer (warp 0 lane 0) walks the same unit list and never waits for an
+//   epilogue, only for empty[s]; while the consumers store tile t it fills the ring with tile t + 1.
+// - Clusters of 2 (harness `cluster=2`; slower than 1 at every size measured, so the launcher's default is 1): the two CTAs own m tiles 2j, 2j + 1 of the same n tile; each
+//   loads its own A box and half of the B box (BN / 2 rows, map_b's box), multicast to both CTAs (same CTA-relative
+//   address, complete_tx on each CTA's full[s]): L2 -> SM bytes a CTA-stage 256 rows instead of 384. full[s] expects
+//   the whole stage (A + both halves; a peer's bytes may land before this CTA's expect_tx: the phase cannot complete
+//   while the producer's arrival is pending, the tx count just goes negative). empty[s] counts 8 x cluster arrivals:
+//   each consumer warp arrives on its own CTA's and (mapa + mbarrier.arrive.release.cluster) the peer's empty[s],
+//   since the peer's multicast writes into this CTA. cluster_sync after the barrier inits (the peer's barriers exist
+//   before any multicast or remote arrival) and before exit (no CTA leaves while its peer may still arrive on it).
+//   A box that would lie wholly outside the tensor (rank 1's A with cluster=2 and odd m_tiles, a B half past an N
+//   tail) starts at the last real row instead (its rows feed only outputs that are never stored), so every box is
+//   partly in bounds as in the kernel above: no reliance on how TMA counts the bytes of a wholly out-of-bounds box.
+// - No popcount warps (they took ~128 POPC + 32 LDS.128 a thread a stage, the busiest pipe in ncu, on 3 SMSPs):
+//   pa: each consumer thread counts the A rows it owns in the accumulators (rows 16 w4 + lane / 4 and + 8 of its
+//   warpgroup), the 4 threads of a quad 2 of the 8 chunks each, 4 LDS.128 + 16 POPC a thread a stage, issued after
+//   the stage's wgmmas (they overlap), summed by 2 shuffles a tile; pb: only on a tile whose n tile differs from the
+//   previous tile's (~1 tile in 5 at M = 4096: runs of ~7.8 units, 16 or 32 units an n tile), consumer thread ct counts B row ct (BN = 128: half a row each, shuffled),
+//   w's tail bits past K masked in the last stage; written to pop[BN] between two consumer barriers (bar 1, 256):
+//   the other warpgroup may still read the old pb a whole tile behind (a tile can be <= S stages). (Why not a global
+//   pre-pass: the launcher has no workspace, and a cudaMalloc'd one breaks graph capture. This is ~45% of the old
+//   POPC work, spread over all 4 SMSPs (2 consumer warps each: ~25% of the POPC pipe at peak MMA rate) and off the
+//   ring's critical path: no stage waits for a popcount warp.)
+// - Epilogue through TMA stores where out and its row pitch are 16-byte aligned (else st.global from registers, as
+//   above): each consumer warpgroup writes its 64 rows in boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns)
+//   into shared memory, SW128-swizzled like the operands (column pair at byte b of row r -> chunk (b / 16) ^ (r % 8):
+//   conflict-free), fence.proxy.async, bar (2 + wg, 128), and its first thread issues cp.async.bulk.tensor store +
+//   commit_group. B store buffers a warpgroup (4, or 2 where the ring leaves no room), reused round robin: before the
+//   barrier of box j that thread waits (cp.async.bulk.wait_group.read B - 2) until box j + 1 - B's store has read its
+//   buffer. Boxes wholly past N are not issued; TMA clips the M / N tails. The global writes then drain while the
+//   next tile's wgmmas run (the consumers only pay the shared-memory writes).
+// - Registers: setmaxnreg: producer warpgroup 40, consumers 232 (ptxas: 168 at launch, no spills; 128 s32
+//   accumulators + the epilogue need more than 168).
+//   Shared memory (bytes, S = stages, B = store buffers): BN = 256: TMA stores S 3 B 4: 215088, S 4 B 2: 231488;
+//   st.global S 4: 198720. BN = 128: TMA S 5 B 4: 230992, S 6 B 2: 231008; st.global S 6: 198240 (limit 232448).
+// Protocol (it = stage counter over the CTA's tiles, s = it % S, phase = (it / S) & 1; per tile kb = 0..kblocks-1):
+//   producer: for it: if it >= S wait empty[s] parity phase ^ 1; arrive.expect_tx(full[s], stage bytes); TMA A (own);
+//             TMA B (cluster 1: whole box; cluster 2: half `rank`, multicast to both).
+//   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (and pb) LDS +
+//             POPC of stage s; wait_group 1; arrive empty[previous s] (local + peer); after the last kb wait_group 0,
+//             arrive empty[last s]; epilogue.
+// Host model: benchmarks/kernels/w1a1_persistent_model.py checks the staging swizzle, popcount chunks, schedule and
+// budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, 2-CTA multicast,
+// wgmma groups, pb barriers, store-buffer rotation): no race or hang; with --mutations it shows it catches each of:
+// empty counting local arrivals only, no remote release, releasing before wait_group, a single pb barrier, one store
+// buffer too few waited, the wrong empty parity, expect_tx of the own bytes only. Keep it in step with the kernel.
+// First run (one harness process a row: a watchdog trap kills the context; build with EXTRA_NVCC_FLAGS=
+// -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 cluster=1 store=1), one k stage over
+// several tiles (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then
+// cluster=2, then the timing rows. Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a
+// protocol bug (counts, parity, remote arrivals, expect_tx bytes); wrong values with every row hit at the same
+// columns / rows pattern is a layout bug (descriptors, swizzle of the staging boxes: a store=1 vs store=2 difference
+// points at the staging layout, a cluster=1 vs 2 difference at the multicast half placement); values off by a
+// per-row or per-column constant are pa / pb (pb only: BN = 128 shuffles, the tail mask, or pb reuse across tiles
+// when only rows after the first tile of a run are wrong); bytes written outside the output (harness guard) are the
+// output tensor map.
+#include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cudaTypedefs.h>
