@@ -328,6 +328,19 @@ inline int sign_of(const std::vector<uint32_t>& bits, int64_t words, int64_t row
   return (bits[row * words + k / 32] >> (k % 32)) & 1u ? 1 : -1;
 }
 
+// A row's first launch. expect=reject rows pass only if the launcher answers cudaErrorNotSupported (refused, not run);
+// a refusal that was not expected fails the row, not the sweep. True when the row ends there (ok and check set).
+bool refused(Row& row, const Args& args, cudaError_t first) {
+  const bool expect_reject = args.str("expect", "") == "reject";
+  if (!expect_reject && first != cudaErrorNotSupported && first != cudaErrorInvalidValue) return false;
+  (void)cudaGetLastError();
+  row.ok = expect_reject && first == cudaErrorNotSupported;
+  row.check = format("launcher answered %s%s", cudaGetErrorName(first),
+                     expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
+  CHECK_CUDA(cudaDeviceSynchronize());
+  return true;
+}
+
 // ---- w1a16 and apot: y[m, n] = sum_k x[m, k] * weight(n, k) -----------------------------------------------
 Row run_w1a16(const Args& args, bool apot) {
   const int64_t m = args.num("m", 1), n = args.num("n", 8192), k = args.num("k", 8192);
@@ -481,17 +494,9 @@ Row run_w1a16(const Args& args, bool apot) {
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
                                            epilogue, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
   };
-  // expect=reject: the launcher must answer cudaErrorNotSupported (kernel=2 where wgmma does not apply: k % 64 != 0,
-  // fp32 x, not an sm_90a build on a 9.0 device). A refusal before launching fails the row, not the sweep.
-  const bool expect_reject = args.str("expect", "") == "reject";
+  // expect=reject: kernel=2/3 where wgmma does not apply (k % 64 != 0, fp32 x, not an sm_90a build on a 9.0 device)
   const cudaError_t first = launch(0, nullptr);
-  if (expect_reject || first == cudaErrorNotSupported || first == cudaErrorInvalidValue) {
-    (void)cudaGetLastError();
-    row.ok = expect_reject && first == cudaErrorNotSupported;
-    row.check = format("launcher answered %s%s", cudaGetErrorName(first),
-                       expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
-    return row;
-  }
+  if (refused(row, args, first)) return row;
   CHECK_CUDA(first);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> y_bytes(y.bytes);
@@ -585,14 +590,10 @@ Row run_w1a1(const Args& args) {
     return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, ep, out_ptr,
                                     out, stream, &tuning);
   };
-  if (args.str("expect", "") == "reject") {  // kernel=2/3 on a shape wgmma does not take: refused, not run
-    const cudaError_t error = launch(0, nullptr);
-    row.ok = error == cudaErrorNotSupported;
-    row.check = format("launcher answered %s (rejection expected)", cudaGetErrorName(error));
-    CHECK_CUDA(cudaDeviceSynchronize());
-    return row;
-  }
-  CHECK_CUDA(launch(0, nullptr));
+  // expect=reject: kernel=2 on a shape wgmma does not take
+  const cudaError_t first = launch(0, nullptr);
+  if (refused(row, args, first)) return row;
+  CHECK_CUDA(first);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> all_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(all_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
@@ -733,18 +734,9 @@ Row run_conv(const Args& args) {
     return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s, ep,
                                     out_ptr, out, /*out_channels_last=*/!nchw, stream, &tuning);
   };
-  // expect=reject: kernel=2 on a shape the wgmma kernel does not take must be refused, not run. A refusal that was
-  // not expected fails the row, not the sweep.
-  const bool expect_reject = args.str("expect", "") == "reject";
+  // expect=reject: kernel=2 on a shape the wgmma kernel does not take
   const cudaError_t first = launch(0, nullptr);
-  if (expect_reject || first == cudaErrorNotSupported || first == cudaErrorInvalidValue) {
-    (void)cudaGetLastError();
-    row.ok = expect_reject && first == cudaErrorNotSupported;
-    row.check = format("launcher answered %s%s", cudaGetErrorName(first),
-                       expect_reject ? (row.ok ? " (rejection expected)" : " (a rejection was expected)") : "");
-    CHECK_CUDA(cudaDeviceSynchronize());
-    return row;
-  }
+  if (refused(row, args, first)) return row;
   CHECK_CUDA(first);
   CHECK_CUDA(cudaDeviceSynchronize());
   std::vector<uint8_t> all_bytes(y.bytes);
