@@ -10,6 +10,7 @@ bindings (csrc/cuda/*.cpp) are built and run on the GPU machine.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -52,6 +53,18 @@ pytestmark = pytest.mark.skipif(
 class Compiled:
     def __init__(self, source: Path, returncode: int, log: str, obj: Path, keep_dir: Path):
         self.source, self.returncode, self.log, self.obj, self.keep_dir = source, returncode, log, obj, keep_dir
+
+    def ptx(self) -> str:
+        """The PTX nvcc kept (-keep)."""
+        return "\n".join(path.read_text() for path in self.keep_dir.glob("*.ptx"))
+
+    @functools.cached_property
+    def sass(self) -> subprocess.CompletedProcess | None:
+        """cuobjdump --dump-sass of the object, run once a source; None where cuobjdump is not installed."""
+        cuobjdump = _find_tool("cuobjdump")
+        if cuobjdump is None:
+            return None
+        return subprocess.run([str(cuobjdump), "--dump-sass", str(self.obj)], capture_output=True, text=True)
 
     def ptxas_summary(self) -> str:
         """One line per kernel: registers, shared memory, spills (from -Xptxas -v)."""
@@ -115,14 +128,12 @@ def test_cuda_kernels_do_not_spill(compiled, name):
 def test_binary_ops_use_b1_and_popc_tensor_cores(compiled, name):
     result = compiled[name]
     assert result.returncode == 0, result.log
-    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    ptx = result.ptx()
     assert B1_AND_MMA in ptx, f"{name} does not use mma.sync m16n8k256 b1 AND.POPC"
     assert "xor.popc" not in ptx, "XOR.POPC is emulated on Hopper (7x slower): use AND.POPC"
-    cuobjdump = _find_tool("cuobjdump")
-    if cuobjdump is not None:  # the SASS too, where the disassembler is installed
-        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
-        if sass.returncode == 0:
-            assert "BMMA.168256.AND.POPC" in sass.stdout
+    sass = result.sass
+    if sass is not None and sass.returncode == 0:  # the SASS too, where the disassembler is installed
+        assert "BMMA.168256.AND.POPC" in sass.stdout
 
 
 def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
@@ -130,15 +141,13 @@ def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
     serialize it."""
     result = compiled["binary_linear_wgmma.cu"]
     assert result.returncode == 0, result.log
-    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    ptx = result.ptx()
     for n in (128, 256):
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k256.s32.b1.b1.and.popc" in ptx
     assert "serialized" not in result.log, f"ptxas serialized the wgmma pipeline:\n{result.log}"
-    cuobjdump = _find_tool("cuobjdump")
-    if cuobjdump is not None:
-        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
-        if sass.returncode == 0:
-            assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
+    sass = result.sass
+    if sass is not None and sass.returncode == 0:
+        assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
 
 
 def test_binary_conv2d_wgmma_uses_b1_wgmma(compiled):
@@ -148,15 +157,13 @@ def test_binary_conv2d_wgmma_uses_b1_wgmma(compiled):
     result = compiled["binary_conv2d.cu"]
     assert result.returncode == 0, result.log
     assert not re.search(r"C751[0-9]|C752[0-9]|serializ", result.log), result.log
-    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    ptx = result.ptx()
     for n in (128, 256):
         assert f"wgmma.mma_async.sync.aligned.m64n{n}k256.s32.b1.b1.and.popc" in ptx
     assert "fence.proxy.async.shared::cta" in ptx and "cp.async.bulk.tensor.2d" in ptx
-    cuobjdump = _find_tool("cuobjdump")
-    if cuobjdump is not None:
-        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
-        if sass.returncode == 0:
-            assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
+    sass = result.sass
+    if sass is not None and sass.returncode == 0:
+        assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
 
 
 def test_binary_weight_wgmma_runs_asynchronously(compiled):
@@ -166,11 +173,10 @@ def test_binary_weight_wgmma_runs_asynchronously(compiled):
     result = compiled["binary_weight_wgmma.cu"]
     assert result.returncode == 0, result.log
     assert not re.search(r"C751[03]|serializ", result.log), result.log
-    ptx = "\n".join(path.read_text() for path in result.keep_dir.glob("*.ptx"))
+    ptx = result.ptx()
     assert "wgmma.mma_async.sync.aligned.m64n" in ptx
-    cuobjdump = _find_tool("cuobjdump")
-    if cuobjdump is not None:
-        sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
+    sass = result.sass
+    if sass is not None:
         assert sass.returncode == 0 and "HGMMA" in sass.stdout, sass.stderr
         listing = result.keep_dir / "wgmma.sass"
         listing.write_text(sass.stdout)
@@ -183,10 +189,9 @@ def test_binary_linear_persistent_kernel_sass(compiled):
     setmaxnreg register hand-over reach the SASS."""
     result = compiled["binary_linear_wgmma.cu"]
     assert result.returncode == 0, result.log
-    cuobjdump = _find_tool("cuobjdump")
-    if cuobjdump is None:
+    sass = result.sass
+    if sass is None:
         pytest.skip("cuobjdump not installed")
-    sass = subprocess.run([str(cuobjdump), "--dump-sass", str(result.obj)], capture_output=True, text=True)
     if sass.returncode != 0:
         pytest.skip(f"cuobjdump failed: {sass.stderr}")
     functions = [f for f in re.split(r"\n\s+Function : ", sass.stdout)[1:] if "binary_linear_persistent_kernel" in f]
