@@ -787,27 +787,38 @@ def test_weight_linear_wgmma_refusals(device, dtype):
         assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} {what}", magnitude)
 
 
-@requires_cuda
-def test_weight_linear_wgmma_dispatch_cuda():
-    """Which kernel serves which shape on a compute capability 9.0 GPU, by the kernel names the profiler records."""
+def skip_without_wgmma():
+    """Skips a dispatch test where no wgmma kernel can run: not a compute capability 9.0 GPU, or no sm_90a code."""
     if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the wgmma kernel runs on compute capability 9.0 only")
+        pytest.skip("the wgmma kernels run on compute capability 9.0 only")
     arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if arch_list and "9.0a" not in arch_list:
         pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
+
+
+def profiled_kernels(call, op_kernels):
+    """Names of the CUDA kernels one call() launches (after a first call that builds and loads them); skips where the
+    profiler records none whose name contains one of op_kernels (no CUPTI)."""
+    call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        call()
+        torch.cuda.synchronize()
+    names = [event.key for event in profile.key_averages()]
+    if not any(kernel in name for name in names for kernel in op_kernels):
+        pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
+    return names
+
+
+@requires_cuda
+def test_weight_linear_wgmma_dispatch_cuda():
+    """Which kernel serves which shape on a compute capability 9.0 GPU, by the kernel names the profiler records."""
+    skip_without_wgmma()
     n = 264
 
     def kernels(x, k, w_packed=None):
         w_packed = packed_weight(n, k, "cuda")[1] if w_packed is None else w_packed
-        ops.binary_weight_linear(x, w_packed, k)  # built and loaded before profiling
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            ops.binary_weight_linear(x, w_packed, k)
-            torch.cuda.synchronize()
-        names = [event.key for event in profile.key_averages()]
-        if not any("binary_weight" in name or "dequantize_signs" in name for name in names):
-            pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
-        return names
+        return profiled_kernels(lambda: ops.binary_weight_linear(x, w_packed, k), ("binary_weight", "dequantize_signs"))
 
     def wgmma_tiles(names, kernel="binary_weight_wgmma_kernel"):
         tiles = []
@@ -1095,25 +1106,13 @@ def test_conv2d_wgmma_edges(device, case, dtype):
 @requires_cuda
 def test_conv2d_wgmma_dispatch_cuda():
     """Which kernel serves which convolution on a compute capability 9.0 GPU, by the names the profiler records."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the wgmma kernel runs on compute capability 9.0 only")
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if arch_list and "9.0a" not in arch_list:
-        pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
+    skip_without_wgmma()
 
     def kernels(b, c, h, w, sign_zero=False):
         x = random_input((b, c, h, w), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
         w_packed = ops.pack_signs(torch.randn(64, 3, 3, c, device="cuda"))
         args = (c, [3, 3], [1, 1], [1, 1], [1, 1])
-        ops.binary_conv2d(x, w_packed, *args, sign_zero=sign_zero)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            ops.binary_conv2d(x, w_packed, *args, sign_zero=sign_zero)
-            torch.cuda.synchronize()
-        names = [event.key for event in profile.key_averages()]
-        if not any("conv2d" in name for name in names):
-            pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
-        return " ".join(names)
+        return " ".join(profiled_kernels(lambda: ops.binary_conv2d(x, w_packed, *args, sign_zero=sign_zero), ("conv2d",)))
 
     assert "binary_conv2d_wgmma_kernel" in kernels(16, 128, 12, 16)  # 3072 pixels
     assert "binary_conv2d_wgmma_kernel" not in kernels(1, 128, 37, 83)  # 3071
