@@ -107,8 +107,8 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
 // - bf16/fp16 x of M <= 2: x as 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu,
 //   "binary_weight_planes");
 // - bf16/fp16 x of M > 16 on a compute capability 9.0 device with sm_90a code: wgmma, W expanded from bits in
-//   registers, x through a swizzled shared-memory ring (binary_weight_wgmma.cu), where k % 64 == 0, x is 16-byte,
-//   w_bits 8-byte and out 2-byte aligned;
+//   registers (binary_weight_wgmma.cu: up to M = 128 x through a swizzled shared-memory ring, above that the
+//   warp-specialized kernel with x by TMA), where k % 64 == 0, x is 16-byte, w_bits 8-byte and out 2-byte aligned;
 // - otherwise the tensor-core pass kernel: every packed weight word read once per pass of up to 32 rows of x (16 for
 //   fp32 x, which runs as an exact three-way bf16 split).
 // K split over a thread block cluster. sm_count: multiprocessors of the device (sizes the K split). Needs sm_80; the
@@ -123,7 +123,7 @@ struct WeightLinearTuning {
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
                    //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
                    //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (256,1), warpgroups
-                   //   0 or 2; harness only until the H200 A/B against 2 decides which one stays)
+                   //   0 or 2; kernel 0 takes it above M = 128, kernel 2 up to there)
   int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
@@ -141,9 +141,9 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                         const WeightLinearTuning* tuning = nullptr);
 // The largest M for which launch_binary_weight_linear beats dequantize_signs + cuBLAS on the current device (the
-// binding's switch): 768 where the wgmma kernel applies (bf16/fp16 x, k % 64 == 0, a 9.0 device, sm_90a code), 128
-// for other bf16/fp16 x, 2048 for fp32 x. Pointer alignment is not asked: unaligned x up to these rows runs on the
-// pass kernel (correct, slower).
+// binding's switch): 4096 where the wgmma kernels apply (bf16/fp16 x, k % 64 == 0, a 9.0 device, sm_90a code), 128
+// for other bf16/fp16 x, 2048 for fp32 x. Pointer alignment is not asked: the binding copies a misaligned x or W of
+// more than 128 rows for the wgmma kernels; below, unaligned x runs on the pass kernel (correct, slower).
 int64_t binary_weight_linear_fused_rows(FloatType type, int64_t k);
 
 // out[n, j] = (bit j of row n ? +1 : -1) * scale[n or 0] (scale may be null: 1), row-major [n_rows, k] of `type`,

@@ -1,12 +1,13 @@
 // binary_weight_linear on Hopper wgmma: the kernel that launch_binary_weight_linear (binary_weight_linear.cu) runs
 // for bf16 / fp16 x of more than 16 rows on a compute capability 9.0 device, in a build with sm_90a code; the
-// binding runs up to binary_weight_linear_fused_rows = 768 rows through it and dequantize + cuBLAS above.
+// binding runs up to binary_weight_linear_fused_rows = 4096 rows through it (the warp-specialized kernel above 128)
+// and dequantize + cuBLAS above.
 // y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
-// Two kernels while they are measured against each other: binary_weight_wgmma_kernel (below: all threads copy and
-// compute, the op's) and binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring, its own comment
-// block further down; WeightLinearTuning kernel = 3 only, not measured yet). The loser goes.
+// Two kernels, each where it won on the H200 (wgmma_dispatch): binary_weight_wgmma_kernel (below: all threads copy
+// and compute) for M = 17..128, binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring, its own
+// comment block further down) above; WeightLinearTuning kernel = 2 / 3 forces one.
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
@@ -469,8 +470,8 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
 }
 
 // ================================================================================================================
-// The warp-specialized kernel (binary_weight_wgmma_ws_kernel; WeightLinearTuning kernel = 3 while it and the kernel
-// above are measured against each other on the H200). The same operands, A fragments, B layout and end of block as
+// The warp-specialized kernel (binary_weight_wgmma_ws_kernel: the op's above M = 128; WeightLinearTuning kernel = 3
+// forces it). The same operands, A fragments, B layout and end of block as
 // above; what changes is who moves the data, the stage length (128 k) and how the steps wait for each other.
 //
 // ---- Roles (384 threads: warps 0-7 two consumer warpgroups, warps 8-11 the producer warpgroup) -----------------
