@@ -4,10 +4,10 @@
 // binary_weight_linear.cu, binary_weight_wgmma.cu, binary_conv2d.cu).
 //
 // Kernel choice is by shape and device only (no switches between kernel generations): binary_weight_linear runs its
-// fused kernels up to binary_weight_linear_fused_rows rows of x (768 where its wgmma kernel runs: bf16/fp16 x,
+// fused kernels up to binary_weight_linear_fused_rows rows of x (4096 where its wgmma kernels run: bf16/fp16 x,
 // k % 64 == 0, an sm_90a build on a compute capability 9.0 GPU; 128 for other bf16/fp16 x, 2048 for fp32) and
 // dequantize + cuBLAS above; the launchers choose the kernel and its tiles (binary_kernels.cuh). Every CUDA kernel
-// needs sm_80, which bitcompile/_build.py checks before it builds; the wgmma kernel is only taken on sm_90a.
+// needs sm_80, which bitcompile/_build.py checks before it builds; the wgmma kernels are only taken on sm_90a.
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -173,16 +173,18 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   const int64_t m = x.numel() / k;
   at::Tensor input = x.contiguous();
   at::Tensor weight = w_packed.contiguous();
-  // Above 128 rows only the wgmma kernels are fast, and they need 16-byte aligned operands (TMA): a view off that
-  // alignment (a slice of a larger buffer) is copied once instead of running on the pass kernel.
-  const auto misaligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0; };
-  if (m > 128 && misaligned(input)) input = input.clone();
-  if (m > 128 && misaligned(weight)) weight = weight.clone();
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   if (m <= kernels::binary_weight_linear_fused_rows(float_type(input), k)) {
     // Fused kernels (bit planes, tensor-core passes, wgmma): W stays packed in memory; exact +-1 weights, fp32 sums
-    // and epilogue.
+    // and epilogue. Past the pass kernel's 128 rows (kFusedRowsPass) bf16/fp16 x is here only where the wgmma kernels
+    // apply, and they need 16-byte aligned operands (TMA): a view off that alignment (a slice of a larger buffer) is
+    // copied once instead of running on the pass kernel.
+    const auto misaligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.const_data_ptr()) % 16 != 0; };
+    if (m > 128 && float_type(input) != kernels::FloatType::kFloat32) {
+      if (misaligned(input)) input = input.clone();
+      if (misaligned(weight)) weight = weight.clone();
+    }
     const size_t workspace_bytes = kernels::binary_weight_linear_workspace_bytes(float_type(input), m, k);
     at::Tensor workspace;  // the bit planes of x (bf16/fp16, M <= 2)
     if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
