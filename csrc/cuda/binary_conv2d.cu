@@ -86,6 +86,36 @@ __device__ __forceinline__ uint32_t inside_taps(int top, int left, int kernel_h,
   return inside;
 }
 
+// A one-plane kernel's values of output pixel p (zeros past the last pixel): the word offset of its tap (0, 0) in
+// the packed input (taps outside the image are masked, never read), the taps inside the image, and its output offset.
+struct RowPixel {
+  int64_t source = 0, out_offset = 0;
+  uint32_t inside = 0;
+};
+__device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p, int64_t total_pixels, int64_t out_plane,
+                                              int64_t channel_words) {
+  RowPixel row;
+  if (p < total_pixels) {
+    const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
+    const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
+    const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
+    row.source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
+    row.inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), static_cast<int>(shape.kernel_w),
+                             static_cast<int>(shape.dilation_h), static_cast<int>(shape.dilation_w),
+                             static_cast<int>(shape.height), static_cast<int>(shape.width));
+    row.out_offset = px.image * shape.out_channels * out_plane + px.position;
+  }
+  return row;
+}
+
+// Word offset of tap t (kh * kernel_w + kw) from tap (0, 0) in the packed input.
+__device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int t, int64_t channel_words) {
+  const int kernel_w = static_cast<int>(shape.kernel_w);
+  const int kh = t / kernel_w;
+  return (static_cast<int64_t>(kh) * shape.dilation_h * shape.width + (t - kh * kernel_w) * shape.dilation_w) *
+         channel_words;
+}
+
 // One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
 // epilogue's lanes read neighbouring columns of one tap; t, c by a shift, no division), 0 past the last output
 // channel; all_taps_d[c] += D_t by shared atomics (zeroed by the caller before a barrier; read after the main
@@ -759,37 +789,18 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
   const int64_t n0 = static_cast<int64_t>(blockIdx.x / static_cast<unsigned>(m_tiles)) * BN;
   const int64_t out_plane = shape.out_height * shape.out_width;
   const int64_t n_rows = shape.out_channels;
-  const int kernel_w = static_cast<int>(shape.kernel_w);
-  const int dilation_h = static_cast<int>(shape.dilation_h);
-  const int dilation_w = static_cast<int>(shape.dilation_w);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
   const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
   if (tid < BM) {
-    const int r = tid;
-    const int64_t p = m0 + r;
-    uint32_t inside = 0;
-    int64_t source = 0, out_offset = 0;
-    if (p < total_pixels) {
-      const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
-      const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
-      const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
-      source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
-      inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), kernel_w, dilation_h, dilation_w,
-                           static_cast<int>(shape.height), static_cast<int>(shape.width));
-      out_offset = px.image * n_rows * out_plane + px.position;
-    }
-    row_source[r] = source;
-    row_inside[r] = inside;
-    row_out[r] = out_offset;
-    row_pop[r] = 0;
+    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
+    row_source[tid] = row.source;
+    row_inside[tid] = row.inside;
+    row_out[tid] = row.out_offset;
+    row_pop[tid] = 0;
   }
-  if (tid < taps) {
-    const int kh = tid / kernel_w;
-    tap_offset[tid] = (static_cast<int64_t>(kh) * dilation_h * shape.width + (tid - kh * kernel_w) * dilation_w) *
-                      channel_words;
-  }
+  if (tid < taps) tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
   if (tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
 
@@ -1180,31 +1191,12 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
     }
   }
   if (tid < kCwBM) {  // the rows' pixel math, once a row (as binary_conv2d_pipelined_kernel)
-    const int r = tid;
-    const int64_t p = m0 + r;
-    uint32_t inside = 0;
-    int64_t source = 0, out_offset = 0;
-    if (p < total_pixels) {
-      const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
-      const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
-      const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
-      source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
-      inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), static_cast<int>(shape.kernel_w),
-                           static_cast<int>(shape.dilation_h), static_cast<int>(shape.dilation_w),
-                           static_cast<int>(shape.height), static_cast<int>(shape.width));
-      out_offset = px.image * n_rows * out_plane + px.position;
-    }
-    rows.row_source[r] = source;
-    rows.row_inside[r] = inside;
-    rows.row_out[r] = out_offset;
+    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
+    rows.row_source[tid] = row.source;
+    rows.row_inside[tid] = row.inside;
+    rows.row_out[tid] = row.out_offset;
   }
-  if (tid < taps) {
-    const int kernel_w = static_cast<int>(shape.kernel_w);
-    const int kh = tid / kernel_w;
-    rows.tap_offset[tid] =
-        (static_cast<int64_t>(kh) * shape.dilation_h * shape.width + (tid - kh * kernel_w) * shape.dilation_w) *
-        channel_words;
-  }
+  if (tid < taps) rows.tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
   for (int i = tid; i < (taps + 1) * BN; i += kCwThreads) tap_pb[i] = 0;  // tap_pb and all_pb
   __syncthreads();
 
