@@ -185,7 +185,7 @@ def test_binary_weight_wgmma_runs_asynchronously(compiled):
 
 
 def test_binary_linear_persistent_kernel_sass(compiled):
-    """The persistent wgmma kernel: per instantiation BGMMA, TMA loads (plain and multicast), TMA stores and the
+    """The persistent wgmma kernel: per instantiation BGMMA, TMA loads, TMA stores and the
     setmaxnreg register hand-over reach the SASS."""
     result = compiled["binary_linear_wgmma.cu"]
     assert result.returncode == 0, result.log
@@ -199,7 +199,7 @@ def test_binary_linear_persistent_kernel_sass(compiled):
     for body in functions:
         name = body.split("\n", 1)[0]
         n = 256 if "ILi256E" in name else 128
-        for op in (f"BGMMA.64x{n}x256.AND.POPC", "UTMALDG", "UTMASTG", "USETMAXREG", ".MULTICAST"):
+        for op in (f"BGMMA.64x{n}x256.AND.POPC", "UTMALDG", "UTMASTG", "USETMAXREG"):
             assert op in body, f"{op} missing from {name}"
 
 

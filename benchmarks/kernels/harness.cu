@@ -18,7 +18,7 @@
 //          16-byte alignment, i.e. the byte-load kernel)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
-//          (wgmma tile width), cluster=1|2 (B multicast), store=1 (st.global) | 2 (TMA store), stages=N (ring
+//          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
 //          depth); 0 or absent: from the shape
 //          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias) outoff=0 (the output pointer that
 //          many elements past an aligned one; guard elements around the output must stay untouched)
@@ -527,11 +527,10 @@ Row run_w1a1(const Args& args) {
   bk::BinaryLinearTuning tuning;
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.tile_n = static_cast<int>(args.num("bn", 0));
-  tuning.cluster = static_cast<int>(args.num("cluster", 0));
   tuning.store = static_cast<int>(args.num("store", 0));
   tuning.stages = static_cast<int>(args.num("stages", 0));
   row.config = format("kern=%d bn=%d", tuning.kernel, tuning.tile_n);
-  if (tuning.kernel != 1) row.config += format(" c%d s%d st%d", tuning.cluster, tuning.store, tuning.stages);
+  if (tuning.kernel != 1) row.config += format(" s%d st%d", tuning.store, tuning.stages);
   if (epi != 0) row.config += format(" epi=%d", epi);
   if (out_offset != 0) row.config += format(" off=%lld", (long long)out_offset);
   row.rate_unit = "POPS";

@@ -48,7 +48,6 @@ struct BinaryLinearTuning {  // for the kernel harness; the op passes none (ever
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: wgmma (cudaErrorNotSupported if it does not apply)
   // The wgmma kernel only (0: from the shape):
   int tile_n = 0;   // output columns a tile: 128 or 256
-  int cluster = 0;  // CTAs a cluster sharing the B tile through TMA multicast: 1 (the default: faster) or 2
   int store = 0;    // 1: st.global from registers; 2: TMA stores through shared memory (cudaErrorNotSupported where out
                     // or its row pitch is not 16-byte aligned); 0: TMA stores where they apply
   int stages = 0;   // ring depth (0: the deepest that fits beside the store buffers)

@@ -71,23 +71,14 @@
 //
 // ==== Persistent kernel (binary_linear_persistent_kernel: the sm_90 path of launch_binary_linear) =================
 // Same math, tiles (128 x BN), stage layout, descriptors and wgmma loop as above; what changes:
-// - Persistent grid: min(units, resident clusters) CTAs, 1 an SM. Unit = (n tile, group of `cluster` consecutive m
-//   tiles), m fastest; cluster c walks the contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units
-//   mostly share the B tile (hot in L2, and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2,
+// - Persistent grid: min(units, SMs) CTAs, 1 an SM. Unit = output tile (n tile, m tile), m fastest; CTA c walks the
+//   contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units mostly share the B tile (hot in L2, and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2,
 //   so the run order is chosen for pb reuse, not for L2 capacity.
 // - The ring runs across tiles: the producer (warp 0 lane 0) walks the same unit list and never waits for an
 //   epilogue, only for empty[s]; while the consumers store tile t it fills the ring with tile t + 1.
-// - Clusters of 2 (harness `cluster=2`; slower than 1 at every size measured, so the launcher's default is 1): the two CTAs own m tiles 2j, 2j + 1 of the same n tile; each
-//   loads its own A box and half of the B box (BN / 2 rows, map_b's box), multicast to both CTAs (same CTA-relative
-//   address, complete_tx on each CTA's full[s]): L2 -> SM bytes a CTA-stage 256 rows instead of 384. full[s] expects
-//   the whole stage (A + both halves; a peer's bytes may land before this CTA's expect_tx: the phase cannot complete
-//   while the producer's arrival is pending, the tx count just goes negative). empty[s] counts 8 x cluster arrivals:
-//   each consumer warp arrives on its own CTA's and (mapa + mbarrier.arrive.release.cluster) the peer's empty[s],
-//   since the peer's multicast writes into this CTA. cluster_sync after the barrier inits (the peer's barriers exist
-//   before any multicast or remote arrival) and before exit (no CTA leaves while its peer may still arrive on it).
-//   A box that would lie wholly outside the tensor (rank 1's A with cluster=2 and odd m_tiles, a B half past an N
-//   tail) starts at the last real row instead (its rows feed only outputs that are never stored), so every box is
-//   partly in bounds as in the kernel above: no reliance on how TMA counts the bytes of a wholly out-of-bounds box.
+// - No clusters: 2-CTA clusters sharing the B tile by TMA multicast (half the B box each, remote empty[s] releases)
+//   were built and measured slower at every size (H200, N = K = 8192 fp32 out, graph us: M = 4096 128.7 against
+//   99.8, 512 20.9 against 18.4), and deleted (git history: branch w1a1-persistent).
 // - No popcount warps (they took ~128 POPC + 32 LDS.128 a thread a stage, the busiest pipe in ncu, on 3 SMSPs):
 //   pa: each consumer thread counts the A rows it owns in the accumulators (rows 16 w4 + lane / 4 and + 8 of its
 //   warpgroup), the 4 threads of a quad 2 of the 8 chunks each, 4 LDS.128 + 16 POPC a thread a stage, issued after
@@ -111,23 +102,21 @@
 //   Shared memory (bytes, S = stages, B = store buffers): BN = 256: TMA stores S 3 B 4: 215088, S 4 B 2: 231488;
 //   st.global S 4: 198720. BN = 128: TMA S 5 B 4: 230992, S 6 B 2: 231008; st.global S 6: 198240 (limit 232448).
 // Protocol (it = stage counter over the CTA's tiles, s = it % S, phase = (it / S) & 1; per tile kb = 0..kblocks-1):
-//   producer: for it: if it >= S wait empty[s] parity phase ^ 1; arrive.expect_tx(full[s], stage bytes); TMA A (own);
-//             TMA B (cluster 1: whole box; cluster 2: half `rank`, multicast to both).
+//   producer: for it: if it >= S wait empty[s] parity phase ^ 1; arrive.expect_tx(full[s], stage bytes); TMA A; TMA B.
 //   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (and pb) LDS +
-//             POPC of stage s; wait_group 1; arrive empty[previous s] (local + peer); after the last kb wait_group 0,
+//             POPC of stage s; wait_group 1; arrive empty[previous s]; after the last kb wait_group 0,
 //             arrive empty[last s]; epilogue.
 // Host model: benchmarks/kernels/w1a1_persistent_model.py checks the staging swizzle, popcount chunks, schedule and
-// budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, 2-CTA multicast,
-// wgmma groups, pb barriers, store-buffer rotation): no race or hang; with --mutations it shows it catches each of:
-// empty counting local arrivals only, no remote release, releasing before wait_group, a single pb barrier, one store
-// buffer too few waited, the wrong empty parity, expect_tx of the own bytes only. Keep it in step with the kernel.
+// budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, wgmma groups, pb
+// barriers, store-buffer rotation; it still models the deleted 2-CTA multicast too): no race or hang; with
+// --mutations it shows it catches each of: releasing before wait_group, a single pb barrier, one store buffer too few
+// waited, the wrong empty parity (and the multicast-only mutations).
 // First run (one harness process a row: a watchdog trap kills the context; build with EXTRA_NVCC_FLAGS=
-// -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 cluster=1 store=1), one k stage over
-// several tiles (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then
-// cluster=2, then the timing rows. Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a
-// protocol bug (counts, parity, remote arrivals, expect_tx bytes); wrong values with every row hit at the same
+// -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 store=1), one k stage over several tiles
+// (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then the timing rows. Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a
+// protocol bug (counts, parity, expect_tx bytes); wrong values with every row hit at the same
 // columns / rows pattern is a layout bug (descriptors, swizzle of the staging boxes: a store=1 vs store=2 difference
-// points at the staging layout, a cluster=1 vs 2 difference at the multicast half placement); values off by a
+// points at the staging layout); values off by a
 // per-row or per-column constant are pa / pb (pb only: BN = 128 shuffles, the tail mask, or pb reuse across tiles
 // when only rows after the first tile of a run are wrong); bytes written outside the output (harness guard) are the
 // output tensor map.
@@ -166,30 +155,7 @@ constexpr int kWgThreads = 384;        // producer warpgroup + 2 consumer warpgr
 using b1::fence_accumulators;
 using b1::wgmma_and_popc;
 
-// ---- Cluster, TMA multicast, TMA store and named-barrier wrappers (the persistent kernel) ----------------------
-__device__ __forceinline__ uint32_t cluster_cta_count() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_index() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%clusterid.x;\n" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_grid_count() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%nclusterid.x;\n" : "=r"(r));
-  return r;
-}
-// Every thread of every CTA of the cluster; release / acquire orders the shared memory accesses (remote mbarrier
-// arrivals included) before the barrier against those after it. .aligned: the whole warp executes it.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release.aligned;\n"
-      "barrier.cluster.wait.acquire.aligned;\n" ::
-          : "memory");
-}
+// ---- TMA store and named-barrier wrappers (the persistent kernel) -------------------------------------------------
 // 2-D TMA store of one box from shared memory (the elements outside the tensor are not written); c0: column, c1: row.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, uint32_t src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
@@ -297,8 +263,7 @@ static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536, "reg
 __device__ __forceinline__ uint4 load_shared_16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 #endif
 
-// Persistent: each cluster (1 CTA, or 2 sharing the B tile) walks its contiguous run of output tiles; the producer
-// keeps the ring going across tiles. Layout, protocol and popcounts: top of the file.
+// Persistent: each CTA walks its contiguous run of output tiles; the producer keeps the ring going across tiles. Layout, protocol and popcounts: top of the file.
 template <int BN, typename OutT>
 __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel(
     const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -318,63 +283,43 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
   const int tid = threadIdx.x;
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  const int csize = static_cast<int>(cluster_cta_count());  // 1, or 2: B multicast to both CTAs
-  const int rank = static_cast<int>(cluster_cta_rank());
-  // Static schedule. Unit = (n tile, group of csize consecutive m tiles), m groups fastest; cluster c takes the
-  // contiguous run [u_begin, u_end) (a balanced split), so consecutive units mostly share the n tile (pb reused).
-  const int m_groups = (shape.m_tiles + csize - 1) / csize;
+  // Static schedule. Unit = output tile (n tile, m tile), m tiles fastest; CTA c takes the contiguous run
+  // [u_begin, u_end) (a balanced split), so consecutive units mostly share the n tile (pb reused).
+  const int m_groups = shape.m_tiles;
   const int units = m_groups * shape.n_tiles;
-  const int clusters = static_cast<int>(cluster_grid_count());
-  const int cluster = static_cast<int>(cluster_index());
-  const int per_cluster = units / clusters, extra = units % clusters;
-  const int u_begin = cluster * per_cluster + min(cluster, extra);
-  const int u_end = u_begin + per_cluster + (cluster < extra ? 1 : 0);
+  const int ctas = static_cast<int>(gridDim.x);
+  const int cta = static_cast<int>(blockIdx.x);
+  const int per_cta = units / ctas, extra = units % ctas;
+  const int u_begin = cta * per_cta + min(cta, extra);
+  const int u_end = u_begin + per_cta + (cta < extra ? 1 : 0);
   const int kblocks = static_cast<int>(ceil_div(shape.words, kWgBKWords));  // words < 2^26 (k <= INT_MAX)
 
   if (tid == 0) {
     for (int s = 0; s < S; ++s) {
       mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, 8 * csize);  // the consumer warps of every CTA that reads the stage
+      mbar_init(empty_bar + 8 * s, 8);  // the 8 consumer warps
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async_shared();
   }
-  // The peer's barriers must be initialized before this CTA's multicast or remote arrivals reach them.
-  if (csize > 1) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (warp < 4) {
     // ---- producer warpgroup: warp 0 lane 0 issues the TMA loads; warps 1-3 have nothing to do ----
     registers_decrease<kProducerRegisters>();
     if (warp == 0 && lane == 0) {
       uint32_t s = 0, phase = 0;  // of ring round it / S
-      int it = 0;                 // stages issued so far, over all of this cluster's tiles
-      const int last_m_row = static_cast<int>(shape.m_rows - 1), last_n_row = static_cast<int>(shape.n_rows - 1);
+      int it = 0;                 // stages issued so far, over all of this CTA's tiles
       for (int u = u_begin; u < u_end; ++u) {
         const int n_tile = u / m_groups;
-        const int m_tile = (u - n_tile * m_groups) * csize + rank;
-        // A box wholly past M (rank 1 of an odd last pair) or B half wholly past N starts at the last real row
-        // instead: every box stays partly in bounds (as in the kernel above), and the rows that land belong to
-        // outputs that are never stored.
-        const int a_box_row = min(m_tile * kWgBM, last_m_row);
+        const int m_tile = u - n_tile * m_groups;
         for (int kb = 0; kb < kblocks; ++kb, ++it) {
           if (it >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, kb);  // round it / S - 1 released it
           const uint32_t stage = smem_base + s * L::kStageBytes;
           const uint32_t full = full_bar + 8 * s;
-          // A box + the whole B box (with csize 2 half of it comes from the peer's multicast, counted here too).
-          mbar_arrive_expect_tx(full, L::kStageBytes);
-          tma_load_2d(stage, &map_a, kb * kWgBKWords, a_box_row, full);
-          if (csize == 1) {
-            tma_load_2d(stage + L::kBytesA, &map_b, kb * kWgBKWords, n_tile * BN, full);
-          } else {
-            constexpr int kHalf = BN / 2;  // map_b's box: BN / 2 rows; this CTA loads half `rank` for both
-            const int b_box_row = min(n_tile * BN + rank * kHalf, last_n_row);
-            tma_load_2d_multicast(stage + L::kBytesA + rank * kHalf * kWgRowBytes, &map_b, kb * kWgBKWords,
-                                  b_box_row, full, 0x3);
-          }
+          mbar_arrive_expect_tx(full, L::kStageBytes);  // the A box and the B box
+          tma_load_2d(stage, &map_a, kb * kWgBKWords, m_tile * kWgBM, full);
+          tma_load_2d(stage + L::kBytesA, &map_b, kb * kWgBKWords, n_tile * BN, full);
           if (++s == static_cast<uint32_t>(S)) {
             s = 0;
             phase ^= 1u;
@@ -391,7 +336,6 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
     const int w4 = warp & 3;
     const int quad_row = lane >> 2;  // row within its 8-row group = the row's swizzle phase
     const bool elected = (ct & 127) == 0;
-    const uint32_t peer = static_cast<uint32_t>(rank ^ 1);
     // pa: this thread's A rows are the accumulator rows it owns, 64 wg + 16 w4 + lane / 4 and + 8; the 4 threads
     // of a quad split each row's 8 chunks (logical chunks 2 (lane % 4) + 0/1), summed by shuffles per tile.
     const int a_row = wg * 64 + w4 * 16 + quad_row;
@@ -408,7 +352,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
     int last_n_tile = -1;
     for (int u = u_begin; u < u_end; ++u) {
       const int n_tile = u / m_groups;
-      const int m_tile = (u - n_tile * m_groups) * csize + rank;
+      const int m_tile = u - n_tile * m_groups;
       const bool need_pb = n_tile != last_n_tile;  // uniform over the CTA
       last_n_tile = n_tile;
 #pragma unroll
@@ -458,10 +402,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
         fence_accumulators(acc);
         if (kb > 0) {
           __syncwarp();
-          if (lane == 0) {
-            mbar_arrive(empty_bar + 8 * previous_s);
-            if (csize > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, peer);
-          }
+          if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);
         }
         previous_s = s;
         if (++s == static_cast<uint32_t>(S)) {
@@ -472,10 +413,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
       wgmma_wait<0>();
       fence_accumulators(acc);
       __syncwarp();
-      if (lane == 0) {  // the tile's last stage, now rather than after the epilogue
-        mbar_arrive(empty_bar + 8 * previous_s);
-        if (csize > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, peer);
-      }
+      if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);  // the tile's last stage, now rather than after the epilogue
 
       // ---- epilogue: rows 64 wg + 16 w4 + lane / 4 (+ 8 h), columns 8 i + 2 (lane % 4) + 0/1 ----
       pa0 += __shfl_xor_sync(kFullMask, pa0, 1);
@@ -592,8 +530,6 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
     if (store_buffers != 0 && elected) bulk_wait<0>();  // every store written (its shared memory read) before exit
     __syncwarp();
   }
-  // No CTA of a cluster exits while its peer may still arrive on its barriers or multicast into it.
-  if (csize > 1) cluster_sync();
 #else
   __trap();  // built for another target: the launcher refuses without sm_90a code on a 9.0 device
 #endif
@@ -629,33 +565,13 @@ constexpr FloatType float_type_of() {
                            : (std::is_same<OutT, __half>::value ? FloatType::kFloat16 : FloatType::kBFloat16);
 }
 
-// Clusters (config's cluster dimension) of this kernel that are resident on the device at once, asked once per
-// device (cudaOccupancyMaxActiveClusters is not a stream operation: safe inside a graph capture); 0: unknown.
-template <typename Kernel>
-int resident_clusters(Kernel kernel, cudaLaunchConfig_t config, int (&known)[64]) {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
-  int count = __atomic_load_n(&known[device], __ATOMIC_ACQUIRE);
-  if (count > 0) return count;
-  if (cudaOccupancyMaxActiveClusters(&count, kernel, &config) != cudaSuccess || count <= 0) {
-    (void)cudaGetLastError();  // the query's error is not the launch's
-    return 0;
-  }
-  __atomic_store_n(&known[device], count, __ATOMIC_RELEASE);
-  return count;
-}
-
 template <int BN, typename OutT>
 cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
-                                           int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out, int cluster,
-                                           int store, int stages, int sm_count, cudaStream_t stream) {
+                                           int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out, int store,
+                                           int stages, int sm_count, cudaStream_t stream) {
   using L = PersistentLayout<BN>;
   const int64_t words = ceil_div(k, 32);
   const int64_t m_tiles = ceil_div(m_rows, kWgBM), n_tiles = ceil_div(n_rows, BN);
-  // One CTA a cluster: B multicast to a pair (cluster = 2, the harness's) was slower at every size measured (H200,
-  // N = K = 8192 fp32 out, graph us: M = 4096 128.7 against 99.8, 512 20.9 against 18.4).
-  if (cluster == 0) cluster = 1;
-  if (cluster != 1 && cluster != 2) return cudaErrorInvalidValue;
   // TMA stores: 16-byte aligned base and row pitch.
   const bool store_ok =
       reinterpret_cast<uintptr_t>(out) % 16 == 0 && (n_rows * static_cast<int64_t>(sizeof(OutT))) % 16 == 0;
@@ -666,12 +582,12 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
   // 4 store buffers a warpgroup where they fit beside the ring, else 2.
   const int store_buffers = !tma_store ? 0 : (L::smem_bytes(stages, 4) <= L::kSmemLimit ? 4 : 2);
   if (stages < 2 || L::smem_bytes(stages, store_buffers) > L::kSmemLimit) return cudaErrorInvalidValue;
-  const int64_t units = ceil_div(m_tiles, cluster) * n_tiles;
+  const int64_t units = m_tiles * n_tiles;
   if (units > INT_MAX) return cudaErrorInvalidValue;
 
   CUtensorMap map_a, map_b, map_out;
   if (!encode_operand_map(&map_a, x_bits, m_rows, words, kWgBM) ||
-      !encode_operand_map(&map_b, w_bits, n_rows, words, BN / cluster)) {
+      !encode_operand_map(&map_b, w_bits, n_rows, words, BN)) {
     return cudaErrorNotSupported;
   }
   if (tma_store) {
@@ -696,18 +612,10 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
   shape.pair_stores = n_rows % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(OutT)) == 0;
 
   const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
-  // Persistent grid: as many clusters as are resident at once (one CTA an SM), at most one a unit.
-  int resident = sm_count / cluster;
-  if (cluster > 1) {
-    static int known[64] = {};
-    const ClusterLaunch probe(dim3(static_cast<unsigned>(cluster), 1, 1), kWgThreads, smem, cluster, stream);
-    const int fit = resident_clusters(kernel, probe.config, known);
-    if (fit > 0) resident = std::min(resident, fit);
-  }
-  const int64_t clusters = std::max<int64_t>(1, std::min<int64_t>(units, resident));
-  const ClusterLaunch launch(dim3(static_cast<unsigned>(clusters * cluster), 1, 1), kWgThreads, smem, cluster, stream);
-  error = cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_out, shape, ep, out);
-  return error != cudaSuccess ? error : cudaGetLastError();
+  // Persistent grid: one CTA an SM (1 fits an SM), at most one a unit.
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(units, sm_count > 0 ? sm_count : 132));
+  kernel<<<static_cast<unsigned>(ctas), kWgThreads, smem, stream>>>(map_a, map_b, map_out, shape, ep, out);
+  return cudaGetLastError();
 }
 
 template <typename OutT>
@@ -717,11 +625,11 @@ cudaError_t binary_linear_persistent_tile(const uint32_t* x_bits, const uint32_t
   int tile_n = t.tile_n;  // as the kernel above
   if (tile_n == 0) tile_n = ceil_div(m_rows, kWgBM) * ceil_div(n_rows, 256) * 8 >= int64_t{sm_count} * 7 ? 256 : 128;
   if (tile_n == 128) {
-    return binary_linear_persistent_typed<128>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.cluster, t.store,
-                                               t.stages, sm_count, stream);
+    return binary_linear_persistent_typed<128>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.store, t.stages,
+                                               sm_count, stream);
   }
-  return binary_linear_persistent_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.cluster, t.store, t.stages,
-                                             sm_count, stream);
+  return binary_linear_persistent_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.store, t.stages, sm_count,
+                                             stream);
 }
 
 }  // namespace
