@@ -631,7 +631,6 @@ Row run_conv(const Args& args) {
   s.out_width = (s.width + 2 * s.pad_w - s.dilation_w * (s.kernel_w - 1) - 1) / s.stride_w + 1;
   bk::ConvTuning tuning;
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
-  tuning.tile_n = static_cast<int>(args.num("bn", 0));
   const bool stray = args.num("stray", 0) != 0;
   const FloatType out = parse_type(args.str("out", "fp16"));
   const bool nchw = args.num("nchw", 0) != 0;
@@ -647,9 +646,8 @@ Row run_conv(const Args& args) {
                      s.dilation_h != 1 ? format(" d%lld", (long long)s.dilation_h).c_str() : "",
                      args.str("out", "fp16").c_str());
   row.config = "auto";
-  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0 || stray || tuning.kernel != 0 || tuning.tile_n != 0) {
-    row.config = format("%s%s%s%s%s%s", tuning.kernel != 0 ? format("k%d ", tuning.kernel).c_str() : "",
-                        tuning.tile_n != 0 ? format("bn%d ", tuning.tile_n).c_str() : "", nchw ? "nchw " : "",
+  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0 || stray || tuning.kernel != 0) {
+    row.config = format("%s%s%s%s%s", tuning.kernel != 0 ? format("k%d ", tuning.kernel).c_str() : "", nchw ? "nchw " : "",
                         epi != 0 ? format("epi=%d ", epi).c_str() : "",
                         s.pad_value != 0 ? format("padv=%d ", s.pad_value).c_str() : "",
                         out_offset != 0 ? format("off=%lld ", (long long)out_offset).c_str() : "");

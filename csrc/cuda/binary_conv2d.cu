@@ -957,41 +957,42 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 // tap of one pixel), 16-byte aligned operands, a 9.0 device with sm_90a code.
 //
 // ---- Tiles ------------------------------------------------------------------------------------------------------
-//   Block tile 128 pixels x BN output channels (BN = 256: all of C = 256 in one block, the gather done once per
-//   pixel; BN = 128 where that gives more blocks in one wave), K stage = 1024 bits = 32 words (C = 256: 4 taps of
-//   8 words, one tap a k256 step). 384 threads = 3 warpgroups:
-//     WG0 (producer, 128 threads): gathers A by cp.async (thread p: chunk p % 8 of rows p / 8 + 16 i, i < 8);
-//         thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
-//     WG1, WG2 (consumers): rows 0-63 / 64-127, all BN columns: per stage up to 4 wgmma m64nBNk256 into BN / 2
-//         s32 registers a thread; while they run, the row popcounts pa of the thread's own accumulator rows and
-//         the weight's per-tap popcounts pb_t of B row ctid (BN = 128: half a row) from the stage in shared memory.
+//   Block tile 128 pixels x BN = 128 output channels, K stage = 1024 bits = 32 words (C = 256: 4 taps of 8 words,
+//   one tap a k256 step). 320 threads, two blocks an SM (so that one block's prologue, fills and epilogue run under
+//   the other's main loop: a block alone is latency-bound, ~0.4 eligible warps a scheduler):
+//     warps 0-3, 4-7 (consumer warpgroups 0, 1): rows 0-63 / 64-127, all BN columns: per stage up to 4 wgmma
+//         m64n128k256 into 64 s32 registers a thread; while they run, the row popcounts pa of the thread's own
+//         accumulator rows and the weight's per-tap popcounts pb_t of half of B row ctid % 128 from the stage.
+//     warps 8-9 (producer, 64 threads): gather A by cp.async (thread p: chunk p % 8 of rows p / 8 + 8 i, i < 16);
+//         producer thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
 //   The last stage issues only its k steps that hold real words (C = 256 3x3: 9 k steps, not 12); its chunks past
 //   them are not copied, and the popcounts skip chunks past the last real word.
-//   Budget: 384 threads, 1 block an SM; registers (ptxas, nvcc 13.0) 157 at BN = 256, 105 at BN = 128, no spills;
-//   shared memory 210784 bytes for C = 256 3x3 at BN = 256 (4 stages of 48 KB + tap_pb 10 KB + 2.9 KB + 1 KB
-//   alignment slack). Per block of the B=64 C=256 14x14 row: 18 BGMMA 64x256x256 (151 M binary ops, 1.29 us at
-//   the 15.5 POPS peak / 132 SMs) against ~420 KB of shared-memory traffic (wgmma 180, fills 132, popcounts 108:
-//   ~1.8 us at 128 B a clock), so the main loop is shared-memory bound before it is MMA bound.
+//   Budget: registers (ptxas, nvcc 13.0) 95, no spills (two blocks need <= 102); shared memory for 3x3: 3 stages
+//   of 32 KB + tap_pb 5 KB + 2.9 KB + 1 KB alignment slack, ~105 KB (two blocks in the SM's 228 KB).
+//   H200 harness, rotating graph us, 2026-12-01, these two blocks an SM against one block an SM of BN = 256 (same
+//   kernel otherwise): C = OC = 256 14x14 B = 64 12.3 / 13.1, B = 256 34.9 / 36.4; C = OC = 512 7x7 B = 256 30.7 /
+//   33.7, B = 1 11.6 / 14.6. C = OC = 128 28x28 B = 256 (ResNet-18 layer2): 63.1; ncu 65.6 us against 90.1 for the
+//   earlier one-block-an-SM kernel of 384 threads (a producer warpgroup) at BN = 128.
 //
 // ---- Shared memory (dynamic; base rounded up to 1024) -----------------------------------------------------------
-//   [ring: S stages of (A 128 x 128 bytes | B BN x 128 bytes)] [tap_pb: taps x BN int] [all_pb: BN int] [ConvWgRows]
+//   [ring: S stages of (A 128 x 128 bytes | B 128 x 128 bytes)] [tap_pb: taps x BN int] [all_pb: BN int] [ConvWgRows]
 //   Both boxes in the canonical K-major SW128 layout of wgmma (as binary_linear_wgmma.cu): row r at r * 128, its
 //   16-byte chunk q (words 4q..4q+3 of the stage) at r * 128 + ((q ^ (r % 8)) * 16); TMA writes B so
 //   (CU_TENSOR_MAP_SWIZZLE_128B), the gather writes A so itself. Descriptors: A of consumer WG w, step j:
 //   slot + w * 8192 + 32 j; B: slot + 16384 + 32 j; SBO 1024, SW128 (sw128_descriptor).
-//   S = 3..6 from what fits in 227 KB (BN = 256: 4 up to 30 taps, 3 beyond; BN = 128: 6).
+//   S = 3 where two blocks fit an SM (up to ~28 taps), else as many as fit one block (up to 6).
 //   After the main loop the ring holds the epilogue's int32 tile [128][BN + 8] (and for NCHW output the
-//   converted tile, [BN][128 + 1 or 2] 32-bit words).
+//   converted tile, [BN][128 + 2] 32-bit words).
 //
 // ---- Pipeline protocol (kb = 0 .. kblocks-1, s = kb % S, round = kb / S) -----------------------------------------
-//   full[s]  (count 129): the 128 producer threads, each after its own copies of stage kb have landed
+//   full[s]  (count 65): the 64 producer threads, each after its own copies of stage kb have landed
 //            (cp.async.wait_group LAG, then fence.proxy.async.shared::cta: its generic-proxy writes ordered before
-//            the consumers' async-proxy wgmma reads; then mbarrier.arrive, release), + thread 0's
-//            arrive.expect_tx(BN * 128) whose TMA box completes the transaction bytes.
+//            the consumers' async-proxy wgmma reads; then mbarrier.arrive, release), + one arrive.expect_tx(BN *
+//            128) whose TMA box completes the transaction bytes (thread 0 for the first S, then producer thread 0).
 //   empty[s] (count 8): lane 0 of each consumer warp, after its wgmmas of the stage completed (wait_group) and
 //            its popcount loads of the stage were consumed (__syncwarp).
-//   producer thread: for kb: if kb >= S wait empty[s] parity (round - 1) & 1; (thread 0: expect_tx + TMA B;
-//            the first S B boxes go out right after the barrier init, before the row set-up); 8 cp.async (zero
+//   producer thread: for kb: if kb >= S wait empty[s] parity (round - 1) & 1; (producer thread 0: expect_tx + TMA
+//            B; the first S B boxes go out right after the barrier init, before the row set-up); 16 cp.async (zero
 //            fill for padded taps, taps past the last, pixels past the end); commit; if kb >= LAG: wait_group LAG,
 //            fence.proxy.async, arrive full[kb - LAG]. After the loop: wait_group 0, fence, arrive the last LAG.
 //            LAG = min(S - 2, 2): the producer of stage kb waits for the release of kb - S, which the consumers
@@ -1005,38 +1006,42 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
 //      writes 4 acc - 2 pa - (1 + pad) C n_padded of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
 //      2 (lane % 4) + 0/1, the mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart
-//      (8-byte stores of a warp on distinct banks). __syncthreads (all 384: the producer warps join the rest).
-//   E2 (all 12 warps): a warp takes one row (BN = 128: two) at a time, so the padded-tap correction of the row is
+//      (8-byte stores of a warp on distinct banks). __syncthreads (all 320: the producer warps join the rest).
+//   E2 (all 10 warps): a warp takes two rows at a time (16 lanes a row), so the padded-tap correction of the row is
 //      uniform across the warp (no divergence): value = tile + all_d[c] + 2 (1 + pad) sum_padded pb_t[c], all_d[c]
 //      = taps C - 2 all_pb[c] (= sum_t D_t, D_t = C - 2 pb_t); with the E1 term that is conv_epilogue's
 //      all_d - (1 + pad) sum_padded D_t. Then epilogue_value's fma (bit for bit). The column values (scale, bias,
 //      all_d) of the lane's 8 columns are read once a thread.
 //      channels_last: lane = 8 consecutive columns, stored straight to global (16-byte vectors where the row
-//      pitch and the output pointer allow: a warp writes a row's 512 contiguous bytes for BN = 256 fp16).
-//      NCHW: lane = columns lane + 32 e (BN = 128: lane % 16 + 16 e), values kept in registers for all the
-//      thread's rows, __syncthreads, written transposed ([channel][pixel], odd / 2 mod 32 line stride: no
-//      bank conflicts), __syncthreads, E3: consecutive threads store consecutive pixels of a channel.
+//      pitch and the output pointer allow: a half warp writes a row's 256 contiguous bytes for fp16).
+//      NCHW: lane = columns lane % 16 + 16 e, values kept in registers for all the thread's rows, __syncthreads,
+//      written transposed ([channel][pixel], 2 mod 32 line stride: no bank conflicts), __syncthreads, E3: the 256
+//      consumer threads store consecutive pixels of a channel.
 //
 // Debugging: -DBITCOMPILE_WGMMA_WATCHDOG (wgmma_common.cuh) traps a wait that spins ~4 s and prints role and
 // stage: role 0 = producer thread on empty[s], role 2 = consumer on full[s].
-constexpr int kCwThreads = 384;
+constexpr int kCwThreads = 320;                 // 8 consumer warps (two warpgroups), then 2 producer warps
+constexpr int kCwConsumerThreads = 256;
+constexpr int kCwProducerThreads = kCwThreads - kCwConsumerThreads;
 constexpr int kCwBM = 128;
 constexpr int kCwMaxStages = 6;
 constexpr int kCwStageWords = 32;               // 1024 bits of K a stage, 128 bytes of a row
 constexpr int kCwMaxDynamicSmem = 232448;       // sm_90: 227 KB a block (opt-in)
 constexpr int kCwEmptyArrivals = 8;             // consumer warps
-constexpr int kCwFullArrivals = 128 + 1;        // producer threads + thread 0's expect_tx
+constexpr int kCwFullArrivals = kCwProducerThreads + 1;  // producer threads + the TMA thread's expect_tx
+constexpr int kCwBN = 128;                      // output channels a block
+constexpr int kCwBlocksPerSm = 2;               // resident blocks an SM (registers <= 65536 / 640 = 102 a thread)
+constexpr int kCwSmemPerSm = 233472;            // sm_90: 228 KB an SM, 1 KB of it reserved a resident block
 
-template <int BN>
 struct ConvWgLayout {
-  static_assert(BN == 128 || BN == 256, "BN");
+  static constexpr int BN = kCwBN;
   static constexpr int kBytesA = kCwBM * 128;                    // 16384
   static constexpr int kBytesB = BN * 128;
   static constexpr int kStageBytes = kBytesA + kBytesB;
   static_assert(kBytesA % 1024 == 0 && kStageBytes % 1024 == 0, "SW128 boxes 1024-byte aligned");
   static constexpr int kTileStride = BN + 8;                     // int32 words a row of the E1 tile
   static constexpr int kTileBytes = kCwBM * kTileStride * 4;
-  static constexpr int kLineStride = BN == 256 ? kCwBM + 1 : kCwBM + 2;  // words a channel line (NCHW staging)
+  static constexpr int kLineStride = kCwBM + 2;                 // words a channel line (NCHW staging)
   static constexpr int kLineBytes = BN * kLineStride * 4;
   static_assert(kTileBytes <= 3 * kStageBytes && kLineBytes <= 3 * kStageBytes, "epilogue tiles fit a 3-stage ring");
   static constexpr int kLanesPerRow = BN / 8;                    // E2: 8 columns a lane
@@ -1054,9 +1059,8 @@ struct ConvWgRows {
   uint64_t bars[2 * kCwMaxStages];        // full[s] at bars[s], empty[s] at bars[S + s]
 };
 
-template <int BN>
 constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
-  return 1024 + static_cast<size_t>(stages) * ConvWgLayout<BN>::kStageBytes + static_cast<size_t>(taps + 1) * BN * 4 +
+  return 1024 + static_cast<size_t>(stages) * ConvWgLayout::kStageBytes + static_cast<size_t>(taps + 1) * kCwBN * 4 +
          sizeof(ConvWgRows);
 }
 
@@ -1150,12 +1154,13 @@ struct EightOut {
   }
 };
 
-template <int BN, typename OutT>
-__global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
+template <typename OutT>
+__global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmma_kernel(
     const __grid_constant__ CUtensorMap map_w, const uint32_t* __restrict__ plus_bits, ConvShape shape, int m_tiles,
     int stages, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last) {
 #if BC_WGMMA_ENABLED
-  using L = ConvWgLayout<BN>;
+  using L = ConvWgLayout;
+  constexpr int BN = kCwBN;
   extern __shared__ uint8_t cw_smem_raw[];
   uint8_t* const smem = cw_smem_raw + ((1024 - (cw_shared_address(cw_smem_raw) & 1023)) & 1023);
   const uint32_t ring = cw_shared_address(smem);
@@ -1205,20 +1210,26 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
   const int steps_words = (reduction_words + 7) & ~7;  // the words the k steps cover (whole 256-bit steps)
   // The warpgroup, broadcast from lane 0 so that ptxas sees a warp-uniform role: with a threadIdx-derived one it
   // takes the consumers' branch on the step count (below) as divergent and serializes the wgmmas (C7520).
+  // warps 0-3 / 4-7: consumer warpgroups 0 / 1; warps 8-9 (warpgroup 2, not a whole one): the producer.
   const int warpgroup = __shfl_sync(kFullMask, tid / 128, 0);
-  if (warpgroup == 0) {
-    // ---- producer warpgroup: the A gather (and thread 0: B by TMA) ----
-    const int chunk = tid & 7;    // 16-byte chunk of the stage row: words 4 chunk .. 4 chunk + 3
-    const int row0 = tid >> 3;    // rows row0 + 16 i: a warp copies 4 whole rows (128 contiguous bytes a tap)
-    uint64_t a_source[8];         // global byte address of the row's (image, top, left) pixel
-    uint32_t a_inside[8];
+  if (warpgroup == 2) {
+    // ---- producer warps: the A gather (and producer thread 0: B by TMA) ----
+    constexpr int kRowGroups = kCwProducerThreads / 8;  // rows a pass: 8 threads (chunks) a row
+    constexpr int kRowsEach = kCwBM / kRowGroups;       // rows a producer thread copies
+    const int ptid = tid - kCwConsumerThreads;
+    const int chunk = ptid & 7;   // 16-byte chunk of the stage row: words 4 chunk .. 4 chunk + 3
+    const int row0 = ptid >> 3;   // rows row0 + kRowGroups i: a warp copies 4 whole rows (128 contiguous bytes a tap)
+    uint64_t a_source[kRowsEach];  // global byte address of the row's (image, top, left) pixel
+    uint32_t a_inside[kRowsEach];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int r = row0 + 16 * i;
+    for (int i = 0; i < kRowsEach; ++i) {
+      const int r = row0 + kRowGroups * i;
       a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(rows.row_source[r] * 4);
       a_inside[i] = rows.row_inside[r];
     }
-    const uint32_t a_dst = row0 * 128 + ((chunk ^ (row0 & 7)) * 16);  // + slot + i * 2048 (row0 + 16 i: same r % 8)
+    static_assert(kRowGroups % 8 == 0, "rows row0 + kRowGroups i share r % 8 (one swizzle a thread)");
+    // + slot + i * kRowGroups * 128
+    const uint32_t a_dst = row0 * 128 + ((chunk ^ (row0 & 7)) * 16);
     int tap = 4 * chunk / channel_words;  // of the next stage to issue (tap < taps <=> word < reduction_words)
     int channel_word = 4 * chunk % channel_words;
     const int lag = stages >= 4 ? 2 : 1;
@@ -1228,7 +1239,7 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       const uint32_t slot = ring + s * L::kStageBytes;
       if (kb >= stages) {
         mbar_wait(empty_bar + 8 * s, round_parity ^ 1u, 0, kb);  // round kb / S - 1 released it
-        if (tid == 0) {
+        if (ptid == 0) {
           mbar_arrive_expect_tx(full_bar + 8 * s, L::kBytesB);
           tma_load_2d(slot + L::kBytesA, &map_w, kb * kCwStageWords, n0, full_bar + 8 * s);
         }
@@ -1239,9 +1250,9 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
       // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pa counts): not copied
       if (kb * kCwStageWords + 4 * chunk < steps_words) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) {
+        for (int i = 0; i < kRowsEach; ++i) {
           const bool fill = in_taps && ((a_inside[i] >> tap_bit) & 1u) != 0;
-          cp_async_shared<16>(slot + a_dst + i * 2048,
+          cp_async_shared<16>(slot + a_dst + i * kRowGroups * 128,
                               fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
         }
       }
@@ -1275,8 +1286,8 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
     }
   } else {
     // ---- consumer warpgroups ----
-    const int wg = warpgroup - 1;  // 0: tile rows 0-63, 1: rows 64-127
-    const int ctid = tid - 128;      // 0..255
+    const int wg = warpgroup;  // 0: tile rows 0-63, 1: rows 64-127
+    const int ctid = tid;      // 0..255
     const int quad = lane & 3;
     int acc[BN / 2];
 #pragma unroll
@@ -1514,11 +1525,11 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
         }
       }
       __syncthreads();
-      // E3: thread tid stores pixel tid % 128 of channels tid / 128 + 3 j (384 = 3 x 128: the pixel is fixed).
+      // E3: consumer thread tid stores pixel tid % 128 of channels tid / 128 + 2 j (256 = 2 x 128: the pixel is fixed).
       const int r = tid % kCwBM;
-      if (r < rows_valid) {
+      if (tid < kCwConsumerThreads && r < rows_valid) {
         OutT* dst = out + rows.row_out[r] + static_cast<int64_t>(n0) * out_plane;
-        for (int c = tid / kCwBM; c < cols_valid; c += kCwThreads / kCwBM) {
+        for (int c = tid / kCwBM; c < cols_valid; c += kCwConsumerThreads / kCwBM) {
           const uint32_t bits = lines[c * L::kLineStride + r];
           if constexpr (sizeof(OutT) == 2) {
             *reinterpret_cast<uint16_t*>(dst + c * out_plane) = static_cast<uint16_t>(bits);
@@ -1539,10 +1550,11 @@ __global__ __launch_bounds__(kCwThreads, 1) void binary_conv2d_wgmma_kernel(
 #endif
 }
 
-template <int BN, typename OutT>
+template <typename OutT>
 cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                        const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
-  using L = ConvWgLayout<BN>;
+  using L = ConvWgLayout;
+  constexpr int BN = kCwBN;
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
@@ -1553,9 +1565,14 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
       shape.out_channels > INT_MAX - BN) {
     return cudaErrorInvalidValue;
   }
-  // Ring stages: as many as fit (at most kCwMaxStages), at least 3 (the producer's lag needs S >= 3).
-  const size_t fixed = conv_wgmma_smem_bytes<BN>(0, taps);
-  const size_t fitting = (kCwMaxDynamicSmem - fixed) / static_cast<size_t>(L::kStageBytes);
+  // Ring stages: as many as fit a resident block's share of the SM's shared memory (3 for 3x3), at least 3 (the
+  // producer's lag needs S >= 3); where fewer than 3 fit that share (more than ~28 taps), as many as fit one block
+  // an SM (at most kCwMaxStages).
+  const size_t fixed = conv_wgmma_smem_bytes(0, taps);
+  const size_t share = static_cast<size_t>(kCwSmemPerSm / kCwBlocksPerSm - 1024);
+  const size_t budget = share < static_cast<size_t>(kCwMaxDynamicSmem) ? share : kCwMaxDynamicSmem;
+  size_t fitting = budget > fixed ? (budget - fixed) / static_cast<size_t>(L::kStageBytes) : 0;
+  if (fitting < 3) fitting = (kCwMaxDynamicSmem - fixed) / static_cast<size_t>(L::kStageBytes);
   const int stages = static_cast<int>(fitting < kCwMaxStages ? fitting : kCwMaxStages);
   if (stages < 3) return cudaErrorNotSupported;
   CUtensorMap map_w;  // [out_channels, reduction_words] words, boxes of 32 words x BN rows
@@ -1563,11 +1580,11 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
                         reduction_words * 4, kCwStageWords, BN)) {
     return cudaErrorNotSupported;
   }
-  auto kernel = binary_conv2d_wgmma_kernel<BN, OutT>;
+  auto kernel = binary_conv2d_wgmma_kernel<OutT>;
   static unsigned long long smem_devices = 0;  // the attribute is raised to the largest size once (sizes vary)
   const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices);
   if (error != cudaSuccess) return error;
-  kernel<<<static_cast<unsigned>(blocks), kCwThreads, conv_wgmma_smem_bytes<BN>(stages, taps), stream>>>(
+  kernel<<<static_cast<unsigned>(blocks), kCwThreads, conv_wgmma_smem_bytes(stages, taps), stream>>>(
       map_w, plus_bits, shape, static_cast<int>(m_tiles), stages, static_cast<int>(channel_words),
       static_cast<int>(reduction_words), ep, out, out_channels_last);
   return cudaGetLastError();
@@ -1579,14 +1596,10 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
 // 47.5; C = OC = 128 28x28 B = 64 24.1 / 31.7; C = 128 -> OC = 256 stride 2, B = 64 12.3 / 19.5.
 constexpr int64_t kCwMinPixels = 3072;
 
-// The wgmma kernel where it applies (cudaErrorNotSupported elsewhere). tile_n: 128, 256, or 0: BN = 128 where the
-// output channels fit one such tile or its blocks fit one wave (half the work a block), else 256 (one gather per
-// pixel tile for all of C = 256).
+// The wgmma kernel where it applies (cudaErrorNotSupported elsewhere).
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                const Epilogue& ep, OutT* out, bool out_channels_last, int tile_n,
-                                cudaStream_t stream) {
-  if (tile_n != 0 && tile_n != 128 && tile_n != 256) return cudaErrorInvalidValue;
+                                const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
   const int64_t channel_words = ceil_div(shape.channels, 32);
   if (shape.kernel_h * shape.kernel_w > kOnePlaneMaxTaps || channel_words % 4 != 0 ||
       reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
@@ -1597,14 +1610,7 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   if (error != cudaSuccess) return error;
   // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only
   if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
-  if (tile_n == 0) {
-    const int64_t m_tiles = ceil_div(shape.batch * shape.out_height * shape.out_width, kCwBM);
-    tile_n = shape.out_channels <= 128 || m_tiles * ceil_div(shape.out_channels, 128) <= device.sm_count ? 128 : 256;
-  }
-  if (tile_n == 128) {
-    return binary_conv2d_wgmma_launch<128>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
-  }
-  return binary_conv2d_wgmma_launch<256>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
 }
 
 template <typename OutT>
@@ -1616,7 +1622,7 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
   if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
     if (minus_bits != nullptr) return cudaErrorNotSupported;
-    const cudaError_t error = binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, tuning.tile_n, stream);
+    const cudaError_t error = binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
     if (error != cudaErrorNotSupported || tuning.kernel == 2) return error;
     (void)cudaGetLastError();
   }

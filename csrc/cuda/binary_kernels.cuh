@@ -95,7 +95,6 @@ struct ConvTuning {
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: the sm_90a
                    //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
-  int tile_n = 0;  // wgmma kernel: output channels a block, 128 or 256 (0: from the shape)
 };
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,

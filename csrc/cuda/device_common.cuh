@@ -67,6 +67,10 @@ cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& 
   const unsigned long long bit = device < 64 ? (1ull << device) : 0ull;
   if (bit != 0 && (__atomic_load_n(&done_devices, __ATOMIC_ACQUIRE) & bit) != 0) return cudaSuccess;
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  // The whole unified L1 as shared memory: the kernels that ask for this much want every resident block's share.
+  if (error == cudaSuccess) {
+    error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  }
   if (error == cudaSuccess && bit != 0) __atomic_fetch_or(&done_devices, bit, __ATOMIC_RELEASE);
   return error;
 }
