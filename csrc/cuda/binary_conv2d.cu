@@ -1582,7 +1582,8 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
   }
   auto kernel = binary_conv2d_wgmma_kernel<OutT>;
   static unsigned long long smem_devices = 0;  // the attribute is raised to the largest size once (sizes vary)
-  const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices);
+  // with the whole unified L1 as shared memory, so that two blocks of ~105 KB fit an SM
+  const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices, /*max_shared_carveout=*/true);
   if (error != cudaSuccess) return error;
   kernel<<<static_cast<unsigned>(blocks), kCwThreads, conv_wgmma_smem_bytes(stages, taps), stream>>>(
       map_w, plus_bits, shape, static_cast<int>(m_tiles), stages, static_cast<int>(channel_words),

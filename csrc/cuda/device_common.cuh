@@ -58,17 +58,19 @@ __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a
 
 // Raises a kernel's dynamic shared memory limit once per device (a driver call on every launch costs
 // microseconds, as much as a whole small GEMV). done_devices: a static of the launcher of this very kernel
-// instantiation, bit d set once device d is done (racing callers both set it: harmless).
+// instantiation, bit d set once device d is done (racing callers both set it: harmless). max_shared_carveout: also
+// ask for the whole unified L1 as shared memory (a per-kernel hint; the others keep the driver's choice, which leaves
+// them L1 cache).
 template <typename Kernel>
-cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& done_devices) {
+cudaError_t allow_dynamic_smem(Kernel kernel, size_t bytes, unsigned long long& done_devices,
+                               bool max_shared_carveout = false) {
   int device = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error != cudaSuccess) return error;
   const unsigned long long bit = device < 64 ? (1ull << device) : 0ull;
   if (bit != 0 && (__atomic_load_n(&done_devices, __ATOMIC_ACQUIRE) & bit) != 0) return cudaSuccess;
   error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  // The whole unified L1 as shared memory: the kernels that ask for this much want every resident block's share.
-  if (error == cudaSuccess) {
+  if (error == cudaSuccess && max_shared_carveout) {
     error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   }
   if (error == cudaSuccess && bit != 0) __atomic_fetch_or(&done_devices, bit, __ATOMIC_RELEASE);
