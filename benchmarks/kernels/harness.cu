@@ -458,8 +458,6 @@ Row run_w1a16(const Args& args, bool apot) {
   if (apot) CHECK_CUDA(cudaMemcpy(table_device.ptr, table.data(), table.size() * sizeof(float), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));  // NaN poison: an unwritten output fails the check
 
-  int sm_count = 0;
-  CHECK_CUDA(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   bk::WeightLinearTuning tuning;
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
@@ -492,7 +490,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                                   stream);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
-                                           epilogue, y.ptr, sm_count, planes.ptr, planes.bytes, stream, &tuning);
+                                           epilogue, y.ptr, planes.ptr, planes.bytes, stream, &tuning);
   };
   // expect=reject: kernel=2/3 where wgmma does not apply (k % 64 != 0, fp32 x, not an sm_90a build on a 9.0 device)
   const cudaError_t first = launch(0, nullptr);

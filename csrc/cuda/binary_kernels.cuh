@@ -135,7 +135,7 @@ struct WeightLinearTuning {
 // on the tensor-core pass kernel).
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k);
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
                                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                         const WeightLinearTuning* tuning = nullptr);
 // The largest M for which launch_binary_weight_linear beats dequantize_signs + cuBLAS on the current device (the

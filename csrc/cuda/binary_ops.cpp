@@ -49,20 +49,6 @@ struct EpilogueInputs {
   }
 };
 
-// An attribute of the current device (a cheap host-side read); 0 if it cannot be read.
-int current_device_attribute(cudaDeviceAttr attribute) {
-  int device = 0;
-  int value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attribute, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return value;
-}
-
-// Multiprocessors of the current device (sizes the tensor-core kernel's split of K); 0 if unknown.
-int multiprocessor_count() { return current_device_attribute(cudaDevAttrMultiProcessorCount); }
-
 // pack_signs(x): int32 words along the last dim, value 32*w + j at bit j of word w, bit 1 for x >= 0.
 at::Tensor pack_signs_cuda(const at::Tensor& x) {
   const char* op = "pack_signs";
@@ -189,7 +175,7 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
     at::Tensor workspace;  // the bit planes of x (bf16/fp16, M <= 2)
     if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
     check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
-                                                      inputs.epilogue, out.mutable_data_ptr(), multiprocessor_count(),
+                                                      inputs.epilogue, out.mutable_data_ptr(),
                                                       workspace_bytes > 0 ? workspace.mutable_data_ptr() : nullptr,
                                                       workspace_bytes, stream),
                  op);

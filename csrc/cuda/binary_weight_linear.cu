@@ -838,12 +838,16 @@ size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int6
 }
 
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
-                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
+                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
                                         void* workspace, size_t workspace_bytes, cudaStream_t stream,
                                         const WeightLinearTuning* tuning) {
   const WeightLinearTuning chosen = tuning != nullptr ? *tuning : WeightLinearTuning{};
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
+  DeviceFacts device;  // the SM count sizes the K splits (cached per device)
+  const cudaError_t facts = current_device_facts(device);
+  if (facts != cudaSuccess) return facts;
+  const int sm_count = device.sm_count;
   const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the warp-specialized wgmma kernel
   if (forced_wgmma || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
     const cudaError_t result =
