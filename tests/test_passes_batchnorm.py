@@ -15,15 +15,8 @@ import bitcompile
 from bitcompile import backend, passes
 
 sys.path.insert(0, os.path.dirname(__file__))
+from test_backend import _fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and the counters reset around each test)
 from test_passes import dynamo_graph, targets  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo():
-    torch._dynamo.reset()
-    counters.clear()
-    yield
-    torch._dynamo.reset()
 
 
 def _random_statistics(bn: nn.modules.batchnorm._BatchNorm, seed: int) -> None:
@@ -99,36 +92,21 @@ def _batch_norms(gm):
     return [t for t in targets(gm) if t in (F.batch_norm, torch.batch_norm)]
 
 
-@pytest.mark.parametrize("bias,affine", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("case", ["conv", "conv_bias", "conv_bias_no_affine", "linear_bn1d", "torch_batch_norm"])
 @torch.no_grad()
-def test_conv_batchnorm_folded(bias, affine):
-    model = XnorConvBN(bias=bias, affine=affine, seed=int(bias) + 2 * int(affine)).eval()
-    x = torch.randn(3, 24, 11, 9)
+def test_batchnorm_folded(case):
+    model, x = {
+        "conv": lambda: (XnorConvBN(seed=2), torch.randn(3, 24, 11, 9)),
+        "conv_bias": lambda: (XnorConvBN(bias=True, seed=3), torch.randn(3, 24, 11, 9)),
+        "conv_bias_no_affine": lambda: (XnorConvBN(bias=True, affine=False, seed=1), torch.randn(2, 24, 5, 13)),
+        "linear_bn1d": lambda: (BinaryLinearBN(), torch.randn(17, 70)),
+        "torch_batch_norm": lambda: (TorchBatchNormCall(), torch.randn(6, 40)),
+    }[case]()
+    model.eval()
     captured, inputs = dynamo_graph(model, x)
     gm = _refold(captured, inputs)
     assert _batch_norms(gm) == []
     assert counters["bitcompile"]["batchnorm_folded"] == 1
-    expected = model(x)
-    torch.testing.assert_close(gm(*inputs)[0], expected, rtol=1e-5, atol=1e-5)
-
-
-@torch.no_grad()
-def test_linear_batchnorm1d_folded():
-    model = BinaryLinearBN().eval()
-    x = torch.randn(17, 70)
-    captured, inputs = dynamo_graph(model, x)
-    gm = _refold(captured, inputs)
-    assert _batch_norms(gm) == []
-    torch.testing.assert_close(gm(*inputs)[0], model(x), rtol=1e-5, atol=1e-5)
-
-
-@torch.no_grad()
-def test_torch_batch_norm_call_folded():
-    model = TorchBatchNormCall().eval()
-    x = torch.randn(6, 40)
-    captured, inputs = dynamo_graph(model, x)
-    gm = _refold(captured, inputs)
-    assert _batch_norms(gm) == []
     torch.testing.assert_close(gm(*inputs)[0], model(x), rtol=1e-5, atol=1e-5)
 
 
