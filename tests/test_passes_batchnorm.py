@@ -81,7 +81,7 @@ class TorchBatchNormCall(nn.Module):
 def _refold(captured, inputs):
     """The captured graph after the passes with BatchNorm folding on (as under inner="inductor")."""
     new = backend._copy(captured.gm)
-    ctx = passes.PassContext(mode="backend", training=captured.training, fold_batchnorm=True,
+    ctx = passes.PassContext(mode="backend", training=captured.training, inner_inductor=True,
                              real_value=lambda n: captured.real.get(n.name) if n.op == "placeholder" else None,
                              fqn_of=lambda n: captured.fqn.get(n.name) if n.op == "placeholder" else None)
     passes.run_passes(new, ctx)
