@@ -258,6 +258,17 @@ def _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilat
     _check_conv_parameters(op, kernel_size, stride, padding, dilation)
 
 
+def _check_conv_weight(op, w_packed, in_channels, kernel_size):
+    """w_packed = pack_signs(W.permute(0, 2, 3, 1)): int32 [OC, KH, KW, ceil(C / 32)]."""
+    _check(w_packed.dtype == torch.int32, op, lambda: f"w_packed must be int32, got {w_packed.dtype}")
+    expected = (kernel_size[0], kernel_size[1], packed_words(in_channels))
+    _check(
+        w_packed.dim() == 4 and tuple(w_packed.shape[1:]) == expected,
+        op,
+        lambda: f"w_packed must have shape (out_channels, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(w_packed.shape)}",
+    )
+
+
 def _check_conv_parameters(op, kernel_size, stride, padding, dilation):
     for name, values, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1), ("dilation", dilation, 1), ("padding", padding, 0)):
         _check(len(values) == 2, op, lambda: f"{name} must have 2 values, got {len(values)}")
@@ -345,13 +356,7 @@ def _binary_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, 
     op = "binary_conv2d"
     _check_float_input(op, x)
     _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
-    _check(w_packed.dtype == torch.int32, op, lambda: f"w_packed must be int32, got {w_packed.dtype}")
-    expected = (kernel_size[0], kernel_size[1], packed_words(in_channels))
-    _check(
-        w_packed.dim() == 4 and tuple(w_packed.shape[1:]) == expected,
-        op,
-        lambda: f"w_packed must have shape (out_channels, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(w_packed.shape)}",
-    )
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
     _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
     _check_same_device(op, x, w_packed=w_packed)
     _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
@@ -369,13 +374,7 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
     _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
            lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
     _check_conv_parameters(op, kernel_size, stride, padding, dilation)
-    _check(w_packed.dtype == torch.int32, op, lambda: f"w_packed must be int32, got {w_packed.dtype}")
-    expected = (kernel_size[0], kernel_size[1], words)
-    _check(
-        w_packed.dim() == 4 and tuple(w_packed.shape[1:]) == expected,
-        op,
-        lambda: f"w_packed must have shape (out_channels, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(w_packed.shape)}",
-    )
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
     _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
     _check_same_device(op, x_bits, w_packed=w_packed)
     _check_scale_bias(op, x_bits, w_packed.shape[0], scale, bias)

@@ -12,12 +12,12 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import bitcompile
-from bitcompile import backend, passes, weight_ops
+from bitcompile import weight_ops
 from bitcompile.passes import packed_input
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_backend import _fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and the counters reset around each test)
-from test_passes import dynamo_graph, targets  # noqa: E402
+from test_passes import dynamo_graph, run, targets  # noqa: E402
 
 
 class XnorBlock(nn.Module):
@@ -48,12 +48,7 @@ def _passes(captured, inputs, pack=True, monkeypatch=None):
     """The captured graph after the passes as under inner="inductor" (without the packing when pack is False)."""
     if not pack:
         monkeypatch.setattr(packed_input, "pack_activations", lambda graph, fake_mode=None: 0)
-    new = backend._copy(captured.gm)
-    ctx = passes.PassContext(mode="backend", training=captured.training, inner_inductor=True,
-                             real_value=lambda n: captured.real.get(n.name) if n.op == "placeholder" else None,
-                             fqn_of=lambda n: captured.fqn.get(n.name) if n.op == "placeholder" else None)
-    passes.run_passes(new, ctx)
-    return new
+    return run(captured, inputs, inner_inductor=True)[0]
 
 
 @torch.no_grad()
