@@ -211,9 +211,15 @@ def _conv(a: dict) -> Optional[Canonical]:
 
 
 def fake_mode_of(graph: fx.Graph):
+    """The fake mode of the graph's own example values (under a backend, the tracing context's mode can be
+    another one, and mixing two raises)."""
     from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensor
 
     values = [value(n) for n in graph.nodes]
+    for v in values:
+        if isinstance(v, FakeTensor):
+            return v.fake_mode
     return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
 
 
