@@ -745,8 +745,12 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // with per-stage divisions in the gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static
 // instructions (8233 with the per-element epilogue: int64 index division, null checks and taps loop per output,
 // scattered 2-byte stores).
+// Resident blocks an SM: three for 8-byte pieces (ResNet's C = 64 layers: 79 registers without spills, ~74 KB of
+// shared memory each), else two (three would spill at 16- and 4-byte pieces).
+constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
+
 template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
-__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
     int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
     bool out_channels_last) {
@@ -942,7 +946,9 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kConvRowStride * sizeof(uint32_t);
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
   static unsigned long long smem_devices = 0;
-  const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
+  // three blocks an SM: the whole unified L1 as shared memory
+  const cudaError_t error =
+      allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
   kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(
       plus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
