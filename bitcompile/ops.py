@@ -78,7 +78,8 @@ _lib.define(
 # binary_conv2d on activations packed already: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W,
 # ceil(C / 32)] (bit 1 for x >= 0, so no torch.sign zeros). The same values as binary_conv2d(x, ...) (sign_zero
 # False), in out_dtype, channels_last; without binary_conv2d's packing pass over x, which the passes hand to
-# inductor to fuse into whatever produces x.
+# inductor to fuse into whatever produces x. out_dtype int32: the output's sign words instead, in the same layout
+# (pack_signs of y.permute(0, 2, 3, 1), bit 1 for a value >= 0 in fp32, before any rounding), for a next binary conv.
 _lib.define(
     "binary_conv2d_packed(Tensor x_bits, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
@@ -371,8 +372,8 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
     words = packed_words(in_channels)
     _check(x_bits.dim() == 4 and x_bits.shape[3] == words, op,
            lambda: f"x_bits must have shape (N, H, W, {words}) for {in_channels} channels, got {tuple(x_bits.shape)}")
-    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
-           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32), op,
+           lambda: f"out_dtype must be float32, float16, bfloat16 or int32 (sign words), got {out_dtype}")
     _check_conv_parameters(op, kernel_size, stride, padding, dilation)
     _check_conv_weight(op, w_packed, in_channels, kernel_size)
     _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
@@ -380,6 +381,8 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
     _check_scale_bias(op, x_bits, w_packed.shape[0], scale, bias)
     height = _conv_output_size(op, x_bits.shape[1], kernel_size[0], stride[0], padding[0], dilation[0])
     width = _conv_output_size(op, x_bits.shape[2], kernel_size[1], stride[1], padding[1], dilation[1])
+    if out_dtype == torch.int32:
+        return x_bits.new_empty((x_bits.shape[0], height, width, packed_words(w_packed.shape[0])))
     out = x_bits.new_empty((x_bits.shape[0], w_packed.shape[0], height, width), dtype=out_dtype)
     return out.contiguous(memory_format=torch.channels_last)
 
@@ -787,7 +790,8 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=
 
 def binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
                          scale=None, bias=None, *, out_dtype, pad_value=0.0):
-    """binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the same values, in out_dtype, channels_last."""
+    """binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the same values, in out_dtype, channels_last
+    (out_dtype int32: their sign words, [N, OH, OW, ceil(OC / 32)])."""
     return torch.ops.bitcompile.binary_conv2d_packed(
         x_bits, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
         out_dtype=out_dtype, pad_value=pad_value,

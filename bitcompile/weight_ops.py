@@ -206,7 +206,8 @@ _lib.define(
 
 
 # conv2d_of_weight(x, ..., x_form="ste_sign") on x_bits = pack_signs(x.permute(0, 2, 3, 1)) (the passes let
-# inductor compute that packing inside x's producer): the same values, in out_dtype, channels_last.
+# inductor compute that packing inside x's producer): the same values, in out_dtype, channels_last; out_dtype
+# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv.
 _lib.define(
     "packed_conv2d_of_weight(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
     "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, str weight_form, ScalarType out_dtype, "
@@ -366,8 +367,11 @@ def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, sca
             _combined_scale(converted.alpha, scale), bias, out_dtype=out_dtype, pad_value=pad_value)
     # No binary form of this weight right now (exact zeros of a torch.sign weight): the dense math on the signs
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
-    y = _run_conv2d(unpack_signs(x_bits, channels, out_dtype), converted, dense, weight.shape, stride, padding,
-                    dilation, scale, bias, "ste_sign", pad_value)
+    signs = out_dtype == torch.int32
+    y = _run_conv2d(unpack_signs(x_bits, channels, torch.float32 if signs else out_dtype), converted, dense,
+                    weight.shape, stride, padding, dilation, scale, bias, "ste_sign", pad_value)
+    if signs:
+        return torch.ops.bitcompile.pack_signs(y.permute(0, 2, 3, 1).contiguous())
     return y.to(out_dtype).contiguous(memory_format=torch.channels_last)
 
 

@@ -253,7 +253,7 @@ inline ConvGeometry check_binary_conv2d(const at::Tensor& x, const at::Tensor& w
 }
 
 // binary_conv2d_packed: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W, ceil(C / 32)], the output
-// dtype float32 / float16 / bfloat16; returns the geometry.
+// dtype float32 / float16 / bfloat16, or int32 for sign words; returns the geometry.
 inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const at::Tensor& w_packed,
                                                int64_t in_channels, at::IntArrayRef kernel_size,
                                                at::IntArrayRef stride, at::IntArrayRef padding,
@@ -266,8 +266,10 @@ inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const a
   BITCOMPILE_CHECK(x_bits.dim() == 4 && x_bits.size(3) == packed_words(in_channels), "bitcompile::", op,
                    ": x_bits must have shape (N, H, W, ", packed_words(in_channels), ") for ", in_channels,
                    " channels, got ", x_bits.sizes());
-  BITCOMPILE_CHECK(out_dtype == at::kFloat || out_dtype == at::kHalf || out_dtype == at::kBFloat16, "bitcompile::",
-                   op, ": out_dtype must be float32, float16 or bfloat16, got ", out_dtype);
+  BITCOMPILE_CHECK(out_dtype == at::kFloat || out_dtype == at::kHalf || out_dtype == at::kBFloat16 ||
+                       out_dtype == at::kInt,
+                   "bitcompile::", op, ": out_dtype must be float32, float16, bfloat16 or int32 (sign words), got ",
+                   out_dtype);
   const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
   const ConvGeometry g = conv_geometry(op, x_bits.size(0), in_channels, x_bits.size(1), x_bits.size(2), out_channels,
                                        kernel_size, stride, padding, dilation);

@@ -107,6 +107,7 @@ def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
             log.info("bitcompile: %s (%s) left as it was: %s", name, layer.kind, reason)
     if ctx.mode != "record":
         if ctx.inner_inductor and not ctx.training:
+            remove_dead_nodes(graph)  # the rewrites' leftovers (binarizers): they would count as readers below
             batchnorm.fold_batchnorms(graph, ctx.fake_mode)
             packed_input.pack_activations(graph, ctx.fake_mode)
         remove_dead_nodes(graph)

@@ -223,6 +223,20 @@ def fake_mode_of(graph: fx.Graph):
     return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
 
 
+def refresh_value(node: fx.Node, fake_mode) -> None:
+    """Recompute a call_function node's example value after its arguments changed (dropped if it cannot be)."""
+    key = "val" if "val" in node.meta else "example_value"
+    node.meta.pop(key, None)
+    if fake_mode is None:
+        return
+    fake_args, fake_kwargs = fx.node.map_arg((node.args, node.kwargs), value)
+    try:
+        with fake_mode:
+            node.meta[key] = node.target(*fake_args, **fake_kwargs)
+    except Exception:
+        pass
+
+
 def emit(graph: fx.Graph, target, args: tuple, kwargs: Optional[dict] = None, fake_mode=None) -> fx.Node:
     """A call_function node with its example value filled in, in whichever meta key the graph uses."""
     node = graph.call_function(target, args, kwargs or {})

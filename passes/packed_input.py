@@ -7,7 +7,10 @@ kernel reads all of x once more: in a binary ResNet-18 that is ~8% of a forward)
     packed_conv2d_of_weight(x_bits, W, ...)
 
 the packing is ordinary pointwise-and-reduction code that inductor fuses into the kernel that produces x (a
-residual add, a BatchNorm, a pool), which then writes the sign words beside x. Bit for bit the same words as
+residual add, a BatchNorm, a pool), which then writes the sign words beside x. Where x is itself the output of a
+packed binary conv read by nothing else (conv1 -> [BatchNorm, folded] -> conv2 of a BNN block), that conv outputs
+the sign words instead (out_dtype int32): the float activation is never written. Its signs are those of the fp32
+values; eager takes them after rounding to the model's dtype, which differs only for values that round to -0. Bit for bit the same words as
 pack_signs (bit 1 for x >= 0; channels past C: 0), so the results do not change. Only with inner="inductor"
 (nothing would fuse it elsewhere, and an eager pack in aten ops is slower than the kernel); only x_form
 "ste_sign" (torch.sign's zeros need a second plane) and channels_last x (the packed op's output is channels_last,
@@ -64,7 +67,13 @@ def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
         if torch._prims_common.suggest_memory_format(x_value) != torch.channels_last:
             continue
         with graph.inserting_before(node):
-            x_bits = _pack_nodes(graph, x, int(w_value.shape[1]), w_value.device, fake_mode)
+            if x.target is bc.packed_conv2d_of_weight.default and len(x.users) == 1:
+                x.update_kwarg("out_dtype", torch.int32)  # the producing conv writes the sign words itself
+                ir.refresh_value(x, fake_mode)
+                x_bits = x
+                counters["bitcompile"]["packed_output"] += 1
+            else:
+                x_bits = _pack_nodes(graph, x, int(w_value.shape[1]), w_value.device, fake_mode)
             scale = node.args[5] if len(node.args) > 5 else node.kwargs.get("scale")
             bias = node.args[6] if len(node.args) > 6 else node.kwargs.get("bias")
             packed = ir.emit(graph, bc.packed_conv2d_of_weight.default,

@@ -341,6 +341,9 @@ def test_conv2d_packed_equals_conv2d(device, c, kernel, stride, padding, dilatio
     actual = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
     assert actual.dtype == dtype and actual.is_contiguous(memory_format=torch.channels_last)
     assert torch.equal(actual, expected), f"c={c} k={kernel} {dtype}: max diff {(actual - expected).abs().max()}"
+    if dtype == torch.float32:  # out_dtype int32: the sign words of the fp32 values
+        words = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.int32, pad_value=pad_value)
+        assert torch.equal(words, ops.pack_signs(expected.permute(0, 2, 3, 1))), f"sign words c={c} k={kernel}"
 
 
 def test_conv2d_packed_errors(device):
@@ -350,7 +353,7 @@ def test_conv2d_packed_errors(device):
     cases = [
         ((x_bits.float(), w_packed, *geometry), {"out_dtype": torch.float32}, "x_bits must be int32"),
         ((x_bits[..., :1], w_packed, *geometry), {"out_dtype": torch.float32}, "x_bits must have shape"),
-        ((x_bits, w_packed, *geometry), {"out_dtype": torch.int32}, "out_dtype must be"),
+        ((x_bits, w_packed, *geometry), {"out_dtype": torch.int64}, "out_dtype must be"),
         ((x_bits, w_packed, 40, [3, 1], [1, 1], [1, 1], [1, 1]), {"out_dtype": torch.float16}, "w_packed must have"),
         ((x_bits, w_packed, *geometry), {"out_dtype": torch.float32, "pad_value": 0.5}, "pad_value must be"),
     ]
@@ -400,6 +403,8 @@ def opcheck_samples(device):
          {"out_dtype": torch.float32}),
         ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, scale[:4],
                                   torch.randn(4, device=device)), {"out_dtype": torch.bfloat16, "pad_value": 1.0}),
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
+                                  torch.randn(4, device=device)), {"out_dtype": torch.int32}),
         ("ste_sign", (leaf(x),), {}),
         ("ste_sign", (leaf(x), 0.5), {}),
         ("binary_linear_ste", (leaf(x), leaf(w)), {}),
@@ -413,10 +418,10 @@ def opcheck_samples(device):
     ]
 
 
-@pytest.mark.parametrize("index", range(20))
+@pytest.mark.parametrize("index", range(21))
 def test_opcheck(device, index):
     samples = opcheck_samples(device)
-    assert len(samples) == 20
+    assert len(samples) == 21
     name, args, kwargs = samples[index]
     torch.library.opcheck(getattr(ops, name).default, args, kwargs)
 

@@ -38,6 +38,26 @@ class XnorBlock(nn.Module):
         return F.conv2d(self.binarize(y), bitcompile.ste_sign(self.conv2.weight), None, 2, 1)
 
 
+class XnorConvBNConv(nn.Module):
+    """conv1 -> BatchNorm -> sign -> conv2 (a BNN block's first half): conv1's output is read by conv2's sign only."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.conv1 = nn.Conv2d(40, 48, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(48)
+        self.conv2 = nn.Conv2d(48, 16, 3, padding=1, bias=False)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-3, 3)
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x):
+        a1 = self.conv1.weight.abs().mean(dim=(1, 2, 3))
+        y = F.conv2d(bitcompile.ste_sign(x), bitcompile.ste_sign(self.conv1.weight), None, 1, 1) * a1.view(1, -1, 1, 1)
+        y = self.bn(y)
+        return F.conv2d(bitcompile.ste_sign(y), bitcompile.ste_sign(self.conv2.weight), None, 1, 1)
+
+
 def _inputs(memory_format=torch.channels_last):
     x = torch.randn(2, 40, 9, 10).contiguous(memory_format=memory_format)
     skip = torch.randn(2, 64, 9, 10).contiguous(memory_format=memory_format)
@@ -66,6 +86,21 @@ def test_packed_graph_equals_unpacked(monkeypatch):
     unpacked = _passes(captured, inputs, pack=False, monkeypatch=monkeypatch)
     assert torch.equal(out, unpacked(*inputs)[0])
     assert torch.equal(out, model(x, skip))
+
+
+@torch.no_grad()
+def test_conv_feeding_a_conv_outputs_sign_words(monkeypatch):
+    model = XnorConvBNConv().eval()
+    x = torch.randn(2, 40, 9, 7).contiguous(memory_format=torch.channels_last)
+    captured, inputs = dynamo_graph(model, x)
+    gm = _passes(captured, inputs)
+    convs = [n for n in gm.graph.nodes if n.target is torch.ops.bitcompile.packed_conv2d_of_weight.default]
+    assert [n.kwargs["out_dtype"] for n in convs] == [torch.int32, torch.float32]
+    assert convs[1].args[0] is convs[0]  # conv2 reads conv1's sign words: no float activation between them
+    assert counters["bitcompile"]["packed_output"] == 1 and counters["bitcompile"]["batchnorm_folded"] == 1
+    out = gm(*inputs)[0]
+    unpacked = _passes(captured, inputs, pack=False, monkeypatch=monkeypatch)
+    assert torch.equal(out, unpacked(*inputs)[0])  # fp32: the signs of the same fp32 values
 
 
 @pytest.mark.parametrize("case", ["nchw", "torch_sign"])

@@ -1148,7 +1148,8 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   return result.to(x.scalar_type());
 }
 
-// binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype.
+// binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype; int32:
+// the sign words of the fp32 values, [N, OH, OW, ceil(OC / 32)].
 at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
@@ -1163,6 +1164,12 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
     PackedRows pixels;
     pixels.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
     conv_pixels(pixels, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, /*channels_last=*/true, result);
+  }
+  if (out_dtype == at::kInt) {
+    const int64_t words = packed_words(g.out_channels);
+    if (result.numel() == 0) return at::zeros({g.batch, g.out_height, g.out_width, words}, x_bits.options());
+    const at::Tensor rows = result.permute({0, 2, 3, 1}).reshape({-1, g.out_channels});  // channels_last: a view
+    return pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
   }
   return result.to(out_dtype);
 }
