@@ -986,7 +986,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   16-byte chunk q (words 4q..4q+3 of the stage) at r * 128 + ((q ^ (r % 8)) * 16); TMA writes B so
 //   (CU_TENSOR_MAP_SWIZZLE_128B), the gather writes A so itself. Descriptors: A of consumer WG w, step j:
 //   slot + w * 8192 + 32 j; B: slot + 16384 + 32 j; SBO 1024, SW128 (sw128_descriptor).
-//   S = 3 where two blocks fit an SM (up to ~28 taps), else as many as fit one block (up to 6).
+//   S = 3 where two blocks fit an SM (up to 25 taps), else as many as fit one block (up to 6).
 //   After the main loop the ring holds the epilogue's int32 tile [128][BN + 8] (and for NCHW output the
 //   converted tile, [BN][128 + 2] 32-bit words).
 //
@@ -1572,7 +1572,7 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
     return cudaErrorInvalidValue;
   }
   // Ring stages: as many as fit a resident block's share of the SM's shared memory (3 for 3x3), at least 3 (the
-  // producer's lag needs S >= 3); where fewer than 3 fit that share (more than ~28 taps), as many as fit one block
+  // producer's lag needs S >= 3); where fewer than 3 fit that share (more than 25 taps), as many as fit one block
   // an SM (at most kCwMaxStages).
   const size_t fixed = conv_wgmma_smem_bytes(0, taps);
   const size_t share = static_cast<size_t>(kCwSmemPerSm / kCwBlocksPerSm - 1024);

@@ -72,8 +72,9 @@
 // ==== Persistent kernel (binary_linear_persistent_kernel: the sm_90 path of launch_binary_linear) =================
 // Same math, tiles (128 x BN), stage layout, descriptors and wgmma loop as above; what changes:
 // - Persistent grid: min(units, SMs) CTAs, 1 an SM. Unit = output tile (n tile, m tile), m fastest; CTA c walks the
-//   contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units mostly share the B tile (hot in L2, and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2,
-//   so the run order is chosen for pb reuse, not for L2 capacity.
+//   contiguous run [c U / C, (c + 1) U / C) (balanced), so consecutive units mostly share the B tile (hot in L2,
+//   and pb reused, below). A and B of the issue-11 shapes (<= 16 MiB) fit in L2, so the run order is chosen for pb
+//   reuse, not for L2 capacity.
 // - The ring runs across tiles: the producer (warp 0 lane 0) walks the same unit list and never waits for an
 //   epilogue, only for empty[s]; while the consumers store tile t it fills the ring with tile t + 1.
 // - No clusters: 2-CTA clusters sharing the B tile by TMA multicast (half the B box each, remote empty[s] releases)
@@ -113,10 +114,10 @@
 // waited, the wrong empty parity (and the multicast-only mutations).
 // First run (one harness process a row: a watchdog trap kills the context; build with EXTRA_NVCC_FLAGS=
 // -DBITCOMPILE_WGMMA_WATCHDOG for the first pass): 1 tile (m=1 n=5 k=100 store=1), one k stage over several tiles
-// (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then the timing rows. Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a
-// protocol bug (counts, parity, expect_tx bytes); wrong values with every row hit at the same
-// columns / rows pattern is a layout bug (descriptors, swizzle of the staging boxes: a store=1 vs store=2 difference
-// points at the staging layout); values off by a
+// (m=300 n=513 k=1024), ring wrap across tiles (k=4096, 4 stages > S), TMA stores (store=2), then the timing rows.
+// Symptoms: a hang / watchdog (role 0: producer on empty; 2: consumer on full) is a protocol bug (counts, parity,
+// expect_tx bytes); wrong values with every row hit at the same columns / rows pattern is a layout bug (descriptors,
+// swizzle of the staging boxes: a store=1 vs store=2 difference points at the staging layout); values off by a
 // per-row or per-column constant are pa / pb (pb only: BN = 128 shuffles, the tail mask, or pb reuse across tiles
 // when only rows after the first tile of a run are wrong); bytes written outside the output (harness guard) are the
 // output tensor map.
