@@ -7,14 +7,14 @@ kernel reads all of x once more: in a binary ResNet-18 that is ~8% of a forward)
     packed_conv2d_of_weight(x_bits, W, ...)
 
 the packing is ordinary pointwise-and-reduction code that inductor fuses into the kernel that produces x (a
-residual add, a BatchNorm, a pool), which then writes the sign words beside x. Where x is itself the output of a
-packed binary conv read by nothing else (conv1 -> [BatchNorm, folded] -> conv2 of a BNN block), that conv outputs
-the sign words instead (out_dtype int32): the float activation is never written (CPU for now: SIGN_WORD_DEVICES). Its signs are those of the fp32
-values; eager takes them after rounding to the model's dtype, which differs only for values that round to -0. Bit for bit the same words as
-pack_signs (bit 1 for x >= 0; channels past C: 0), so the results do not change. Only with inner="inductor"
-(nothing would fuse it elsewhere, and an eager pack in aten ops is slower than the kernel); only x_form
-"ste_sign" (torch.sign's zeros need a second plane) and channels_last x (the packed op's output is channels_last,
-as conv2d_of_weight's is for such an x: an NCHW model's tensors keep their strides).
+residual add, a BatchNorm, a pool), which then writes the sign words beside x: bit for bit pack_signs' words (bit
+1 for x >= 0; channels past C: 0), so the results do not change. Where x is itself the output of a packed binary
+conv read by nothing else (conv1 -> [BatchNorm, folded] -> conv2 of a BNN block), that conv outputs the sign words
+instead (out_dtype int32, written by its epilogue): the float activation is never written. Those are the signs of
+the fp32 values; eager takes them after rounding to the model's dtype, which differs only for a value that rounds
+to -0. Only with inner="inductor" (nothing would fuse the packing elsewhere, and an eager pack in aten ops is slower
+than the kernel); only x_form "ste_sign" (torch.sign's zeros need a second plane) and channels_last x (the packed
+op's output is channels_last, as conv2d_of_weight's is for such an x: an NCHW model's tensors keep their strides).
 Counter: counters["bitcompile"]["packed_input"].
 """
 
@@ -31,12 +31,6 @@ from bitcompile.passes import ir
 log = logging.getLogger("bitcompile")
 aten = torch.ops.aten
 bc = torch.ops.bitcompile
-
-
-# Devices whose conv writes sign words without first writing the float output. CUDA's binary_conv2d_packed still
-# writes fp32 and packs it in a second kernel: twice the bytes of letting inductor pack the fp16 output, so CUDA
-# graphs keep that until the conv epilogues write the words (benchmarks/NOTES.md).
-SIGN_WORD_DEVICES = ("cpu",)
 
 
 def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -> fx.Node:
@@ -73,8 +67,7 @@ def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
         if torch._prims_common.suggest_memory_format(x_value) != torch.channels_last:
             continue
         with graph.inserting_before(node):
-            if (x.target is bc.packed_conv2d_of_weight.default and len(x.users) == 1
-                    and w_value.device.type in SIGN_WORD_DEVICES):
+            if x.target is bc.packed_conv2d_of_weight.default and len(x.users) == 1:
                 x.update_kwarg("out_dtype", torch.int32)  # the producing conv writes the sign words itself
                 ir.refresh_value(x, fake_mode)
                 x_bits = x

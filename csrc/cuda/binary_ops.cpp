@@ -264,7 +264,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
 }
 
 // binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the conv launch without the packing pass; the
-// output channels_last in out_dtype.
+// output channels_last in out_dtype, or (int32) the values' sign words, written by the conv's epilogue.
 at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
                                      at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                      at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
@@ -274,31 +274,29 @@ at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor&
   const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed(
       x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype);
   c10::cuda::CUDAGuard guard(x_bits.device());
-  // Sign words: the fp32 values, then their signs by pack_signs' kernel (to become the conv epilogue's own output).
   const bool signs = out_dtype == at::kInt;
-  at::Tensor out = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
-                             x_bits.options().dtype(signs ? at::kFloat : out_dtype)
-                                 .memory_format(at::MemoryFormat::ChannelsLast));
-  const int64_t out_words = bitcompile::packed_words(g.out_channels);
-  at::Tensor sign_words =
-      signs ? at::empty({g.batch, g.out_height, g.out_width, out_words}, x_bits.options()) : at::Tensor();
-  if (out.numel() == 0) return signs ? sign_words : out;
+  at::Tensor out =
+      signs ? at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options())
+            : at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                        x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
+  if (out.numel() == 0) return out;
   const at::Tensor pixels = x_bits.contiguous();
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
   const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (signs) {
+    check_launch(kernels::launch_binary_conv2d_signs(words(pixels), words(weight), shape, inputs.epilogue,
+                                                     mutable_words(out), stream),
+                 op);
+    return out;
+  }
   // channels_last (also where size-1 dimensions make the tensor contiguous too: both layouts address the same memory)
   check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
                                              out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
                                              stream),
                op);
-  if (!signs) return out;
-  check_launch(kernels::launch_pack_signs(out.const_data_ptr(), float_type(out), g.batch * g.out_height * g.out_width,
-                                          g.out_channels, /*sign_zero=*/false, mutable_words(sign_words), nullptr,
-                                          nullptr, stream),
-               op);
-  return sign_words;
+  return out;
 }
 
 }  // namespace
