@@ -66,9 +66,7 @@ def _batch_norm(node: fx.Node) -> Optional[dict]:
     return a
 
 
-def _f32(graph: fx.Graph, node, fake_mode) -> Optional[fx.Node]:
-    if node is None:
-        return None
+def _f32(graph: fx.Graph, node: fx.Node, fake_mode) -> fx.Node:
     return ir.emit(graph, aten._to_copy.default, (node,), {"dtype": torch.float32}, fake_mode)
 
 

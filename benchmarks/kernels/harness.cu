@@ -185,6 +185,16 @@ struct Copies {
   }
   void* operator[](int i) const { return buffers[i % buffers.size()]->ptr; }
 };
+// epi= of the w1a1 and conv rows: y = dot * factor[row] * scale[column or 0] + bias[column]; epi=1: a scale a
+// column and a row factor, epi=2: one scale, no factor, 0: none. The host values (for the reference), their device
+// copies and the kernels' Epilogue.
+struct HarnessEpilogue {
+  std::vector<float> scale, bias, factor;
+  std::unique_ptr<Buffer> scale_d, bias_d, factor_d;
+  bk::Epilogue ep;
+  HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random& random);
+};
+
 int rotating_copies(size_t bytes) {
   return static_cast<int>(std::min<size_t>(2048, std::max<size_t>(1, (kRotateBytes + bytes - 1) / std::max<size_t>(bytes, 1))));
 }
@@ -342,6 +352,33 @@ bool refused(Row& row, const Args& args, cudaError_t first) {
 }
 
 // ---- w1a16 and apot: y[m, n] = sum_k x[m, k] * weight(n, k) -----------------------------------------------
+HarnessEpilogue::HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random& random) {
+  if (epi != 0) {
+    scale.resize(epi == 2 ? 1 : columns);
+    bias.resize(columns);
+    for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    for (auto& v : bias) v = 50.f * random.uniform();
+    if (epi == 1) {
+      factor.resize(rows);
+      for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    }
+  }
+  auto upload = [](const std::vector<float>& values) {
+    auto buffer = std::make_unique<Buffer>(values.size() * 4);
+    if (!values.empty()) CHECK_CUDA(cudaMemcpy(buffer->ptr, values.data(), values.size() * 4, cudaMemcpyHostToDevice));
+    return buffer;
+  };
+  scale_d = upload(scale);
+  bias_d = upload(bias);
+  factor_d = upload(factor);
+  if (epi != 0) {
+    ep.scale = scale_d->as<float>();
+    ep.scale_count = static_cast<int64_t>(scale.size());
+    ep.bias = bias_d->as<float>();
+    ep.row_factor = factor.empty() ? nullptr : factor_d->as<float>();
+  }
+}
+
 Row run_w1a16(const Args& args, bool apot) {
   const int64_t m = args.num("m", 1), n = args.num("n", 8192), k = args.num("k", 8192);
   const FloatType type = parse_type(args.str("dtype", "bf16"));
@@ -535,17 +572,8 @@ Row run_w1a1(const Args& args) {
   const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
-  std::vector<float> scale, bias, factor;
-  if (epi != 0) {
-    scale.resize(epi == 2 ? 1 : n);
-    bias.resize(n);
-    for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
-    for (auto& v : bias) v = 50.f * random.uniform();
-    if (epi == 1) {
-      factor.resize(m);
-      for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
-    }
-  }
+  const HarnessEpilogue epilogue(epi, n, m, random);
+  const std::vector<float>&scale = epilogue.scale, &bias = epilogue.bias, &factor = epilogue.factor;
   std::vector<double> want(m * n), magnitude(m * n, 0.0);
   std::vector<int64_t> checked;
   for (const int64_t i : sample(m)) {
@@ -568,21 +596,10 @@ Row run_w1a1(const Args& args) {
   constexpr int64_t kGuard = 128;  // poisoned elements before and after the output (256-byte aligned start)
   const size_t size = type_size(out), out_bytes = static_cast<size_t>(m * n) * size;
   Buffer x(x_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
-  Buffer scale_d(scale.size() * 4), bias_d(bias.size() * 4), factor_d(factor.size() * 4);
   CHECK_CUDA(cudaMemcpy(x.ptr, x_bits.data(), x.bytes, cudaMemcpyHostToDevice));
-  for (const auto* v : {&scale, &bias, &factor}) {
-    Buffer& to = v == &scale ? scale_d : (v == &bias ? bias_d : factor_d);
-    if (!v->empty()) CHECK_CUDA(cudaMemcpy(to.ptr, v->data(), v->size() * 4, cudaMemcpyHostToDevice));
-  }
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));  // NaN poison: an unwritten output fails the check
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
-  bk::Epilogue ep;
-  if (epi != 0) {
-    ep.scale = scale_d.as<float>();
-    ep.scale_count = static_cast<int64_t>(scale.size());
-    ep.bias = bias_d.as<float>();
-    ep.row_factor = factor.empty() ? nullptr : factor_d.as<float>();
-  }
+  const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, ep, out_ptr,
                                     out, stream, &tuning);
@@ -731,17 +748,8 @@ Row run_conv(const Args& args) {
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
   const int64_t pixels = s.batch * s.out_height * s.out_width, plane = s.out_height * s.out_width;
   // epi: y = dot * factor[pixel] * scale[oc or 0] + bias[oc]
-  std::vector<float> scale, bias, factor;
-  if (epi != 0) {
-    scale.resize(epi == 2 ? 1 : s.out_channels);
-    bias.resize(s.out_channels);
-    for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
-    for (auto& v : bias) v = 50.f * random.uniform();
-    if (epi == 1) {
-      factor.resize(pixels);
-      for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
-    }
-  }
+  const HarnessEpilogue epilogue(epi, s.out_channels, pixels, random);
+  const std::vector<float>&scale = epilogue.scale, &bias = epilogue.bias, &factor = epilogue.factor;
   std::vector<double> want(pixels * s.out_channels), magnitude(want.size(), 0.0);
   std::vector<int64_t> checked;
   for (int64_t p = 0; p < pixels; ++p) {
@@ -782,21 +790,10 @@ Row run_conv(const Args& args) {
                                     tuning);
   const size_t size = type_size(out), out_bytes = want.size() * size;
   Buffer weights(w_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
-  Buffer scale_d(scale.size() * 4), bias_d(bias.size() * 4), factor_d(factor.size() * 4);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
-  for (const auto* v : {&scale, &bias, &factor}) {
-    Buffer& to = v == &scale ? scale_d : (v == &bias ? bias_d : factor_d);
-    if (!v->empty()) CHECK_CUDA(cudaMemcpy(to.ptr, v->data(), v->size() * 4, cudaMemcpyHostToDevice));
-  }
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
-  bk::Epilogue ep;
-  if (epi != 0) {
-    ep.scale = scale_d.as<float>();
-    ep.scale_count = static_cast<int64_t>(scale.size());
-    ep.bias = bias_d.as<float>();
-    ep.row_factor = factor.empty() ? nullptr : factor_d.as<float>();
-  }
+  const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s, ep,
                                     out_ptr, out, /*out_channels_last=*/!nchw, stream, &tuning);

@@ -1629,9 +1629,9 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
   // producer's lag needs S >= 3); where fewer than 3 fit that share (more than 25 taps), as many as fit one block
   // an SM (at most kCwMaxStages).
   const size_t fixed = conv_wgmma_smem_bytes(0, taps);
-  const size_t share = static_cast<size_t>(kCwSmemPerSm / kCwBlocksPerSm - 1024);
-  const size_t budget = share < static_cast<size_t>(kCwMaxDynamicSmem) ? share : kCwMaxDynamicSmem;
-  size_t fitting = budget > fixed ? (budget - fixed) / static_cast<size_t>(L::kStageBytes) : 0;
+  constexpr size_t kShare = kCwSmemPerSm / kCwBlocksPerSm - 1024;
+  static_assert(kShare <= kCwMaxDynamicSmem, "a block's share is within the per-block limit");
+  size_t fitting = kShare > fixed ? (kShare - fixed) / static_cast<size_t>(L::kStageBytes) : 0;
   if (fitting < 3) fitting = (kCwMaxDynamicSmem - fixed) / static_cast<size_t>(L::kStageBytes);
   const int stages = static_cast<int>(fitting < kCwMaxStages ? fitting : kCwMaxStages);
   if (stages < 3) return cudaErrorNotSupported;

@@ -616,7 +616,7 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
 
   const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
   // Persistent grid: one CTA an SM (1 fits an SM), at most one a unit.
-  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(units, sm_count > 0 ? sm_count : 132));
+  const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(units, sm_count));
   kernel<<<static_cast<unsigned>(ctas), kWgThreads, smem, stream>>>(map_a, map_b, map_out, shape, ep, out);
   return cudaGetLastError();
 }

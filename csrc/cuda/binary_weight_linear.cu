@@ -365,7 +365,7 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   if (row_blocks > 65535) return cudaErrorInvalidValue;
   // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8, rounding
   // down so that every block is resident at once (one wave: a second, partial wave would cost up to 50%).
-  const int64_t wanted = 2 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132) / (feature_blocks * row_blocks);
+  const int64_t wanted = 2 * static_cast<int64_t>(sm_count) / (feature_blocks * row_blocks);
   int64_t slices = 1;  // a power of two (cluster shapes 1, 2, 4, 8); trailing slices may get no chunk
   const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
   while ((tuning.slices > 0 || slices * 2 <= wanted) && slices * 2 <= most && slices * 2 <= kTcMaxSlices &&
@@ -677,7 +677,7 @@ inline PlanePlan plan_planes(int64_t m_rows, int64_t n_rows, int64_t k, int sm_c
   // The fewest slices (a power of two, a cluster of at most 8) that give about four blocks an SM and keep a
   // block within kPlaneMaxChunks.
   int64_t slices = 1;
-  const int64_t wanted = 4 * static_cast<int64_t>(sm_count > 0 ? sm_count : 132);
+  const int64_t wanted = 4 * static_cast<int64_t>(sm_count);
   if (tuning.slices > 0) {
     while (slices * 2 <= tuning.slices && slices * 2 <= kTcMaxSlices) slices *= 2;
   } else {

@@ -429,10 +429,9 @@ constexpr int64_t kWsMinRows = 128;  // the op takes the warp-specialized kernel
 // `blocks` tiles x slices stays within one wave of one block an SM. The launchers then take the largest cluster of at
 // most that size that the device can co-schedule with the kernel (fitting_cluster).
 inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count, int slices_wanted) {
-  const int64_t sms = sm_count > 0 ? sm_count : 132;
   int64_t slices = 1;
   while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
-         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= sms)) {
+         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= sm_count)) {
     slices *= 2;
   }
   return slices;
@@ -812,10 +811,9 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
 // wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1)
 // blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves in 154 us).
 inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count) {
-  const int64_t sms = sm_count > 0 ? sm_count : 132;
   const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
   const int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
-  const int64_t waves = ceil_div(blocks * slices, sms);
+  const int64_t waves = ceil_div(blocks * slices, sm_count);
   return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
 }
 
