@@ -632,8 +632,7 @@ Row run_w1a1(const Args& args) {
 // conv ... signs=1: launch_binary_conv2d_signs, checked bit for bit against the signs of the reference values (a
 // value within fp32 rounding of 0 may go either way: not checked), with guard words around the output.
 Row conv_sign_words(const Args& args, Row& row, const bk::ConvShape& s, Copies& inputs, int copies,
-                    const std::vector<uint32_t>& w_bits, const std::vector<float>& scale,
-                    const std::vector<float>& bias, const std::vector<float>& factor, const std::vector<double>& want,
+                    const std::vector<uint32_t>& w_bits, const bk::Epilogue& ep, const std::vector<double>& want,
                     const std::vector<double>& magnitude, bool nchw, const bk::ConvTuning& tuning) {
   if (nchw) {
     row.check = "signs=1 writes pixel-major words: nchw does not apply";
@@ -652,21 +651,9 @@ Row conv_sign_words(const Args& args, Row& row, const bk::ConvShape& s, Copies& 
   }
   constexpr int64_t kGuard = 64;
   Buffer weights(w_bits.size() * 4), out((pixels * words + 2 * kGuard) * 4);
-  Buffer scale_d(std::max<size_t>(1, scale.size()) * 4), bias_d(std::max<size_t>(1, bias.size()) * 4),
-      factor_d(std::max<size_t>(1, factor.size()) * 4);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
-  if (!scale.empty()) CHECK_CUDA(cudaMemcpy(scale_d.ptr, scale.data(), scale.size() * 4, cudaMemcpyHostToDevice));
-  if (!bias.empty()) CHECK_CUDA(cudaMemcpy(bias_d.ptr, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
-  if (!factor.empty()) CHECK_CUDA(cudaMemcpy(factor_d.ptr, factor.data(), factor.size() * 4, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(out.ptr, 0xa5, out.bytes));
   uint32_t* const words_out = out.as<uint32_t>() + kGuard;
-  bk::Epilogue ep;
-  if (!scale.empty()) {
-    ep.scale = scale_d.as<float>();
-    ep.scale_count = static_cast<int64_t>(scale.size());
-    ep.bias = bias_d.as<float>();
-    ep.row_factor = factor.empty() ? nullptr : factor_d.as<float>();
-  }
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_conv2d_signs(static_cast<const uint32_t*>(inputs[copy]), weights.as<uint32_t>(), s, ep,
                                           words_out, stream, &tuning);
@@ -786,8 +773,7 @@ Row run_conv(const Args& args) {
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
   Copies inputs(x_bits.data(), input_bytes, copies);
   constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
-  if (signs) return conv_sign_words(args, row, s, inputs, copies, w_bits, scale, bias, factor, want, magnitude, nchw,
-                                    tuning);
+  if (signs) return conv_sign_words(args, row, s, inputs, copies, w_bits, epilogue.ep, want, magnitude, nchw, tuning);
   const size_t size = type_size(out), out_bytes = want.size() * size;
   Buffer weights(w_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
