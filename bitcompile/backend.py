@@ -138,7 +138,7 @@ def make_context(gm: fx.GraphModule, example_inputs, options: dict, mode: str):
 
     return passes.PassContext(mode=mode, training=is_training_graph(example_inputs), quantize=options["quantize"],
                               filter=options["filter"], skip=options["skip"], real_value=real_value, fqn_of=fqn_of,
-                              fold_batchnorm=mode == "backend" and options["inner"] == "inductor")
+                              inner_inductor=mode == "backend" and options["inner"] == "inductor")
 
 
 # What Dynamo hangs on its GraphModule and placeholders outside `meta` (torch 2.13

@@ -49,6 +49,7 @@ KERNEL_OPS = (
     "binary_linear",
     "binary_weight_linear",
     "binary_conv2d",
+    "binary_conv2d_packed",
     "pack_codes",
     "apot_linear",
     "apot_linear_int",
@@ -73,6 +74,16 @@ _lib.define(
     "binary_conv2d(Tensor x, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, "
     "Tensor? bias=None, *, float pad_value=0.0, bool sign_zero=False) -> Tensor"
+)
+# binary_conv2d on activations packed already: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W,
+# ceil(C / 32)] (bit 1 for x >= 0, so no torch.sign zeros). The same values as binary_conv2d(x, ...) (sign_zero
+# False), in out_dtype, channels_last; without binary_conv2d's packing pass over x, which the passes hand to
+# inductor to fuse into whatever produces x. out_dtype int32: the output's sign words instead, in the same layout
+# (pack_signs of y.permute(0, 2, 3, 1), bit 1 for a value >= 0 in fp32, before any rounding), for a next binary conv.
+_lib.define(
+    "binary_conv2d_packed(Tensor x_bits, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
+    "ScalarType out_dtype, float pad_value=0.0) -> Tensor"
 )
 # Training forms. sign_zero / weight_sign_zero: x / the weight came through torch.sign rather than
 # ste_sign: an exact zero contributes 0, and that operand gets torch.sign's gradient, exactly 0
@@ -245,6 +256,21 @@ def _conv_output_size(op, size, kernel, stride, padding, dilation):
 def _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation):
     _check(x.dim() == 4, op, lambda: f"x must be 4-D (N, C, H, W), got {x.dim()}-D")
     _check(x.shape[1] == in_channels, op, lambda: f"x has {x.shape[1]} channels, the weight was packed for {in_channels}")
+    _check_conv_parameters(op, kernel_size, stride, padding, dilation)
+
+
+def _check_conv_weight(op, w_packed, in_channels, kernel_size):
+    """w_packed = pack_signs(W.permute(0, 2, 3, 1)): int32 [OC, KH, KW, ceil(C / 32)]."""
+    _check(w_packed.dtype == torch.int32, op, lambda: f"w_packed must be int32, got {w_packed.dtype}")
+    expected = (kernel_size[0], kernel_size[1], packed_words(in_channels))
+    _check(
+        w_packed.dim() == 4 and tuple(w_packed.shape[1:]) == expected,
+        op,
+        lambda: f"w_packed must have shape (out_channels, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(w_packed.shape)}",
+    )
+
+
+def _check_conv_parameters(op, kernel_size, stride, padding, dilation):
     for name, values, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1), ("dilation", dilation, 1), ("padding", padding, 0)):
         _check(len(values) == 2, op, lambda: f"{name} must have 2 values, got {len(values)}")
         _check(all(v >= low for v in values), op, lambda: f"{name} must be >= {low}, got {list(values)}")
@@ -331,17 +357,34 @@ def _binary_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, 
     op = "binary_conv2d"
     _check_float_input(op, x)
     _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
-    _check(w_packed.dtype == torch.int32, op, lambda: f"w_packed must be int32, got {w_packed.dtype}")
-    expected = (kernel_size[0], kernel_size[1], packed_words(in_channels))
-    _check(
-        w_packed.dim() == 4 and tuple(w_packed.shape[1:]) == expected,
-        op,
-        lambda: f"w_packed must have shape (out_channels, {expected[0]}, {expected[1]}, {expected[2]}), got {tuple(w_packed.shape)}",
-    )
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
     _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
     _check_same_device(op, x, w_packed=w_packed)
     _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
     return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+
+
+@torch.library.register_fake("bitcompile::binary_conv2d_packed")
+def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
+                               bias=None, *, out_dtype, pad_value=0.0):
+    op = "binary_conv2d_packed"
+    _check(x_bits.dtype == torch.int32, op, lambda: f"x_bits must be int32 (pack_signs words), got {x_bits.dtype}")
+    words = packed_words(in_channels)
+    _check(x_bits.dim() == 4 and x_bits.shape[3] == words, op,
+           lambda: f"x_bits must have shape (N, H, W, {words}) for {in_channels} channels, got {tuple(x_bits.shape)}")
+    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32), op,
+           lambda: f"out_dtype must be float32, float16, bfloat16 or int32 (sign words), got {out_dtype}")
+    _check_conv_parameters(op, kernel_size, stride, padding, dilation)
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
+    _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
+    _check_same_device(op, x_bits, w_packed=w_packed)
+    _check_scale_bias(op, x_bits, w_packed.shape[0], scale, bias)
+    height = _conv_output_size(op, x_bits.shape[1], kernel_size[0], stride[0], padding[0], dilation[0])
+    width = _conv_output_size(op, x_bits.shape[2], kernel_size[1], stride[1], padding[1], dilation[1])
+    if out_dtype == torch.int32:
+        return x_bits.new_empty((x_bits.shape[0], height, width, packed_words(w_packed.shape[0])))
+    out = x_bits.new_empty((x_bits.shape[0], w_packed.shape[0], height, width), dtype=out_dtype)
+    return out.contiguous(memory_format=torch.channels_last)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -698,6 +741,7 @@ _TRAINING_FORMS = {
     "binary_linear": "binary_linear_ste (or ste_sign + F.linear)",
     "binary_weight_linear": "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))",
     "binary_conv2d": "binary_conv2d_ste (or ste_sign + F.conv2d)",
+    "binary_conv2d_packed": "binary_conv2d_ste (or ste_sign + F.conv2d)",
     "apot_linear": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
     "apot_linear_int": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
     "apot_conv2d": "bitcompile.nn.APoTConv2d (fake quantization with an STE)",
@@ -741,6 +785,16 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=
     return torch.ops.bitcompile.binary_conv2d(
         x, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
         pad_value=pad_value, sign_zero=sign_zero,
+    )
+
+
+def binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                         scale=None, bias=None, *, out_dtype, pad_value=0.0):
+    """binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the same values, in out_dtype, channels_last
+    (out_dtype int32: their sign words, [N, OH, OW, ceil(OC / 32)])."""
+    return torch.ops.bitcompile.binary_conv2d_packed(
+        x_bits, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
+        out_dtype=out_dtype, pad_value=pad_value,
     )
 
 

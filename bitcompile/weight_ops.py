@@ -1,11 +1,11 @@
 """The backend's weight ops: a live float weight converted for the kernels at run time, cached by
-tensor version (linear_of_weight, conv2d_of_weight, linear_of_computed_weight,
+tensor version (linear_of_weight, conv2d_of_weight, packed_conv2d_of_weight, linear_of_computed_weight,
 conv2d_of_computed_weight).
 
 These sit above the op catalogue (ops.py) and quantize.py: they run the catalogue's kernel ops
 and convert weights with quantize_'s own conversion functions (options={"quantize": scheme}), so
 the layering is _build <- ops <- apot, quantize <- weight_ops <- passes, backend. The schemas,
-fake kernels and implementations of these four ops are all in this file.
+fake kernels and implementations of these five ops are all in this file.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from torch import Tensor
 
 from bitcompile import apot, quantize
 from bitcompile.ops import (
+    _binary_conv2d_packed_fake,
     _check,
     _check_conv_geometry,
     _check_float_input,
@@ -204,6 +205,16 @@ _lib.define(
 )
 
 
+# conv2d_of_weight(x, ..., x_form="ste_sign") on x_bits = pack_signs(x.permute(0, 2, 3, 1)) (the passes let
+# inductor compute that packing inside x's producer): the same values, in out_dtype, channels_last; out_dtype
+# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv.
+_lib.define(
+    "packed_conv2d_of_weight(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
+    "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, str weight_form, ScalarType out_dtype, "
+    "float pad_value=0.0) -> Tensor"
+)
+
+
 def _per_output(scale: Optional[Tensor]) -> Optional[Tensor]:
     return None if scale is None else scale.reshape(-1).to(torch.float32)
 
@@ -337,6 +348,46 @@ def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bia
     return _conv_output(op, x, weight.shape[0], kernel_size, stride, padding, dilation)
 
 
+def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
+    """The +-1 values of pack_signs words [N, H, W, words] as an [N, C, H, W] channels_last tensor of dtype."""
+    shifts = torch.arange(32, device=x_bits.device, dtype=torch.int32)
+    bits = torch.bitwise_and(torch.bitwise_right_shift(x_bits.unsqueeze(-1), shifts), 1)
+    signs = bits.flatten(-2)[..., :channels].to(dtype) * 2 - 1
+    return signs.permute(0, 3, 1, 2)
+
+
+@torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
+def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
+                                  out_dtype, pad_value=0.0):
+    converted = cached_kernel_weight(weight, weight_form)
+    channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
+    if converted.kind == "binary":
+        return torch.ops.bitcompile.binary_conv2d_packed(
+            x_bits, converted.packed, channels, kernel_size, stride, padding, dilation,
+            _combined_scale(converted.alpha, scale), bias, out_dtype=out_dtype, pad_value=pad_value)
+    # No binary form of this weight right now (exact zeros of a torch.sign weight): the dense math on the signs
+    dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
+    signs = out_dtype == torch.int32
+    y = _run_conv2d(unpack_signs(x_bits, channels, torch.float32 if signs else out_dtype), converted, dense,
+                    weight.shape, stride, padding, dilation, scale, bias, "ste_sign", pad_value)
+    if signs:
+        return torch.ops.bitcompile.pack_signs(y.permute(0, 2, 3, 1).contiguous())
+    return y.to(out_dtype).contiguous(memory_format=torch.channels_last)
+
+
+@torch.library.register_fake("bitcompile::packed_conv2d_of_weight")
+def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
+                                  out_dtype, pad_value=0.0):
+    op = "packed_conv2d_of_weight"
+    _check_forms(op, weight_form, "ste_sign")
+    _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
+    _check_same_device(op, x_bits, weight=weight)
+    words = (weight.shape[1] + 31) // 32
+    w_packed = weight.new_empty((weight.shape[0], weight.shape[2], weight.shape[3], words), dtype=torch.int32)
+    return _binary_conv2d_packed_fake(x_bits, w_packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride,
+                                      padding, dilation, scale, bias, out_dtype=out_dtype, pad_value=pad_value)
+
+
 # Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
 # fake-quantized weight, say) is rewritten with the function that computes it. The passes extract
 # that part of the graph as a small GraphModule of the parameters and register it here under a
@@ -422,5 +473,6 @@ def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, s
 
 # Inference graphs only (the passes emit them when grad is off); with inputs that require grad they
 # still run, below autograd, and have no gradient (ops.py, "Inference ops under autograd").
-for _name in ("linear_of_weight", "conv2d_of_weight", "linear_of_computed_weight", "conv2d_of_computed_weight"):
+for _name in ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "linear_of_computed_weight",
+              "conv2d_of_computed_weight"):
     register_not_differentiable(_name, "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)")

@@ -151,12 +151,10 @@ inline int64_t conv_output_size(const char* op, int64_t size, int64_t kernel, in
   return out;
 }
 
-inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int64_t in_channels,
-                                        int64_t out_channels, at::IntArrayRef kernel_size, at::IntArrayRef stride,
-                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
-  BITCOMPILE_CHECK(x.dim() == 4, "bitcompile::", op, ": x must be 4-D (N, C, H, W), got ", x.dim(), "-D");
-  BITCOMPILE_CHECK(x.size(1) == in_channels, "bitcompile::", op, ": x has ", x.size(1),
-              " channels, the weight was packed for ", in_channels);
+// The geometry of a conv over an input of batch x channels x height x width (checked parameters).
+inline ConvGeometry conv_geometry(const char* op, int64_t batch, int64_t channels, int64_t height, int64_t width,
+                                  int64_t out_channels, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                  at::IntArrayRef padding, at::IntArrayRef dilation) {
   BITCOMPILE_CHECK(kernel_size.size() == 2 && stride.size() == 2 && padding.size() == 2 && dilation.size() == 2,
               "bitcompile::", op, ": kernel_size, stride, padding and dilation must have 2 values each");
   BITCOMPILE_CHECK(kernel_size[0] >= 1 && kernel_size[1] >= 1, "bitcompile::", op, ": kernel_size must be >= 1, got ",
@@ -165,10 +163,10 @@ inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int
   BITCOMPILE_CHECK(dilation[0] >= 1 && dilation[1] >= 1, "bitcompile::", op, ": dilation must be >= 1, got ", dilation);
   BITCOMPILE_CHECK(padding[0] >= 0 && padding[1] >= 0, "bitcompile::", op, ": padding must be >= 0, got ", padding);
   ConvGeometry g;
-  g.batch = x.size(0);
-  g.channels = x.size(1);
-  g.height = x.size(2);
-  g.width = x.size(3);
+  g.batch = batch;
+  g.channels = channels;
+  g.height = height;
+  g.width = width;
   g.out_channels = out_channels;
   g.kernel_h = kernel_size[0];
   g.kernel_w = kernel_size[1];
@@ -181,6 +179,17 @@ inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int
   g.out_height = conv_output_size(op, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h);
   g.out_width = conv_output_size(op, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w);
   return g;
+}
+
+// A float NCHW x of in_channels channels.
+inline ConvGeometry check_conv_geometry(const char* op, const at::Tensor& x, int64_t in_channels,
+                                        int64_t out_channels, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                        at::IntArrayRef padding, at::IntArrayRef dilation) {
+  BITCOMPILE_CHECK(x.dim() == 4, "bitcompile::", op, ": x must be 4-D (N, C, H, W), got ", x.dim(), "-D");
+  BITCOMPILE_CHECK(x.size(1) == in_channels, "bitcompile::", op, ": x has ", x.size(1),
+              " channels, the weight was packed for ", in_channels);
+  return conv_geometry(op, x.size(0), x.size(1), x.size(2), x.size(3), out_channels, kernel_size, stride, padding,
+                       dilation);
 }
 
 // The binary conv weight: pack_signs(W.permute(0, 2, 3, 1)) = [OC, KH, KW, ceil(C / 32)] int32.
@@ -240,6 +249,33 @@ inline ConvGeometry check_binary_conv2d(const at::Tensor& x, const at::Tensor& w
   check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
   check_pad_value(op, pad_value);
   check_scale_bias(op, x, out_channels, scale, bias);
+  return g;
+}
+
+// binary_conv2d_packed: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W, ceil(C / 32)], the output
+// dtype float32 / float16 / bfloat16, or int32 for sign words; returns the geometry.
+inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const at::Tensor& w_packed,
+                                               int64_t in_channels, at::IntArrayRef kernel_size,
+                                               at::IntArrayRef stride, at::IntArrayRef padding,
+                                               at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                               const std::optional<at::Tensor>& bias, double pad_value,
+                                               at::ScalarType out_dtype) {
+  const char* op = "binary_conv2d_packed";
+  BITCOMPILE_CHECK(x_bits.scalar_type() == at::kInt, "bitcompile::", op,
+                   ": x_bits must be int32 (pack_signs words), got ", x_bits.scalar_type());
+  BITCOMPILE_CHECK(x_bits.dim() == 4 && x_bits.size(3) == packed_words(in_channels), "bitcompile::", op,
+                   ": x_bits must have shape (N, H, W, ", packed_words(in_channels), ") for ", in_channels,
+                   " channels, got ", x_bits.sizes());
+  BITCOMPILE_CHECK(out_dtype == at::kFloat || out_dtype == at::kHalf || out_dtype == at::kBFloat16 ||
+                       out_dtype == at::kInt,
+                   "bitcompile::", op, ": out_dtype must be float32, float16, bfloat16 or int32 (sign words), got ",
+                   out_dtype);
+  const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
+  const ConvGeometry g = conv_geometry(op, x_bits.size(0), in_channels, x_bits.size(1), x_bits.size(2), out_channels,
+                                       kernel_size, stride, padding, dilation);
+  check_binary_conv_weight(op, x_bits, w_packed, in_channels, kernel_size);
+  check_pad_value(op, pad_value);
+  check_scale_bias(op, x_bits, out_channels, scale, bias);
   return g;
 }
 

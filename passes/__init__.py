@@ -6,6 +6,7 @@
   computed_weight.py  weights computed from parameters in the forward (APoT fake quantization)
   binary.py   decide and emit the bitcompile op of each layer
   batchnorm.py  fold an eval BatchNorm into the epilogue of the op in front of it (inner="inductor" only)
+  packed_input.py  binary convs read activations packed by aten ops that inductor fuses (inner="inductor" only)
   context.py  what a run knows (graph kind, options, real weights) and its report entries
 
 `run_passes(gm, ctx)` is the pipeline used by the backend (bitcompile.backend), by
@@ -19,7 +20,7 @@ import logging
 import torch
 import torch.fx as fx
 
-from bitcompile.passes import batchnorm, binary, ir, layers
+from bitcompile.passes import batchnorm, binary, ir, layers, packed_input
 from bitcompile.passes.context import Entry, PassContext
 
 __all__ = ["run_passes", "PassContext", "Entry"]
@@ -105,8 +106,10 @@ def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
             binary.count(None)
             log.info("bitcompile: %s (%s) left as it was: %s", name, layer.kind, reason)
     if ctx.mode != "record":
-        if ctx.fold_batchnorm and not ctx.training:
+        if ctx.inner_inductor and not ctx.training:
+            remove_dead_nodes(graph)  # the rewrites' leftovers (binarizers): they would count as readers below
             batchnorm.fold_batchnorms(graph, ctx.fake_mode)
+            packed_input.pack_activations(graph, ctx.fake_mode)
         remove_dead_nodes(graph)
         graph.lint()
         gm.recompile()

@@ -31,9 +31,10 @@ class PassContext:
     quantize: Optional[str] = None
     filter: Optional[Callable[[str, str], bool]] = None
     skip: tuple = ()
-    # Fold eval BatchNorms into the epilogue of the op in front of them (batchnorm.py): inference graphs of the
-    # backend with inner="inductor", whose numerics already differ from eager's in the last bit.
-    fold_batchnorm: bool = False
+    # The backend's inner compiler is inductor. Inference graphs then also get the rewrites made for it: eval
+    # BatchNorms folded into the op in front of them (batchnorm.py; inductor's numerics already differ from eager's
+    # in the last bit) and binary convs' activations packed in the graph, for inductor to fuse (packed_input.py).
+    inner_inductor: bool = False
     # The real tensor behind a placeholder (parameters, buffers), None when unknown.
     real_value: Callable[[fx.Node], Optional[torch.Tensor]] = lambda node: None
     # Fully qualified name of the parameter behind a placeholder ("features.0.weight"), or None.

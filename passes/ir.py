@@ -211,10 +211,30 @@ def _conv(a: dict) -> Optional[Canonical]:
 
 
 def fake_mode_of(graph: fx.Graph):
+    """The fake mode of the graph's own example values (under a backend, the tracing context's mode can be
+    another one, and mixing two raises)."""
     from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensor
 
     values = [value(n) for n in graph.nodes]
+    for v in values:
+        if isinstance(v, FakeTensor):
+            return v.fake_mode
     return detect_fake_mode([v for v in values if isinstance(v, torch.Tensor)])
+
+
+def refresh_value(node: fx.Node, fake_mode) -> None:
+    """Recompute a call_function node's example value after its arguments changed (dropped if it cannot be)."""
+    key = "val" if "val" in node.meta else "example_value"
+    node.meta.pop(key, None)
+    if fake_mode is None:
+        return
+    fake_args, fake_kwargs = fx.node.map_arg((node.args, node.kwargs), value)
+    try:
+        with fake_mode:
+            node.meta[key] = node.target(*fake_args, **fake_kwargs)
+    except Exception:
+        pass
 
 
 def emit(graph: fx.Graph, target, args: tuple, kwargs: Optional[dict] = None, fake_mode=None) -> fx.Node:

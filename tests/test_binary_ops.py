@@ -326,6 +326,42 @@ def test_conv2d_ignores_stray_tail_bits(device, pad_value):
     assert_matches(actual, expected, torch.float32, True, "stray tail bits")
 
 
+@pytest.mark.parametrize("c,kernel,stride,padding,dilation,pad_value", CONV_CASES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_conv2d_packed_equals_conv2d(device, c, kernel, stride, padding, dilation, pad_value, dtype):
+    """binary_conv2d_packed on pack_signs(x.permute(0, 2, 3, 1)): binary_conv2d's values, bit for bit, in
+    out_dtype and channels_last."""
+    x = random_input((2, c, 11, 13), dtype, device).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(5, c, kernel, kernel, device=device)
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    scale, bias = torch.rand(5, device=device) + 0.5, torch.randn(5, device=device)
+    args = (c, [kernel, kernel], [stride, stride], [padding, padding], [dilation, dilation], scale, bias)
+    expected = ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)
+    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+    actual = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
+    assert actual.dtype == dtype and actual.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(actual, expected), f"c={c} k={kernel} {dtype}: max diff {(actual - expected).abs().max()}"
+    if dtype == torch.float32:  # out_dtype int32: the sign words of the fp32 values
+        words = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.int32, pad_value=pad_value)
+        assert torch.equal(words, ops.pack_signs(expected.permute(0, 2, 3, 1))), f"sign words c={c} k={kernel}"
+
+
+def test_conv2d_packed_errors(device):
+    w_packed = ops.pack_signs(torch.randn(4, 3, 3, 40, device=device))
+    x_bits = ops.pack_signs(torch.randn(2, 7, 6, 40, device=device))
+    geometry = (40, [3, 3], [1, 1], [1, 1], [1, 1])
+    cases = [
+        ((x_bits.float(), w_packed, *geometry), {"out_dtype": torch.float32}, "x_bits must be int32"),
+        ((x_bits[..., :1], w_packed, *geometry), {"out_dtype": torch.float32}, "x_bits must have shape"),
+        ((x_bits, w_packed, *geometry), {"out_dtype": torch.int64}, "out_dtype must be"),
+        ((x_bits, w_packed, 40, [3, 1], [1, 1], [1, 1], [1, 1]), {"out_dtype": torch.float16}, "w_packed must have"),
+        ((x_bits, w_packed, *geometry), {"out_dtype": torch.float32, "pad_value": 0.5}, "pad_value must be"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(RuntimeError, match=f"binary_conv2d_packed: {message}"):
+            ops.binary_conv2d_packed(*args, **kwargs)
+
+
 def test_conv2d_non_contiguous_and_empty(device):
     weight = torch.randn(4, 6, 3, 3, device=device)
     x = random_input((2, 6, 20, 9), device=device)[:, :, ::2]  # strided view
@@ -363,6 +399,12 @@ def opcheck_samples(device):
         ("binary_conv2d", (xc, wc_packed, 3, *geometry), {}),
         ("binary_conv2d", (xc.contiguous(memory_format=torch.channels_last), wc_packed, 3, *geometry, None,
                            torch.randn(4, device=device)), {"pad_value": -1.0, "sign_zero": True}),
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry),
+         {"out_dtype": torch.float32}),
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, scale[:4],
+                                  torch.randn(4, device=device)), {"out_dtype": torch.bfloat16, "pad_value": 1.0}),
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
+                                  torch.randn(4, device=device)), {"out_dtype": torch.int32}),
         ("ste_sign", (leaf(x),), {}),
         ("ste_sign", (leaf(x), 0.5), {}),
         ("binary_linear_ste", (leaf(x), leaf(w)), {}),
@@ -376,10 +418,10 @@ def opcheck_samples(device):
     ]
 
 
-@pytest.mark.parametrize("index", range(18))
+@pytest.mark.parametrize("index", range(21))
 def test_opcheck(device, index):
     samples = opcheck_samples(device)
-    assert len(samples) == 18
+    assert len(samples) == 21
     name, args, kwargs = samples[index]
     torch.library.opcheck(getattr(ops, name).default, args, kwargs)
 

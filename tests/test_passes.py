@@ -55,11 +55,12 @@ def dynamo_graph(model, *inputs):
     return captured[0], captured[0].inputs
 
 
-def run(captured, example_inputs, mode="backend", **options):
+def run(captured, example_inputs, mode="backend", inner_inductor=False, **options):
+    """The captured graph after the passes (inner_inductor: with the rewrites made for an inner inductor)."""
     checked = backend.validate_options({"inner": "eager", **options})
     new = backend._copy(captured.gm)
     ctx = passes.PassContext(mode=mode, training=captured.training, quantize=checked["quantize"],
-                             filter=checked["filter"], skip=checked["skip"],
+                             filter=checked["filter"], skip=checked["skip"], inner_inductor=inner_inductor,
                              real_value=lambda n: captured.real.get(n.name) if n.op == "placeholder" else None,
                              fqn_of=lambda n: captured.fqn.get(n.name) if n.op == "placeholder" else None)
     passes.run_passes(new, ctx)

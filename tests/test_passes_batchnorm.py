@@ -12,11 +12,10 @@ import torch.nn.functional as F
 from torch._dynamo.utils import counters
 
 import bitcompile
-from bitcompile import backend, passes
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_backend import _fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and the counters reset around each test)
-from test_passes import dynamo_graph, targets  # noqa: E402
+from test_passes import dynamo_graph, run, targets  # noqa: E402
 
 
 def _random_statistics(bn: nn.modules.batchnorm._BatchNorm, seed: int) -> None:
@@ -79,13 +78,8 @@ class TorchBatchNormCall(nn.Module):
 
 
 def _refold(captured, inputs):
-    """The captured graph after the passes with BatchNorm folding on (as under inner="inductor")."""
-    new = backend._copy(captured.gm)
-    ctx = passes.PassContext(mode="backend", training=captured.training, fold_batchnorm=True,
-                             real_value=lambda n: captured.real.get(n.name) if n.op == "placeholder" else None,
-                             fqn_of=lambda n: captured.fqn.get(n.name) if n.op == "placeholder" else None)
-    passes.run_passes(new, ctx)
-    return new
+    """The captured graph after the passes as under inner="inductor"."""
+    return run(captured, inputs, inner_inductor=True)[0]
 
 
 def _batch_norms(gm):

@@ -629,6 +629,61 @@ Row run_w1a1(const Args& args) {
 }
 
 // ---- conv: binary_conv2d on packed NHWC input ----------------------------------------------------------------
+// conv ... signs=1: launch_binary_conv2d_signs, checked bit for bit against the signs of the reference values (a
+// value within fp32 rounding of 0 may go either way: not checked), with guard words around the output.
+Row conv_sign_words(const Args& args, Row& row, const bk::ConvShape& s, Copies& inputs, int copies,
+                    const std::vector<uint32_t>& w_bits, const bk::Epilogue& ep, const std::vector<double>& want,
+                    const std::vector<double>& magnitude, bool nchw, const bk::ConvTuning& tuning) {
+  if (nchw) {
+    row.check = "signs=1 writes pixel-major words: nchw does not apply";
+    return row;
+  }
+  const int64_t pixels = s.batch * s.out_height * s.out_width, words = (s.out_channels + 31) / 32;
+  std::vector<uint32_t> want_words(pixels * words, 0), checked_bits(pixels * words, 0);
+  for (int64_t p = 0; p < pixels; ++p) {
+    for (int64_t o = 0; o < s.out_channels; ++o) {
+      const double v = want[p * s.out_channels + o];
+      if (v >= 0) want_words[p * words + o / 32] |= 1u << (o % 32);
+      const double m = magnitude[p * s.out_channels + o];  // 0: an exact integer value (no epilogue)
+      if (m == 0 || std::fabs(v) > m * 1e-6) checked_bits[p * words + o / 32] |= 1u << (o % 32);
+    }
+    if (s.out_channels % 32 != 0) checked_bits[p * words + words - 1] |= ~0u << (s.out_channels % 32);  // must be 0
+  }
+  constexpr int64_t kGuard = 64;
+  Buffer weights(w_bits.size() * 4), out((pixels * words + 2 * kGuard) * 4);
+  CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
+  CHECK_CUDA(cudaMemset(out.ptr, 0xa5, out.bytes));
+  uint32_t* const words_out = out.as<uint32_t>() + kGuard;
+  auto launch = [&](int copy, cudaStream_t stream) {
+    return bk::launch_binary_conv2d_signs(static_cast<const uint32_t*>(inputs[copy]), weights.as<uint32_t>(), s, ep,
+                                          words_out, stream, &tuning);
+  };
+  const cudaError_t first = launch(0, nullptr);
+  if (refused(row, args, first)) return row;
+  CHECK_CUDA(first);
+  CHECK_CUDA(cudaDeviceSynchronize());
+  std::vector<uint32_t> all(out.bytes / 4);
+  CHECK_CUDA(cudaMemcpy(all.data(), out.ptr, out.bytes, cudaMemcpyDeviceToHost));
+  int64_t bad = 0, first_bad = -1, guard_hits = 0;
+  for (int64_t i = 0; i < pixels * words; ++i) {
+    if (((all[kGuard + i] ^ want_words[i]) & checked_bits[i]) != 0) {
+      if (first_bad < 0) first_bad = i;
+      ++bad;
+    }
+  }
+  for (int64_t i = 0; i < kGuard; ++i) guard_hits += (all[i] != 0xa5a5a5a5u) + (all[kGuard + pixels * words + i] != 0xa5a5a5a5u);
+  row.ok = bad == 0 && guard_hits == 0;
+  row.check = format("%lld of %lld words bad%s", (long long)bad, (long long)(pixels * words),
+                     first_bad < 0 ? "" : format(" (first: word %lld got %08x want %08x)", (long long)first_bad,
+                                                 all[kGuard + first_bad], want_words[first_bad]).c_str());
+  if (guard_hits != 0) row.check += format("; %lld guard words written", (long long)guard_hits);
+  row.timing = time_launches(launch, copies, args);
+  const double ops = 2.0 * pixels * s.out_channels * s.kernel_h * s.kernel_w * s.channels;
+  row.floor_us = std::max(ops / kOpsPerUs, (inputs.buffers[0]->bytes + weights.bytes + pixels * words * 4.0) / kBytesPerUs);
+  row.rate = ops / row.timing.us / 1e9;
+  return row;
+}
+
 Row run_conv(const Args& args) {
   bk::ConvShape s;
   s.batch = args.num("b", 64);
@@ -649,6 +704,7 @@ Row run_conv(const Args& args) {
   const bool stray = args.num("stray", 0) != 0;
   const FloatType out = parse_type(args.str("out", "fp16"));
   const bool nchw = args.num("nchw", 0) != 0;
+  const bool signs = args.num("signs", 0) != 0;  // launch_binary_conv2d_signs: the values' sign words
   const int epi = static_cast<int>(args.num("epi", 0));
   const int64_t out_offset = args.num("outoff", 0);
   Random random(static_cast<uint64_t>(args.num("seed", 1)));
@@ -661,8 +717,9 @@ Row run_conv(const Args& args) {
                      s.dilation_h != 1 ? format(" d%lld", (long long)s.dilation_h).c_str() : "",
                      args.str("out", "fp16").c_str());
   row.config = "auto";
-  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0 || stray || tuning.kernel != 0) {
-    row.config = format("%s%s%s%s%s", tuning.kernel != 0 ? format("k%d ", tuning.kernel).c_str() : "", nchw ? "nchw " : "",
+  if (nchw || epi != 0 || s.pad_value != 0 || out_offset != 0 || stray || tuning.kernel != 0 || signs) {
+    row.config = format("%s%s%s%s%s%s", tuning.kernel != 0 ? format("k%d ", tuning.kernel).c_str() : "",
+                        signs ? "signs " : "", nchw ? "nchw " : "",
                         epi != 0 ? format("epi=%d ", epi).c_str() : "",
                         s.pad_value != 0 ? format("padv=%d ", s.pad_value).c_str() : "",
                         out_offset != 0 ? format("off=%lld ", (long long)out_offset).c_str() : "");
@@ -716,6 +773,7 @@ Row run_conv(const Args& args) {
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
   Copies inputs(x_bits.data(), input_bytes, copies);
   constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
+  if (signs) return conv_sign_words(args, row, s, inputs, copies, w_bits, epilogue.ep, want, magnitude, nchw, tuning);
   const size_t size = type_size(out), out_bytes = want.size() * size;
   Buffer weights(w_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));

@@ -1094,29 +1094,15 @@ at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_
   return out;
 }
 
-// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias.
-at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
-                             at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
-                             at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
-                             const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
-  const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
-                                             bias, pad_value);
+// The conv of binary_conv2d / binary_conv2d_packed on packed input pixels (one row per input pixel, NHWC order)
+// into result (fp32 [N, OC, OH, OW], channels_last or contiguous).
+void conv_pixels(const PackedRows& pixels, const ConvGeometry& g, const at::Tensor& w_packed,
+                 const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias, double pad_value,
+                 bool sign_zero, bool channels_last, at::Tensor& result) {
   const int64_t n = g.out_channels;
-
-  // The kernel writes straight into a fresh tensor of the input's memory format (strides as the
-  // fake kernel's): rows (b, oh, ow), columns the output channels.
-  const at::MemoryFormat memory_format = x.suggest_memory_format();
-  at::Tensor result =
-      at::empty({g.batch, n, g.out_height, g.out_width}, x.options().dtype(at::kFloat).memory_format(memory_format));
   const int64_t pixels_out = g.out_height * g.out_width, m = g.batch * pixels_out;
   if (m > 0 && n > 0) {
-    // One row per input pixel (NHWC order), packed along the channels.
-    const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
     const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
-    const PackedRows pixels = channels_last
-                                  ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
-                                              cw, sign_zero)
-                                  : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
     const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
     const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
     constexpr int64_t lanes = ConvLanes::kLanes;
@@ -1135,7 +1121,57 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
                      tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, tile);
                    });
   }
+}
+
+// binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias.
+at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                             at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                             at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                             const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
+  const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
+                                             bias, pad_value);
+  // The kernel writes straight into a fresh tensor of the input's memory format (strides as the
+  // fake kernel's): rows (b, oh, ow), columns the output channels.
+  const at::MemoryFormat memory_format = x.suggest_memory_format();
+  at::Tensor result = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                                x.options().dtype(at::kFloat).memory_format(memory_format));
+  if (result.numel() > 0) {
+    // One row per input pixel (NHWC order), packed along the channels.
+    const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
+    const int64_t cw = packed_words(g.channels);
+    const PackedRows pixels = channels_last
+                                  ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
+                                              cw, sign_zero)
+                                  : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
+    conv_pixels(pixels, g, w_packed, scale, bias, pad_value, sign_zero, channels_last, result);
+  }
   return result.to(x.scalar_type());
+}
+
+// binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype; int32:
+// the sign words of the fp32 values, [N, OH, OW, ceil(OC / 32)].
+at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
+                                    at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                    at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                    const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                    double pad_value) {
+  const ConvGeometry g = check_binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride, padding,
+                                                    dilation, scale, bias, pad_value, out_dtype);
+  at::Tensor result =
+      at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                x_bits.options().dtype(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
+  if (result.numel() > 0) {
+    PackedRows pixels;
+    pixels.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
+    conv_pixels(pixels, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, /*channels_last=*/true, result);
+  }
+  if (out_dtype == at::kInt) {
+    const int64_t words = packed_words(g.out_channels);
+    if (result.numel() == 0) return at::zeros({g.batch, g.out_height, g.out_width, words}, x_bits.options());
+    const at::Tensor rows = result.permute({0, 2, 3, 1}).reshape({-1, g.out_channels});  // channels_last: a view
+    return pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
+  }
+  return result.to(out_dtype);
 }
 
 }  // namespace
@@ -1146,4 +1182,5 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("binary_linear", &bitcompile::binary_linear_cpu);
   m.impl("binary_weight_linear", &bitcompile::binary_weight_linear_cpu);
   m.impl("binary_conv2d", &bitcompile::binary_conv2d_cpu);
+  m.impl("binary_conv2d_packed", &bitcompile::binary_conv2d_packed_cpu);
 }

@@ -168,6 +168,13 @@ struct ConvStaging {
   static_assert(kRowStride * sizeof(OutT) % 16 == 0 && kColumnStride * sizeof(OutT) % 16 == 0, "aligned lines");
 };
 
+// The sign-word output (launch_binary_conv2d_signs), a tag for the kernels' OutT: bit c % 32 of word c / 32 of an
+// output pixel is 1 where the fp32 value of channel c is >= 0 (words [pixels, ceil(OC / 32)], bits past OC 0). The
+// epilogues compute the values as for fp32 output (staged as fp32) and keep their signs.
+struct SignWords {};
+template <typename OutT>
+using StageType = std::conditional_t<std::is_same_v<OutT, SignWords>, float, OutT>;
+
 // Two outputs of neighbouring columns, converted together (fp16 / bf16: one packed conversion, each value rounded
 // as from_float rounds it).
 template <typename OutT>
@@ -373,6 +380,24 @@ __device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __r
   }
 }
 
+// The staged fp32 tile (channels_last) as sign words: a warp a (row, 32 columns) at a time, one ballot a word.
+template <int BM, int BN, int kThreads>
+__device__ __forceinline__ void store_sign_words(const float* stage, uint32_t* __restrict__ out, int64_t m0, int64_t n0,
+                                                 int64_t n_rows, int rows_valid, int cols_valid, int tid) {
+  using Staging = ConvStaging<BM, BN, float>;
+  static_assert(BN % 32 == 0, "whole words a tile row");
+  constexpr int kWordsPerRow = BN / 32;
+  const int64_t words_per_pixel = (n_rows + 31) / 32;
+  const int lane = tid & 31;
+  for (int i = tid >> 5; i < BM * kWordsPerRow; i += kThreads / 32) {
+    const int row = i / kWordsPerRow, word = i % kWordsPerRow;  // uniform over the warp, rows ascending
+    if (row >= rows_valid) break;
+    const int col = word * 32 + lane;
+    const uint32_t bits = __ballot_sync(kFullMask, col < cols_valid && stage[row * Staging::kRowStride + col] >= 0.f);
+    if (lane == 0 && word * 32 < cols_valid) out[(m0 + row) * words_per_pixel + n0 / 32 + word] = bits;
+  }
+}
+
 // Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage).
 template <int BM, int BN, int kThreads, int MT, int NT, bool ONE_PLANE, typename OutT>
 __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
@@ -383,12 +408,21 @@ __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int w
                                               bool out_channels_last, OutT* stage) {
   const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
   const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
-  conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps,
-                                                 pad_value, m0, n0, rows_valid, cols_valid, ep, out_channels_last,
-                                                 stage);
-  __syncthreads();
-  conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
-                                        out_channels_last, tid);
+  if constexpr (std::is_same_v<OutT, SignWords>) {
+    float* values = reinterpret_cast<float*>(stage);
+    conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps,
+                                                   pad_value, m0, n0, rows_valid, cols_valid, ep, true, values);
+    __syncthreads();
+    store_sign_words<BM, BN, kThreads>(values, reinterpret_cast<uint32_t*>(out), m0, n0, n_rows, rows_valid,
+                                       cols_valid, tid);
+  } else {
+    conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
+                                                   taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
+                                                   out_channels_last, stage);
+    __syncthreads();
+    conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
+                                          out_channels_last, tid);
+  }
 }
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, typename OutT>
@@ -408,7 +442,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
   constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
 
-  using Staging = ConvStaging<BM, BN, OutT>;
+  using Staging = ConvStaging<BM, BN, StageType<OutT>>;
   constexpr int kPlusWords = BM * kMmaRowStride;
   constexpr int kMinusWords = BM * kMmaRowStride;
   constexpr int kTileWords = kPlusWords + kMinusWords + BN * kMmaRowStride;
@@ -745,8 +779,12 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // with per-stage divisions in the gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static
 // instructions (8233 with the per-element epilogue: int64 index division, null checks and taps loop per output,
 // scattered 2-byte stores).
+// Resident blocks an SM: three for 8-byte pieces (ResNet's C = 64 layers: 79 registers without spills, ~74 KB of
+// shared memory each), else two (three would spill at 16- and 4-byte pieces).
+constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
+
 template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
-__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipelined_kernel(
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
     int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
     bool out_channels_last) {
@@ -919,7 +957,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 2) void binary_conv2d_pipeli
       }
     }
   }
-  static_assert(ConvStaging<BM, BN, OutT>::kBytes <= kPipeStages * kStageBytes, "output tile fits the ring");
+  static_assert(ConvStaging<BM, BN, StageType<OutT>>::kBytes <= kPipeStages * kStageBytes, "output tile fits the ring");
   conv_epilogue<BM, BN, kThreads, MT, NT, true>(acc, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside,
                                                 tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
                                                 total_pixels, n_rows, out_plane, ep, out, out_channels_last,
@@ -942,7 +980,9 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kConvRowStride * sizeof(uint32_t);
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
   static unsigned long long smem_devices = 0;
-  const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
+  // three blocks an SM: the whole unified L1 as shared memory
+  const cudaError_t error =
+      allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
   kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(
       plus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
@@ -1473,7 +1513,27 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
         y[e] = __fmaf_rn(kFactor ? __fmul_rn(dot, factor) : dot, col_scale[e], col_bias[e]);
       }
     };
-    if (out_channels_last) {
+    if constexpr (std::is_same_v<OutT, SignWords>) {
+      // Sign words: a half warp's 16 lanes hold a row's 128 columns, 8 a lane: a byte of signs each, 4 lanes a word
+      // (OR-ed by two shuffles). The row loop is uniform over the warp (the shuffles need all lanes); rows past the
+      // last and columns past the last are masked (bits 0).
+      uint32_t* const words_out = reinterpret_cast<uint32_t*>(out);
+      const int64_t words_per_pixel = (n_rows + 31) / 32;
+      for (int r0 = warp * L::kRowsPerWarp; r0 < rows_valid; r0 += L::kRowStep) {
+        const int r = r0 + row_sub;
+        float y[8];
+        row_values(r, y);
+        uint32_t byte = 0;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) byte |= static_cast<uint32_t>(col_base + e < cols_valid && y[e] >= 0.f) << e;
+        uint32_t word = byte << (8 * (lane_in_row & 3));
+        word |= __shfl_xor_sync(kFullMask, word, 1);
+        word |= __shfl_xor_sync(kFullMask, word, 2);
+        if (r < rows_valid && (lane_in_row & 3) == 0 && col_base < cols_valid) {
+          words_out[(m0 + r) * words_per_pixel + (n0 >> 5) + (col_base >> 5)] = word;
+        }
+      }
+    } else if (out_channels_last) {
       // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
       constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
       int vec = kMaxVec;
@@ -1654,17 +1714,39 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
 
 }  // namespace
 
-cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
-                                 const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning) {
-  const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
+namespace {
+// cudaSuccess for a launchable shape; done: nothing to compute (an empty output).
+cudaError_t check_conv_launch(const ConvShape& shape, const ConvTuning& chosen, bool& done) {
+  done = false;
   if (chosen.kernel < 0 || chosen.kernel > 2) return cudaErrorInvalidValue;
   if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
       shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
     return cudaErrorInvalidValue;
   }
-  if (shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0) return cudaSuccess;
-  if (!conv_geometry_fits(shape)) return cudaErrorNotSupported;
+  done = shape.batch == 0 || shape.out_channels == 0 || shape.out_height <= 0 || shape.out_width <= 0;
+  if (!done && !conv_geometry_fits(shape)) return cudaErrorNotSupported;
+  return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                       const Epilogue& epilogue, uint32_t* out_words, cudaStream_t stream,
+                                       const ConvTuning* tuning) {
+  const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
+  bool done = false;
+  const cudaError_t error = check_conv_launch(shape, chosen, done);
+  if (error != cudaSuccess || done) return error;
+  return binary_conv2d_typed(plus_bits, nullptr, w_bits, shape, epilogue, reinterpret_cast<SignWords*>(out_words),
+                             /*out_channels_last=*/true, stream, chosen);
+}
+
+cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
+                                 const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
+                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning) {
+  const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
+  bool done = false;
+  const cudaError_t error = check_conv_launch(shape, chosen, done);
+  if (error != cudaSuccess || done) return error;
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),

@@ -99,6 +99,12 @@ struct ConvTuning {
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
                                  bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning = nullptr);
+// The same conv of one-plane (pack_signs) input, its output as sign words: bit c % 32 of word c / 32 of output
+// pixel p (out_words[p * ceil(out_channels / 32) + c / 32]) is 1 where the fp32 value of channel c is >= 0, the bits
+// past out_channels 0. The values never reach global memory (the packed activation of a next binary conv).
+cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                       const Epilogue& epilogue, uint32_t* out_words, cudaStream_t stream,
+                                       const ConvTuning* tuning = nullptr);
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):

@@ -197,6 +197,31 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
   return out;
 }
 
+// The kernels' conv shape of a checked geometry.
+kernels::ConvShape conv_shape(const char* op, const bitcompile::ConvGeometry& g, double pad_value) {
+  kernels::ConvShape shape;
+  shape.batch = g.batch;
+  shape.channels = g.channels;
+  shape.height = g.height;
+  shape.width = g.width;
+  shape.out_channels = g.out_channels;
+  shape.out_height = g.out_height;
+  shape.out_width = g.out_width;
+  shape.kernel_h = g.kernel_h;
+  shape.kernel_w = g.kernel_w;
+  shape.stride_h = g.stride_h;
+  shape.stride_w = g.stride_w;
+  shape.pad_h = g.pad_h;
+  shape.pad_w = g.pad_w;
+  shape.dilation_h = g.dilation_h;
+  shape.dilation_w = g.dilation_w;
+  shape.pad_value = static_cast<int>(pad_value);
+  BITCOMPILE_CHECK(kernels::conv_geometry_fits(shape), "bitcompile::", op,
+                   ": padding, stride, dilation or input size too large for the CUDA kernels' 32-bit offsets (or taps x ",
+                   "channels >= 2^29)");
+  return shape;
+}
+
 // y = conv2d(pad(s(x), pad_value), s(W)) * scale[OC] + bias, w_packed = pack_signs(W.permute(0, 2, 3, 1))
 // (SPEC 2.4); the output keeps x's memory format (as the fake kernel: suggest_memory_format).
 at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
@@ -226,34 +251,50 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   at::Tensor minus = sign_zero ? at::empty({pixel_count, word_count}, word_options) : at::Tensor();
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
+  const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
                                           nullptr, stream),
                op);
-
-  kernels::ConvShape shape;
-  shape.batch = g.batch;
-  shape.channels = g.channels;
-  shape.height = g.height;
-  shape.width = g.width;
-  shape.out_channels = g.out_channels;
-  shape.out_height = g.out_height;
-  shape.out_width = g.out_width;
-  shape.kernel_h = g.kernel_h;
-  shape.kernel_w = g.kernel_w;
-  shape.stride_h = g.stride_h;
-  shape.stride_w = g.stride_w;
-  shape.pad_h = g.pad_h;
-  shape.pad_w = g.pad_w;
-  shape.dilation_h = g.dilation_h;
-  shape.dilation_w = g.dilation_w;
-  shape.pad_value = static_cast<int>(pad_value);
-  BITCOMPILE_CHECK(kernels::conv_geometry_fits(shape), "bitcompile::", op,
-                   ": padding, stride, dilation or input size too large for the CUDA kernels' 32-bit offsets (or taps x ",
-                   "channels >= 2^29)");
   check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
                       out.mutable_data_ptr(), float_type(out), out_channels_last, stream),
+               op);
+  return out;
+}
+
+// binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the conv launch without the packing pass; the
+// output channels_last in out_dtype, or (int32) the values' sign words, written by the conv's epilogue.
+at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
+                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                     const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
+                                     double pad_value) {
+  const char* op = "binary_conv2d_packed";
+  const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed(
+      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype);
+  c10::cuda::CUDAGuard guard(x_bits.device());
+  const bool signs = out_dtype == at::kInt;
+  at::Tensor out =
+      signs ? at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options())
+            : at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                        x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
+  if (out.numel() == 0) return out;
+  const at::Tensor pixels = x_bits.contiguous();
+  const at::Tensor weight = w_packed.contiguous();
+  EpilogueInputs inputs(scale, bias);
+  const kernels::ConvShape shape = conv_shape(op, g, pad_value);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if (signs) {
+    check_launch(kernels::launch_binary_conv2d_signs(words(pixels), words(weight), shape, inputs.epilogue,
+                                                     mutable_words(out), stream),
+                 op);
+    return out;
+  }
+  // channels_last (also where size-1 dimensions make the tensor contiguous too: both layouts address the same memory)
+  check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
+                                             out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
+                                             stream),
                op);
   return out;
 }
@@ -265,4 +306,5 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
   m.impl("binary_linear", &binary_linear_cuda);
   m.impl("binary_weight_linear", &binary_weight_linear_cuda);
   m.impl("binary_conv2d", &binary_conv2d_cuda);
+  m.impl("binary_conv2d_packed", &binary_conv2d_packed_cuda);
 }

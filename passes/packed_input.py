@@ -1,0 +1,90 @@
+"""Pack a binary conv's activations in the graph, where inductor can fuse the packing into their producer.
+
+conv2d_of_weight(x, W, ..., x_form="ste_sign") packs the signs of x in a pass of its own (the pack_signs
+kernel reads all of x once more: in a binary ResNet-18 that is ~8% of a forward). Rewritten as
+
+    x_bits = sum_j ((x_nhwc >= 0) << j) over each 32 channels   (aten ops: permute, ge, unflatten, shift, sum)
+    packed_conv2d_of_weight(x_bits, W, ...)
+
+the packing is ordinary pointwise-and-reduction code that inductor fuses into the kernel that produces x (a
+residual add, a BatchNorm, a pool), which then writes the sign words beside x: bit for bit pack_signs' words (bit
+1 for x >= 0; channels past C: 0), so the results do not change. Where x is itself the output of a packed binary
+conv read by nothing else (conv1 -> [BatchNorm, folded] -> conv2 of a BNN block), that conv outputs the sign words
+instead (out_dtype int32, written by its epilogue): the float activation is never written. Those are the signs of
+the fp32 values; eager takes them after rounding to the model's dtype, which differs only for a value that rounds
+to -0. Only with inner="inductor" (nothing would fuse the packing elsewhere, and an eager pack in aten ops is slower
+than the kernel); only x_form "ste_sign" (torch.sign's zeros need a second plane) and channels_last x (the packed
+op's output is channels_last, as conv2d_of_weight's is for such an x: an NCHW model's tensors keep their strides).
+Counter: counters["bitcompile"]["packed_input"].
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.fx as fx
+from torch._dynamo.utils import counters
+
+from bitcompile.passes import ir
+
+log = logging.getLogger("bitcompile")
+aten = torch.ops.aten
+bc = torch.ops.bitcompile
+
+
+def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -> fx.Node:
+    """Nodes computing pack_signs(x.permute(0, 2, 3, 1)) of a 4-D float x with `channels` channels."""
+    emit = lambda target, args, kwargs=None: ir.emit(graph, target, args, kwargs, fake_mode)  # noqa: E731
+    nhwc = emit(aten.permute.default, (x, [0, 2, 3, 1]))
+    words = (channels + 31) // 32
+    if words * 32 != channels:  # -1 fills the last word: sign bit 0, as pack_signs leaves it
+        nhwc = emit(aten.constant_pad_nd.default, (nhwc, [0, words * 32 - channels], -1.0))
+    signs = emit(aten.ge.Scalar, (nhwc, 0))
+    grouped = emit(aten.unflatten.int, (signs, -1, [words, 32]))
+    wide = emit(aten._to_copy.default, (grouped,), {"dtype": torch.int64})
+    shifts = emit(aten.arange.default, (32,), {"dtype": torch.int64, "device": device})
+    bits = emit(aten.bitwise_left_shift.Tensor, (wide, shifts))
+    summed = emit(aten.sum.dim_IntList, (bits, [-1]))
+    return emit(aten._to_copy.default, (summed,), {"dtype": torch.int32})  # the low 32 bits: the word
+
+
+def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
+    """Rewrite every conv2d_of_weight with x_form "ste_sign" onto packed activations; returns how many."""
+    done = 0
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target is not bc.conv2d_of_weight.default:
+            continue
+        if node.kwargs.get("x_form") != "ste_sign" or len(node.args) < 5:
+            continue
+        x, weight = node.args[0], node.args[1]
+        x_value, w_value = ir.value(x), ir.value(weight)
+        if not (isinstance(x_value, torch.Tensor) and isinstance(w_value, torch.Tensor) and x_value.dim() == 4
+                and w_value.dim() == 4 and x_value.is_floating_point()):
+            continue
+        # channels_last x only: the packed op's output is channels_last, as conv2d_of_weight's is for such an x
+        # (an NCHW model keeps its NCHW outputs)
+        if torch._prims_common.suggest_memory_format(x_value) != torch.channels_last:
+            continue
+        with graph.inserting_before(node):
+            if x.target is bc.packed_conv2d_of_weight.default and len(x.users) == 1:
+                x.update_kwarg("out_dtype", torch.int32)  # the producing conv writes the sign words itself
+                ir.refresh_value(x, fake_mode)
+                x_bits = x
+                counters["bitcompile"]["packed_output"] += 1
+            else:
+                x_bits = _pack_nodes(graph, x, int(w_value.shape[1]), w_value.device, fake_mode)
+            scale = node.args[5] if len(node.args) > 5 else node.kwargs.get("scale")
+            bias = node.args[6] if len(node.args) > 6 else node.kwargs.get("bias")
+            packed = ir.emit(graph, bc.packed_conv2d_of_weight.default,
+                             (x_bits, weight, *node.args[2:5], scale, bias),
+                             {"weight_form": node.kwargs["weight_form"], "out_dtype": x_value.dtype,
+                              "pad_value": node.kwargs.get("pad_value", 0.0)}, fake_mode)
+        node.replace_all_uses_with(packed)
+        packed.meta.update({k: v for k, v in node.meta.items()
+                            if k not in packed.meta and k not in ("val", "example_value")})
+        graph.erase_node(node)
+        done += 1
+        counters["bitcompile"]["packed_input"] += 1
+        log.info("bitcompile: %s reads its activations packed in the graph", packed.name)
+    return done
