@@ -170,10 +170,16 @@ struct ConvStaging {
 
 // The sign-word output (launch_binary_conv2d_signs), a tag for the kernels' OutT: bit c % 32 of word c / 32 of an
 // output pixel is 1 where the fp32 value of channel c is >= 0 (words [pixels, ceil(OC / 32)], bits past OC 0). The
-// epilogues compute the values as for fp32 output (staged as fp32) and keep their signs.
+// epilogues compute the values as for fp32 output and keep their signs, from the registers (nothing staged).
 struct SignWords {};
-template <typename OutT>
-using StageType = std::conditional_t<std::is_same_v<OutT, SignWords>, float, OutT>;
+template <int BM, int BN, typename OutT>
+struct ConvStagingBytes {
+  static constexpr int value = ConvStaging<BM, BN, OutT>::kBytes;
+};
+template <int BM, int BN>
+struct ConvStagingBytes<BM, BN, SignWords> {
+  static constexpr int value = 0;
+};
 
 // Two outputs of neighbouring columns, converted together (fp16 / bf16: one packed conversion, each value rounded
 // as from_float rounds it).
@@ -268,21 +274,20 @@ __device__ __forceinline__ void store_staged_as(int vec, const OutT* stage, OutT
                                                    cols_valid, tid);
 }
 
-// The epilogue of both kernels, part 1: this thread's MT x NT mma tiles (rows warp_row + 16 mt + g + 8h, columns
-// warp_col + 8 nt + 2t + e, at dot[mt][nt][2h + e]) into the staged output tile. dot holds the part of the integer
+// The epilogue of both kernels, its values: this thread's MT x NT mma tiles (rows warp_row + 16 mt + g + 8h, columns
+// warp_col + 8 nt + 2t + e, at dot[mt][nt][2h + e]) as fp32 outputs. dot holds the part of the integer
 // dot known per row (one-plane: 4 popc(P & B) - 2 popc(P); two-plane: all of it); the one-plane form adds
 // sum_in D_t - pad_value * sum_padded D_t, visiting only the padded taps (none for interior pixels). Then
 // y = dot * row_factor * scale + bias (epilogue_value, fp32). Per-column values are read once, per-row ones once
-// per row; no division. row_inside: bit t for the taps inside the image (one-plane). `stage` must be free (a
-// barrier after the main loop's last read of it).
-template <int BM, int BN, int MT, int NT, bool ONE_PLANE, typename OutT>
-__device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
-                                                    const uint32_t* row_inside, const int* tap_d,
-                                                    const int* all_taps_d, int taps, int pad_value, int64_t m0,
-                                                    int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
-                                                    bool out_channels_last, OutT* stage) {
-  using Staging = ConvStaging<BM, BN, OutT>;
-  using Pair = OutPair<OutT>;
+// per row; no division. row_inside: bit t for the taps inside the image (one-plane).
+// emit(row, y) takes the fp32 values y[nt][e] of one row of the thread (tile row `row`, columns lane_col + 8 nt + e);
+// it is called for every (mt, h) in the same order by all lanes (rows past rows_valid included), so it may shuffle.
+template <int BN, int MT, int NT, bool ONE_PLANE, typename Emit>
+__device__ __forceinline__ void conv_epilogue_values(const int (&dot)[MT][NT][4], int warp_row, int warp_col,
+                                                     int lane, const uint32_t* row_inside, const int* tap_d,
+                                                     const int* all_taps_d, int taps, int pad_value, int64_t m0,
+                                                     int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
+                                                     Emit&& emit) {
   const int group = lane >> 2;
   const int lane_col = warp_col + 2 * (lane & 3);  // column of (nt, e): lane_col + 8 nt + e
   // Absent epilogue vectors read kEpilogueUnit with a zero step: loads without null checks, the same values as
@@ -342,21 +347,45 @@ __device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4],
           }
         }
       }
+      float y[NT][2];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        const typename Pair::type y =
-            Pair::make(epilogue_value(static_cast<float>(value[nt][0]), factor[mt][h], col_scale[nt][0], col_bias[nt][0]),
-                       epilogue_value(static_cast<float>(value[nt][1]), factor[mt][h], col_scale[nt][1], col_bias[nt][1]));
-        const int col = lane_col + nt * 8;
-        if (out_channels_last) {
-          *reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]) = y;
-        } else {
-          stage[col * Staging::kColumnStride + row] = Pair::low(y);
-          stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(y);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          y[nt][e] = epilogue_value(static_cast<float>(value[nt][e]), factor[mt][h], col_scale[nt][e], col_bias[nt][e]);
         }
       }
+      emit(row, y);
     }
   }
+}
+
+// Part 1 for a float output: the values into the staged output tile (channels_last: rows of BN channels; NCHW:
+// columns of BM pixels). `stage` must be free (a barrier after the main loop's last read of it).
+template <int BM, int BN, int MT, int NT, bool ONE_PLANE, typename OutT>
+__device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
+                                                    const uint32_t* row_inside, const int* tap_d,
+                                                    const int* all_taps_d, int taps, int pad_value, int64_t m0,
+                                                    int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
+                                                    bool out_channels_last, OutT* stage) {
+  using Staging = ConvStaging<BM, BN, OutT>;
+  using Pair = OutPair<OutT>;
+  const int lane_col = warp_col + 2 * (lane & 3);
+  conv_epilogue_values<BN, MT, NT, ONE_PLANE>(
+      dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps, pad_value, m0, n0, rows_valid, cols_valid,
+      ep, [&](int row, const float (&y)[NT][2]) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          const typename Pair::type v = Pair::make(y[nt][0], y[nt][1]);
+          const int col = lane_col + nt * 8;
+          if (out_channels_last) {
+            *reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]) = v;
+          } else {
+            stage[col * Staging::kColumnStride + row] = Pair::low(v);
+            stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(v);
+          }
+        }
+      });
 }
 
 // The epilogue of both kernels, part 2 (after a barrier): the staged tile out in the widest vectors (up to 16
@@ -380,22 +409,41 @@ __device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __r
   }
 }
 
-// The staged fp32 tile (channels_last) as sign words: a warp a (row, 32 columns) at a time, one ballot a word.
-template <int BM, int BN, int kThreads>
-__device__ __forceinline__ void store_sign_words(const float* stage, uint32_t* __restrict__ out, int64_t m0, int64_t n0,
-                                                 int64_t n_rows, int rows_valid, int cols_valid, int tid) {
-  using Staging = ConvStaging<BM, BN, float>;
-  static_assert(BN % 32 == 0, "whole words a tile row");
-  constexpr int kWordsPerRow = BN / 32;
-  const int64_t words_per_pixel = (n_rows + 31) / 32;
-  const int lane = tid & 31;
-  for (int i = tid >> 5; i < BM * kWordsPerRow; i += kThreads / 32) {
-    const int row = i / kWordsPerRow, word = i % kWordsPerRow;  // uniform over the warp, rows ascending
-    if (row >= rows_valid) break;
-    const int col = word * 32 + lane;
-    const uint32_t bits = __ballot_sync(kFullMask, col < cols_valid && stage[row * Staging::kRowStride + col] >= 0.f);
-    if (lane == 0 && word * 32 < cols_valid) out[(m0 + row) * words_per_pixel + n0 / 32 + word] = bits;
+// Part 1 and 2 for sign words, from the registers (no staging, no barrier): a warp's 32 columns (NT = 4) are one
+// word of each of its rows; a lane's bits of a row (columns 8 nt + 2 (lane & 3) + e) are OR-ed over the 4 lanes of
+// its group by two shuffles and the group's first lane stores the word. Columns past cols_valid give 0 bits.
+template <int BN, int MT, int NT, bool ONE_PLANE>
+__device__ __forceinline__ void conv_epilogue_sign_words(const int (&dot)[MT][NT][4], int warp_row, int warp_col,
+                                                         int lane, const uint32_t* row_inside, const int* tap_d,
+                                                         const int* all_taps_d, int taps, int pad_value, int64_t m0,
+                                                         int64_t n0, int64_t n_rows, int rows_valid, int cols_valid,
+                                                         const Epilogue& ep, uint32_t* __restrict__ out) {
+  static_assert(NT == 4, "a warp's columns are one sign word");
+  const int words_per_pixel = static_cast<int>((n_rows + 31) / 32);
+  uint32_t* const words = out + m0 * words_per_pixel + (n0 >> 5) + (warp_col >> 5);
+  const int first_col = warp_col + 2 * (lane & 3);  // tile column of y[0][0]
+  uint32_t valid = 0;  // this lane's bits of the word whose columns are < cols_valid
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) valid |= static_cast<uint32_t>(first_col + 8 * nt + e < cols_valid) << (8 * nt + e);
   }
+  valid <<= 2 * (lane & 3);
+  const bool store = (lane & 3) == 0 && warp_col < cols_valid;
+  conv_epilogue_values<BN, MT, NT, ONE_PLANE>(
+      dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps, pad_value, m0, n0, rows_valid, cols_valid,
+      ep, [&](int row, const float (&y)[NT][2]) {
+        uint32_t bits = 0;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) bits |= static_cast<uint32_t>(y[nt][e] >= 0.f) << (8 * nt + e);
+        }
+        bits = (bits << 2 * (lane & 3)) & valid;
+        bits |= __shfl_xor_sync(kFullMask, bits, 1);
+        bits |= __shfl_xor_sync(kFullMask, bits, 2);
+        if (store && row < rows_valid) words[row * words_per_pixel] = bits;
+      });
 }
 
 // Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage).
@@ -409,12 +457,9 @@ __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int w
   const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
   const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
   if constexpr (std::is_same_v<OutT, SignWords>) {
-    float* values = reinterpret_cast<float*>(stage);
-    conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps,
-                                                   pad_value, m0, n0, rows_valid, cols_valid, ep, true, values);
-    __syncthreads();
-    store_sign_words<BM, BN, kThreads>(values, reinterpret_cast<uint32_t*>(out), m0, n0, n_rows, rows_valid,
-                                       cols_valid, tid);
+    conv_epilogue_sign_words<BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
+                                                    taps, pad_value, m0, n0, n_rows, rows_valid, cols_valid, ep,
+                                                    reinterpret_cast<uint32_t*>(out));
   } else {
     conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
                                                    taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
@@ -442,11 +487,11 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
   constexpr int kLoadsA = (kVecsA + kThreads - 1) / kThreads;
   constexpr int kLoadsB = (kVecsB + kThreads - 1) / kThreads;
 
-  using Staging = ConvStaging<BM, BN, StageType<OutT>>;
   constexpr int kPlusWords = BM * kMmaRowStride;
   constexpr int kMinusWords = BM * kMmaRowStride;
   constexpr int kTileWords = kPlusWords + kMinusWords + BN * kMmaRowStride;
-  constexpr int kSharedWords = kTileWords > Staging::kBytes / 4 ? kTileWords : Staging::kBytes / 4;
+  constexpr int kStagingWords = ConvStagingBytes<BM, BN, OutT>::value / 4;
+  constexpr int kSharedWords = kTileWords > kStagingWords ? kTileWords : kStagingWords;
   __shared__ __align__(16) uint32_t tiles[kSharedWords];  // plus, minus, B tiles; after the main loop the output tile
   uint32_t* const plus_tile = tiles;
   uint32_t* const minus_tile = tiles + kPlusWords;
@@ -957,7 +1002,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
       }
     }
   }
-  static_assert(ConvStaging<BM, BN, StageType<OutT>>::kBytes <= kPipeStages * kStageBytes, "output tile fits the ring");
+  static_assert(ConvStagingBytes<BM, BN, OutT>::value <= kPipeStages * kStageBytes, "output tile fits the ring");
   conv_epilogue<BM, BN, kThreads, MT, NT, true>(acc, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside,
                                                 tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
                                                 total_pixels, n_rows, out_plane, ep, out, out_channels_last,
