@@ -34,7 +34,7 @@ namespace {
 // gives pad_value * (-D_t). The block tabulates D_t of its columns; a row takes their sum over all taps less
 // the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
 // Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
-// staged in shared memory and stored in coalesced vectors of up to 16 bytes.
+// staged in shared memory and stored in coalesced vectors of up to 16 bytes (sign words: from the registers).
 constexpr int kOnePlaneMaxTaps = 32;
 
 // ---- Shared by the two kernels: the prologue's per-row values, the D_t table, the epilogue ----
