@@ -35,7 +35,7 @@
 // float ones), microseconds per launch (cudaEvent, L2 flushed by writing a 128 MiB buffer before each timed
 // launch, median of reps), microseconds per launch inside a CUDA graph of 100 launches that cycle over copies
 // of the streamed operand totalling >= 192 MiB (so L2 cannot serve them), the achieved rate and the fraction
-// of the floor (bytes at 4.4 TB/s, binary ops at 15.5 POPS: ../shared/DESIGN.md, "Hardware facts").
+// of the floor (bytes at 4.4 TB/s, binary ops at 15.5 POPS: the H200's measured HBM read rate and b1 wgmma peak).
 // plant=1 flips one weight bit in the reference's copy: the check must then report a mismatch ("NO", planted
 // error caught); the exit status counts such a row as failed only if the mismatch went unseen.
 #include <cuda_bf16.h>
