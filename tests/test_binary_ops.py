@@ -671,9 +671,13 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
     tensor-core pass kernel, 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
     on an sm_90a build on a 9.0 GPU, k % 64 == 0 ((70, 512), (64, 16384)) from 17 rows the wgmma kernel instead
     (test_weight_linear_wgmma_edges has its edges); K spans several 512-bit chunks (several blocks of one cluster,
-    or one block: (70, 512)), K % 8 != 0 (x staged value by value), stray tail bits set, scale and bias."""
-    for n, k in ((129, 4100), (300, 1000), (5, 33), (70, 512), (64, 16384)):
+    or one block: (70, 512)), x staged from 16-byte loads (K % 8 == 0, with a partial last word at K = 1000) or
+    value by value (K % 8 != 0, and x one element off its 16-byte alignment), stray tail bits set, scale and bias."""
+    for n, k, x_off in ((129, 4100, False), (300, 1000, False), (300, 1000, True), (5, 33, False), (70, 512, False),
+                        (64, 16384, False)):
         x = random_input((m, k), dtype, device)
+        if x_off:
+            x = one_element_off(x)
         _, w_packed = packed_weight(n, k, device)
         w_packed[:, -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)
         scale, bias = scale_and_bias("per_channel", n, device)

@@ -110,6 +110,64 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
   return w == 0 ? v.x : (w == 1 ? v.y : (w == 2 ? v.z : v.w));
 }
 
+__device__ __forceinline__ float pair_sum(uint32_t pair, __nv_bfloat16) {
+  return __uint_as_float(pair << 16) + __uint_as_float(pair & 0xFFFF0000u);
+}
+__device__ __forceinline__ float pair_sum(uint32_t pair, __half) {
+  const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&pair));
+  return v.x + v.y;
+}
+
+// Stages rows warp + 8 i of x (k from k_stage) in the tensor-core pass kernel's group order from 16-byte loads:
+// a task (row, word, half h) loads x[32 word + 8 h .. + 7] and x[32 word + 16 + 8 h .. + 7] and writes the groups
+// q = 4 h .. 4 h + 3 (x[2q+1], x[2q+17], x[2q], x[2q+16]) with two byte permutes each; all of a row's loads are in
+// flight before the first is used. Needs k % 8 == 0 and x 16-byte aligned; values at k >= k_limit (a multiple of
+// 8) or past the last row are 0. Adds the sum of the even-k values to even_sum[i].
+// H200, bf16, N = K = 8192, us per call in a rotating graph, before (2-byte loads of x, 2-4 groups a batch) -> after:
+// M = 4 16.3 -> 14.3, M = 8 16.8 -> 15.4, M = 16 22.9 -> 20.4, M = 16 at 16384^2 74.9 -> 64.2 (ncu, M = 16: 26.9 -> 21.4 us;
+// long-scoreboard stalls on the staging loads 35% -> 12% of the samples).
+template <typename InT, int NB, int kStageWords, int kRowStride, int BATCH>
+__device__ __forceinline__ void stage_x_vectors(const InT* __restrict__ x, uint2* x_stage, float (&even_sum)[NB],
+                                                int64_t m0, int64_t m_rows, int64_t k, int64_t k_stage,
+                                                int64_t k_limit, int warp, int lane) {
+  constexpr int kTasks = kStageWords * 2;  // (word, half) of a row
+  constexpr int kTasksPerLane = kTasks / 32;
+  static_assert(kTasks % 32 == 0, "whole tasks a lane");
+#pragma unroll
+  for (int i = 0; i < NB; ++i) {
+    const int r = warp + kTcWarps * i;
+    const int64_t row = m0 + r;
+    const InT* x_row = x + row * k;
+#pragma unroll 1
+    for (int j0 = 0; j0 < kTasksPerLane; j0 += BATCH) {
+      uint4 lo[BATCH], hi[BATCH];
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) {
+        const int e = lane + 32 * (j0 + b);
+        const int64_t kb = k_stage + (e >> 1) * 32 + (e & 1) * 8;
+        const bool in_lo = row < m_rows && kb < k_limit;
+        const bool in_hi = row < m_rows && kb + 16 < k_limit;
+        lo[b] = in_lo ? __ldg(reinterpret_cast<const uint4*>(x_row + kb)) : make_uint4(0, 0, 0, 0);
+        hi[b] = in_hi ? __ldg(reinterpret_cast<const uint4*>(x_row + kb + 16)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int b = 0; b < BATCH; ++b) {
+        const int e = lane + 32 * (j0 + b);
+        const int word = e >> 1;  // within the stage
+        const int base = ((((word >> 4) * 4 + (word & 3)) * 8 + (e & 1) * 4) * 4) + ((word & 15) >> 2);
+        uint2* dst = x_stage + r * kRowStride + base;
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const uint32_t l = word_of(lo[b], u), h = word_of(hi[b], u);
+          const uint32_t even = __byte_perm(l, h, 0x5410);  // x[2q], x[2q+16]
+          even_sum[i] += pair_sum(even, InT());
+          dst[u * 4] = make_uint2(__byte_perm(l, h, 0x7632), even);  // x[2q+1], x[2q+17] | x[2q], x[2q+16]
+        }
+      }
+    }
+  }
+}
+
 // The outputs of a tile of partial sums (partial[row][feature] in shared memory, tile_rows x FEATURES, rows
 // from x row m0, features from n_block): the sum over the `slices` blocks of a cluster that split K, taken
 // through distributed shared memory in rank order (deterministic), or the block's own tile; then the
@@ -215,6 +273,8 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
   for (int i = 0; i < NB; ++i) even_sum[i] = 0.f;
 
   const uint32_t minus_one = MinusOnePair<MmaT>::value;
+  // x staged from 16-byte loads (8 values of a row at once) where its rows allow them.
+  const bool x_vec = PARTS == 1 && k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 
   uint4 current[4], next[4];
   if (chunk_begin < chunk_end) load_chunk(current, chunk_begin);
@@ -231,42 +291,53 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
       // Values of a later slice stay 0 here: this block's correction must cover its own k only.
       const int64_t k_limit = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
       constexpr int kGroupsPerLane = kGroupsPerRow / 32;
+      // Tasks of a row in flight at once: all of them where the registers allow (more spills W's registers).
+      constexpr int kXBatch = NB == 1 || (NB == 2 && VEC) ? kStageWords * 2 / 32 : 1;
+      bool staged = false;
+      if constexpr (PARTS == 1) {
+        if (x_vec) {
+          stage_x_vectors<InT, NB, kStageWords, kRowStride, kXBatch>(x, x_stage, even_sum, m0, m_rows, k, k_stage, k_limit, warp, lane);
+          staged = true;
+        }
+      }
+      if (!staged) {
 #pragma unroll
-      for (int i = 0; i < NB; ++i) {
-        const int r = warp + kTcWarps * i;
-        const int64_t row = m0 + r;
-        const InT* x_row = x + row * k;
-        // Batches of kBatch groups (4 values each) in flight: more would spill the W registers.
-        constexpr int kWanted = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
-        constexpr int kBatch = kGroupsPerLane < kWanted ? kGroupsPerLane : kWanted;
-        constexpr int kUnroll = NB == 1 ? kGroupsPerLane / kBatch : 1;  // wider x staging spills W's registers
+        for (int i = 0; i < NB; ++i) {
+          const int r = warp + kTcWarps * i;
+          const int64_t row = m0 + r;
+          const InT* x_row = x + row * k;
+          // Batches of kBatch groups (4 values each) in flight: more would spill the W registers.
+          constexpr int kWanted = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
+          constexpr int kBatch = kGroupsPerLane < kWanted ? kGroupsPerLane : kWanted;
+          constexpr int kUnroll = NB == 1 ? kGroupsPerLane / kBatch : 1;  // wider x staging spills W's registers
 #pragma unroll kUnroll
-        for (int j0 = 0; j0 < kGroupsPerLane; j0 += kBatch) {
-          float v[kBatch][4];
+          for (int j0 = 0; j0 < kGroupsPerLane; j0 += kBatch) {
+            float v[kBatch][4];
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            const int e = lane + 32 * (j0 + j);
-            const int64_t kb = k_stage + (e >> 3) * 32 + 2 * (e & 7);
-            const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
+            for (int j = 0; j < kBatch; ++j) {
+              const int e = lane + 32 * (j0 + j);
+              const int64_t kb = k_stage + (e >> 3) * 32 + 2 * (e & 7);
+              const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
 #pragma unroll
-            for (int u = 0; u < 4; ++u) v[j][u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
-          }
+              for (int u = 0; u < 4; ++u) v[j][u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
+            }
 #pragma unroll
-          for (int j = 0; j < kBatch; ++j) {
-            const int e = lane + 32 * (j0 + j);
-            const int word = e >> 3;  // within the stage
-            const int q = e & 7;
-            if constexpr (PARTS != 3) even_sum[i] += v[j][2] + v[j][3];
-            uint16_t bits[4][PARTS];
+            for (int j = 0; j < kBatch; ++j) {
+              const int e = lane + 32 * (j0 + j);
+              const int word = e >> 3;  // within the stage
+              const int q = e & 7;
+              if constexpr (PARTS != 3) even_sum[i] += v[j][2] + v[j][3];
+              uint16_t bits[4][PARTS];
 #pragma unroll
-            for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[j][u], bits[u]);
-            // Group position: chunk, w = word % 4, q, t = (word % 16) / 4.
-            const int position = ((((word >> 4) * 4 + (word & 3)) * 8 + q) * 4) + ((word & 15) >> 2);
+              for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[j][u], bits[u]);
+              // Group position: chunk, w = word % 4, q, t = (word % 16) / 4.
+              const int position = ((((word >> 4) * 4 + (word & 3)) * 8 + q) * 4) + ((word & 15) >> 2);
 #pragma unroll
-            for (int p = 0; p < PARTS; ++p) {
-              x_stage[(p * MB + r) * kRowStride + position] =
-                  make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
-                             static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+              for (int p = 0; p < PARTS; ++p) {
+                x_stage[(p * MB + r) * kRowStride + position] =
+                    make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
+                               static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+              }
             }
           }
         }
