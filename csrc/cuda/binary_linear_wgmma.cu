@@ -85,7 +85,7 @@
 //   warpgroup), the 4 threads of a quad 2 of the 8 chunks each, 4 LDS.128 + 16 POPC a thread a stage, issued after
 //   the stage's wgmmas (they overlap), summed by 2 shuffles a tile; pb: only on a tile whose n tile differs from the
 //   previous tile's (~1 tile in 5 at M = 4096: runs of ~7.8 units, 16 or 32 units an n tile), consumer thread ct counts B row ct (BN = 128: half a row each, shuffled),
-//   w's tail bits past K masked in the last stage; written to pop[BN] between two consumer barriers (bar 1, 256):
+//   w's tail bits past K masked in the last stage; -2 pb written to pop[BN] between two consumer barriers (bar 1, 256):
 //   the other warpgroup may still read the old pb a whole tile behind (a tile can be <= S stages). (Why not a global
 //   pre-pass: the launcher has no workspace, and a cudaMalloc'd one breaks graph capture. This is ~45% of the old
 //   POPC work, spread over all 4 SMSPs (2 consumer warps each: ~25% of the POPC pipe at peak MMA rate) and off the
@@ -195,6 +195,37 @@ __device__ __forceinline__ void registers_increase() {
 }
 __device__ __forceinline__ int popc4(const uint4& v) { return __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w); }
 #endif  // BC_WGMMA_ENABLED
+
+// The epilogue's integer-to-float conversion: dot = k - 2 (pa + pb) + 4 and, summed in 32 bits onto the magic
+// 0x4B400000 (1.5 * 2^23 as a float): for |dot| < 2^22 the sum's bits are the float 1.5 * 2^23 + dot, and one FADD
+// of -1.5 * 2^23 gives dot exactly (the value static_cast<float> gave). IADD + FADD on full-rate pipes against
+// I2F.S64 (quarter rate) and the 64-bit sums the epilogue took before (~12 instructions an output, H200 ncu).
+// K >= 2^22 bits goes to the mma.sync kernels. H200 harness, N = K = 8192, us per call in a rotating graph, before
+// -> after: M = 512 fp32 17.5 -> 16.1, bf16 18.4 -> 15.7; M = 1024 29.3 -> 26.4; M = 4096 fp32 94.0 -> 82.2 (6.5
+// POPS), bf16 96.9 -> 75.9 (7.0 POPS); M = 8192 182.7 -> 159-162 (6.8 POPS). ncu M = 4096: 99.9 -> 83.6 us.
+constexpr int64_t kEpilogueMaxK = int64_t{1} << 22;
+constexpr int kMagicBits = 0x4B400000;
+constexpr float kMagicValue = 12582912.f;
+__device__ __forceinline__ float magic_dot(int biased) { return __int_as_float(biased) - kMagicValue; }
+
+// A tile's column terms (columns n0 + c, c < valid): the scale (1 where there is none) and bias (0), 0 past N.
+struct TileColumns {
+  const float* scale;  // at column n0 (or the scalar); null: 1
+  const float* bias;   // at column n0; null: 0
+  int scale_step;      // 0: one scalar scale
+  int valid;           // columns of the tile inside N
+  __device__ __forceinline__ TileColumns(const Epilogue& ep, int64_t n0, int64_t n_rows, int bn) {
+    const bool scalar = ep.scale_count == 1;
+    scale = ep.scale == nullptr ? nullptr : ep.scale + (scalar ? 0 : n0);
+    bias = ep.bias == nullptr ? nullptr : ep.bias + n0;
+    scale_step = scalar ? 0 : 1;
+    valid = n_rows - n0 < bn ? static_cast<int>(n_rows - n0) : bn;
+  }
+  __device__ __forceinline__ float scale_at(int c) const {
+    return c < valid ? (scale != nullptr ? scale[c * scale_step] : 1.f) : 0.f;
+  }
+  __device__ __forceinline__ float bias_at(int c) const { return c < valid && bias != nullptr ? bias[c] : 0.f; }
+};
 
 template <typename OutT>
 __device__ __forceinline__ void store_pair(OutT* p, float v0, float v1, bool both, bool vector_ok) {
@@ -428,15 +459,18 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
         // at most S stages it can be a whole tile behind): both consumer warpgroups meet before and after the write.
         if constexpr (BN == 128) pb += __shfl_xor_sync(kFullMask, pb, 1);
         named_barrier_sync<256>(1);
-        if (BN == 256 || (ct & 1) == 0) pop[b_row] = pb;
+        if (BN == 256 || (ct & 1) == 0) pop[b_row] = -2 * pb;  // the epilogue's column term
         named_barrier_sync<256>(1);
       }
-      const int* pbs = pop;
+      const int* pbs = pop;  // -2 pb a column
       const int64_t m0 = static_cast<int64_t>(m_tile) * kWgBM + wg * 64;  // this warpgroup's first row
       const int64_t n0 = static_cast<int64_t>(n_tile) * BN;
       const int r_local = w4 * 16 + quad_row;  // + 8 h: row within the warpgroup's 64
       const int c_lane = 2 * (lane & 3);
-      const int64_t pa[2] = {pa0, pa1};
+      // dot + magic = (k - 2 pa + magic) + (-2 pb) + 4 and (magic_dot above)
+      const int row_term[2] = {static_cast<int>(shape.k) - 2 * pa0 + kMagicBits,
+                               static_cast<int>(shape.k) - 2 * pa1 + kMagicBits};
+      const TileColumns columns(ep, n0, shape.n_rows, BN);
       float factor[2];
       bool row_ok[2];
 #pragma unroll
@@ -455,8 +489,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
           constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
           constexpr int kBoxes = BN / kBoxCols;
           constexpr int kGroupsPerBox = kBoxCols / 8;
-          const int64_t cols_left = shape.n_rows - n0;
-          const int boxes = cols_left >= BN ? kBoxes : static_cast<int>(ceil_div(cols_left, kBoxCols));
+          const int boxes = static_cast<int>(ceil_div(columns.valid, kBoxCols));
           uint8_t* staging = smem + L::staging_offset(S) + wg * (store_buffers * L::kBoxBytes);
 #pragma unroll
           for (int b = 0; b < kBoxes; ++b) {
@@ -466,18 +499,14 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
             for (int g = 0; g < kGroupsPerBox; ++g) {
               const int i = b * kGroupsPerBox + g;
               const int c = 8 * i + c_lane;
-              const int64_t n = n0 + c;
               const int2 pb_pair = *reinterpret_cast<const int2*>(pbs + c);
-              const bool ok0 = n < shape.n_rows, ok1 = n + 1 < shape.n_rows;
-              const float scale0 = ok0 ? column_scale(ep, n) : 0.f, bias0 = ok0 ? column_bias(ep, n) : 0.f;
-              const float scale1 = ok1 ? column_scale(ep, n + 1) : 0.f, bias1 = ok1 ? column_bias(ep, n + 1) : 0.f;
+              const float scale0 = columns.scale_at(c), bias0 = columns.bias_at(c);
+              const float scale1 = columns.scale_at(c + 1), bias1 = columns.bias_at(c + 1);
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
-                const int64_t and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
-                const float v0 = epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb_pair.x - 2 * and0)),
-                                                factor[h], scale0, bias0);
-                const float v1 = epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb_pair.y - 2 * and1)),
-                                                factor[h], scale1, bias1);
+                const int and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
+                const float v0 = epilogue_value(magic_dot(row_term[h] + pb_pair.x + 4 * and0), factor[h], scale0, bias0);
+                const float v1 = epilogue_value(magic_dot(row_term[h] + pb_pair.y + 4 * and1), factor[h], scale1, bias1);
                 const int row = r_local + 8 * h;  // row % 8 == quad_row
                 const int byte = (8 * g + c_lane) * static_cast<int>(sizeof(OutT));
                 uint8_t* p = buffer + row * 128 + ((((byte >> 4) ^ quad_row) << 4) | (byte & 15));
@@ -510,22 +539,19 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
 #pragma unroll
         for (int i = 0; i < BN / 8; ++i) {
           const int c = 8 * i + c_lane;
-          const int64_t n = n0 + c;
-          if (n >= shape.n_rows) continue;
-          const bool both = n + 1 < shape.n_rows;
-          const int64_t pb0 = pbs[c], pb1 = pbs[c + 1];
-          const float scale0 = column_scale(ep, n), bias0 = column_bias(ep, n);
-          const float scale1 = both ? column_scale(ep, n + 1) : 0.f, bias1 = both ? column_bias(ep, n + 1) : 0.f;
+          if (c >= columns.valid) continue;
+          const bool both = c + 1 < columns.valid;
+          const int pb0 = pbs[c], pb1 = pbs[c + 1];
+          const float scale0 = columns.scale_at(c), bias0 = columns.bias_at(c);
+          const float scale1 = columns.scale_at(c + 1), bias1 = columns.bias_at(c + 1);
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             if (!row_ok[h]) continue;
             const int64_t m = m0 + r_local + 8 * h;
-            const int64_t and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
-            const float v0 =
-                epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb0 - 2 * and0)), factor[h], scale0, bias0);
-            const float v1 =
-                epilogue_value(static_cast<float>(shape.k - 2 * (pa[h] + pb1 - 2 * and1)), factor[h], scale1, bias1);
-            store_pair(out + m * shape.n_rows + n, v0, v1, both, vector_ok);
+            const int and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
+            const float v0 = epilogue_value(magic_dot(row_term[h] + pb0 + 4 * and0), factor[h], scale0, bias0);
+            const float v1 = epilogue_value(magic_dot(row_term[h] + pb1 + 4 * and1), factor[h], scale1, bias1);
+            store_pair(out + m * shape.n_rows + n0 + c, v0, v1, both, vector_ok);
           }
         }
       }
@@ -644,7 +670,7 @@ cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w
   const int64_t words = ceil_div(k, 32);
   // TMA: row stride a multiple of 16 bytes, 16-byte aligned bases, 32-bit coordinates.
   if (words % 4 != 0 || reinterpret_cast<uintptr_t>(x_bits) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(w_bits) % 16 != 0 || m_rows > INT_MAX || n_rows > INT_MAX) {
+      reinterpret_cast<uintptr_t>(w_bits) % 16 != 0 || m_rows > INT_MAX || n_rows > INT_MAX || k >= kEpilogueMaxK) {
     return cudaErrorNotSupported;
   }
   DeviceFacts device;
