@@ -293,14 +293,11 @@ __global__ __launch_bounds__(kTcThreads, 2) void binary_weight_linear_tc_kernel(
       constexpr int kGroupsPerLane = kGroupsPerRow / 32;
       // Tasks of a row in flight at once: all of them where the registers allow (more spills W's registers).
       constexpr int kXBatch = NB == 1 || (NB == 2 && VEC) ? kStageWords * 2 / 32 : 1;
-      bool staged = false;
-      if constexpr (PARTS == 1) {
-        if (x_vec) {
+      if (x_vec) {  // never for fp32 x (PARTS = 3)
+        if constexpr (PARTS == 1) {
           stage_x_vectors<InT, NB, kStageWords, kRowStride, kXBatch>(x, x_stage, even_sum, m0, m_rows, k, k_stage, k_limit, warp, lane);
-          staged = true;
         }
-      }
-      if (!staged) {
+      } else {
 #pragma unroll
         for (int i = 0; i < NB; ++i) {
           const int r = warp + kTcWarps * i;
