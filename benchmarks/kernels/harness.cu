@@ -27,7 +27,8 @@
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
 //          scale, bias) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
 //          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
-//          mma.sync kernels, 2 the sm_90a wgmma kernel) bn=0 (wgmma: 128 | 256 output channels a block)
+//          mma.sync kernels, 2 the sm_90a wgmma kernel) bn=0 (wgmma: 128 | 256 output channels a block) tile=0
+//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
 //          |x| per row; xoff: x that many elements past an aligned pointer)
@@ -701,6 +702,7 @@ Row run_conv(const Args& args) {
   s.out_width = (s.width + 2 * s.pad_w - s.dilation_w * (s.kernel_w - 1) - 1) / s.stride_w + 1;
   bk::ConvTuning tuning;
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
+  tuning.tile = static_cast<int>(args.num("tile", 0));
   const bool stray = args.num("stray", 0) != 0;
   const FloatType out = parse_type(args.str("out", "fp16"));
   const bool nchw = args.num("nchw", 0) != 0;
@@ -724,6 +726,9 @@ Row run_conv(const Args& args) {
                         s.pad_value != 0 ? format("padv=%d ", s.pad_value).c_str() : "",
                         out_offset != 0 ? format("off=%lld ", (long long)out_offset).c_str() : "");
     if (stray) row.config += "stray";
+  }
+  if (tuning.tile != 0) {
+    row.config = (row.config == "auto" ? std::string() : row.config) + format("tile%d", tuning.tile);
   }
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, s.batch * s.height * s.width, s.channels);

@@ -1009,11 +1009,11 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
                                                 reinterpret_cast<OutT*>(conv_pipe_smem));
 }
 
-// PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned.
-template <int PW, typename OutT>
-cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                           const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
-  constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
+// PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
+// BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32.
+template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
+cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                         const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
@@ -1033,6 +1033,27 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
       plus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
       static_cast<int>(reduction_words), ep, out, out_channels_last);
   return cudaGetLastError();
+}
+
+// The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 (2 warps) where 128 x 64 tiles would leave SMs idle
+// (fewer blocks than SMs: B = 1 at C = OC = 256 14x14 is 8 blocks of 128 x 64, 32 of 64 x 32).
+template <int PW, typename OutT>
+cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                           const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
+                                           const ConvTuning& tuning) {
+  bool small = tuning.tile == 2;
+  if (tuning.tile == 0) {
+    DeviceFacts device;
+    const cudaError_t error = current_device_facts(device);
+    if (error != cudaSuccess) return error;
+    const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, 128) *
+                               ceil_div(shape.out_channels, 64);
+    small = big_blocks < device.sm_count;
+  }
+  if (small) {
+    return binary_conv2d_pipelined_tile<64, 32, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  }
+  return binary_conv2d_pipelined_tile<128, 64, 4, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
@@ -1741,12 +1762,12 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   if (!sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps) {
     // one plane: the widest piece that divides the channel words and the operands' alignment
     if (channel_words % 4 == 0 && aligned(16)) {
-      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
     }
     if (channel_words % 2 == 0 && aligned(8)) {
-      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
     }
-    if (aligned(4)) return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    if (aligned(4)) return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
   }
   // two planes: torch.sign inputs, more than kOnePlaneMaxTaps taps (or words not 4-byte aligned)
   if (channel_words % 4 == 0 && aligned(16)) {
@@ -1763,7 +1784,7 @@ namespace {
 // cudaSuccess for a launchable shape; done: nothing to compute (an empty output).
 cudaError_t check_conv_launch(const ConvShape& shape, const ConvTuning& chosen, bool& done) {
   done = false;
-  if (chosen.kernel < 0 || chosen.kernel > 2) return cudaErrorInvalidValue;
+  if (chosen.kernel < 0 || chosen.kernel > 2 || chosen.tile < 0 || chosen.tile > 2) return cudaErrorInvalidValue;
   if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
       shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
     return cudaErrorInvalidValue;

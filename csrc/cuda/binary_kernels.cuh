@@ -95,6 +95,7 @@ struct ConvTuning {
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: the sm_90a
                    //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
+  int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32
 };
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
