@@ -1070,6 +1070,29 @@ def test_pack_signs_whole_words(device, dtype, k):
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("k", [64, 1056, 8192])
+def test_pack_signs_special_values(device, dtype, k):
+    """-0, +0, NaN of both signs, +-Inf and subnormals at every position of a 16-byte vector (a cycle of 9 values
+    over 8 a vector), on the short-row (k = 64) and long-row kernels, which compare 16-bit values two at a time:
+    bit 1 exactly for x >= 0 (-0 included, NaN never); the sign_zero planes (x > 0, x < 0) without the NaN."""
+    tiny = torch.finfo(dtype).tiny / 4 if dtype != torch.float32 else 1e-40  # subnormal in every dtype
+    specials = torch.tensor([-0.0, 0.0, float("nan"), -float("nan"), float("inf"), -float("inf"), tiny, -tiny, 1.0])
+    x = random_input((3, k), dtype, device, zeros=True)
+    count = min(k, 9 * 8 * 2)
+    x[:, :count] = specials.repeat(count // 9 + 1)[:count].to(dtype).to(device)
+    # -NaN by its bits (a float -> half conversion may drop a NaN's sign)
+    bits = {torch.float32: (torch.int32, -(2**22)), torch.float16: (torch.int16, -512), torch.bfloat16: (torch.int16, -64)}
+    x[:, 3:count:9].view(bits[dtype][0]).fill_(bits[dtype][1])
+    x[1] = x[1].roll(5)  # other offsets within the vectors
+    assert x[0, 3:4].view(bits[dtype][0]).item() == bits[dtype][1] and torch.isnan(x[0, 3])
+    assert torch.equal(ops.pack_signs(x).cpu(), reference.pack_signs(x.float().cpu()))
+    no_nan = torch.where(torch.isnan(x), torch.zeros_like(x), x)
+    _, w_packed = packed_weight(9, k, device)
+    actual, expected, magnitude = run_linear("binary_linear", no_nan, w_packed, k, sign_zero=True)
+    assert_matches(actual, expected, dtype, True, f"binary_linear sign_zero {dtype} k={k}", magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @pytest.mark.parametrize("k", [32, 64, 96, 992, 1024, 1056])
 @pytest.mark.parametrize("m", [1, 7, 257])
 def test_pack_signs_short_rows(device, dtype, k, m):

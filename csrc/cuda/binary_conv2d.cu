@@ -874,6 +874,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   const int64_t n_rows = shape.out_channels;
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
   const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
+  wait_for_prerequisite_grid();  // launched dependent: pack_signs' bits (and anything earlier) are now visible
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
   if (tid < BM) {
@@ -1029,10 +1030,11 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   const cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
-  kernel<<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, smem, stream>>>(
-      plus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),
-      static_cast<int>(reduction_words), ep, out, out_channels_last);
-  return cudaGetLastError();
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream,
+                             /*dependent=*/true);
+  return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
+                            static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
+                            out_channels_last);
 }
 
 // The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 (2 warps) where 128 x 64 tiles would fill at most a
@@ -1288,6 +1290,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t out_plane = shape.out_height * shape.out_width;
   const int64_t n_rows = shape.out_channels;
+  wait_for_prerequisite_grid();  // launched dependent: pack_signs' bits (and anything earlier) are now visible
   const int channels = static_cast<int>(shape.channels);
 
   if (tid == 0) {
@@ -1713,10 +1716,11 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
   // with the whole unified L1 as shared memory, so that two blocks of ~105 KB fit an SM
   const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices, /*max_shared_carveout=*/true);
   if (error != cudaSuccess) return error;
-  kernel<<<static_cast<unsigned>(blocks), kCwThreads, conv_wgmma_smem_bytes(stages, taps), stream>>>(
-      map_w, plus_bits, shape, static_cast<int>(m_tiles), stages, static_cast<int>(channel_words),
-      static_cast<int>(reduction_words), ep, out, out_channels_last);
-  return cudaGetLastError();
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kCwThreads, conv_wgmma_smem_bytes(stages, taps), 1,
+                             stream, /*dependent=*/true);
+  return cudaLaunchKernelEx(&launch.config, kernel, map_w, plus_bits, shape, static_cast<int>(m_tiles), stages,
+                            static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
+                            out_channels_last);
 }
 
 // Output pixels from which the op takes the wgmma kernel. H200 harness, 3x3 convolutions, fp16 out, graph us, wgmma /

@@ -98,6 +98,9 @@
 //   barrier of box j that thread waits (cp.async.bulk.wait_group.read B - 2) until box j + 1 - B's store has read its
 //   buffer. Boxes wholly past N are not issued; TMA clips the M / N tails. The global writes then drain while the
 //   next tile's wgmmas run (the consumers only pay the shared-memory writes).
+// - Launched dependent (programmatic dependent launch, ClusterLaunch): its launch and prologue overlap the end of
+//   the pack_signs grid before it on the stream; every thread waits (griddepcontrol.wait) before the first TMA load
+//   or global read.
 // - Registers: setmaxnreg: producer warpgroup 40, consumers 232 (ptxas: 168 at launch, no spills; 128 s32
 //   accumulators + the epilogue need more than 168).
 //   Shared memory (bytes, S = stages, B = store buffers): BN = 256: TMA stores S 3 B 4: 215088, S 4 B 2: 231488;
@@ -337,6 +340,8 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
     fence_proxy_async_shared();
   }
   __syncthreads();
+  // Launched dependent (after pack_signs of x): everything above ran while that grid finished.
+  wait_for_prerequisite_grid();
 
   if (warp < 4) {
     // ---- producer warpgroup: warp 0 lane 0 issues the TMA loads; warps 1-3 have nothing to do ----
@@ -643,8 +648,8 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
   const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
   // Persistent grid: one CTA an SM (1 fits an SM), at most one a unit.
   const int64_t ctas = std::max<int64_t>(1, std::min<int64_t>(units, sm_count));
-  kernel<<<static_cast<unsigned>(ctas), kWgThreads, smem, stream>>>(map_a, map_b, map_out, shape, ep, out);
-  return cudaGetLastError();
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(ctas)), kWgThreads, smem, 1, stream, /*dependent=*/true);
+  return cudaLaunchKernelEx(&launch.config, kernel, map_a, map_b, map_out, shape, ep, out);
 }
 
 template <typename OutT>

@@ -517,17 +517,6 @@ struct __align__(16) PlaneGroup {  // one row of x, one chunk
   int padding;                     // to 16 bytes: one cp.async a group
 };
 
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_prerequisite_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Lane i holds v_i; returns in lane p the word whose bit i is bit p of v_i (a 32 x 32 bit transpose in five
 // rounds of exchanges between lanes j apart: ~30 instructions against 64 for 32 ballots and selects).
 __device__ __forceinline__ uint32_t transpose_bits(uint32_t v, int lane) {

@@ -109,6 +109,22 @@ inline cudaError_t current_device_facts(DeviceFacts& facts) {
   return cudaSuccess;
 }
 
+// Programmatic dependent launch (sm_90; no-ops before): a kernel that produces what the next launch on the stream
+// reads calls launch_dependents() early, so that the next kernel, launched with ClusterLaunch's `dependent`, can
+// start (its launch, block scheduling and prologue) while this one finishes; that kernel calls
+// wait_for_prerequisite_grid() before its first global read of anything an earlier launch wrote: it returns once the
+// previous grid has completed and its writes are visible (at once where the launch was not dependent).
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 inline bool valid_sizes(int64_t rows, int64_t k) { return rows >= 0 && k >= 1 && k <= INT_MAX; }
 
 // A launch configuration of `threads` a block with clusters of `slices` blocks along x (none for slices = 1) and,

@@ -15,6 +15,8 @@
 //   Grid-stride over the tiles, the grid sized to the resident blocks. mean|x|: each lane sums its V values in
 //   order, the lanes of a word in a fixed shuffle tree, then one thread a row adds its word sums in order
 //   (deterministic, and independent of the grid).
+// All three let the next launch on the stream start early (launch_dependents: binary_linear's and the conv's
+// kernels are launched dependent and wait for the bits with griddepcontrol.wait).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,6 +36,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
                                                                   uint32_t* __restrict__ plus_bits,
                                                                   uint32_t* __restrict__ minus_bits,
                                                                   float* __restrict__ row_mean_abs) {
+  launch_dependents();  // the consumer of the bits (launched dependent) may start; it waits for this grid
   __shared__ float partial_sums[kPackWarps];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -83,9 +86,31 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
   }
 }
 
+// Bit j of the result: bit 2j of m0..m3's low halves and 2j + 1 of their high halves, from four packed 16-bit
+// compare masks (0xFFFF for true): m_i holds values 2i (low half) and 2i + 1 (high half).
+__device__ __forceinline__ uint32_t mask_bits(uint32_t m0, uint32_t m1, uint32_t m2, uint32_t m3) {
+  const uint32_t t = (m0 & 0x00020001u) | (m1 & 0x00080004u) | (m2 & 0x00200010u) | (m3 & 0x00800040u);
+  return (t | (t >> 16)) & 0xFFu;
+}
+
+template <typename T>
+struct Pair;  // two 16-bit values of one 32-bit word
+template <>
+struct Pair<__half> {
+  using type = __half2;
+  static __device__ __forceinline__ type zero() { return __float2half2_rn(0.f); }
+};
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ __forceinline__ type zero() { return __float2bfloat162_rn(0.f); }
+};
+
 // The sign bits of the 16 / sizeof(T) values of one 16-byte vector, bit j for value j (SPEC 2.1: bit 1 for
-// x >= 0; with torch.sign semantics the planes x > 0 and x < 0), and, with ABS, their |x| added to abs_sum in
-// order. Shared by the two vector kernels.
+// x >= 0, so -0 gives 1 and NaN 0; with torch.sign semantics the planes x > 0 and x < 0), and, with ABS, their |x|
+// added to abs_sum in order. 16-bit values are compared two at a time (HSET2-style masks: 4 compares and 6 bit
+// operations a vector, where a compare and a shift-or per value converted to fp32 took ~4x the instructions).
+// Shared by the two vector kernels.
 template <typename T, bool SIGN_ZERO, bool ABS>
 __device__ __forceinline__ void vector_signs(uint4 raw, uint32_t& plus, uint32_t& minus, float& abs_sum) {
   constexpr int V = 16 / sizeof(T);
@@ -94,21 +119,39 @@ __device__ __forceinline__ void vector_signs(uint4 raw, uint32_t& plus, uint32_t
     T values[V];
   } unpacked;
   unpacked.vector = raw;
-  plus = 0;
-  minus = 0;
+  if (ABS) {
 #pragma unroll
-  for (int j = 0; j < V; ++j) {
-    const float value = to_float(unpacked.values[j]);
-    if (ABS) abs_sum += fabsf(value);
-    plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
-    if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
+    for (int j = 0; j < V; ++j) abs_sum += fabsf(to_float(unpacked.values[j]));
+  }
+  if constexpr (sizeof(T) == 2) {
+    using P = typename Pair<T>::type;
+    const P zero = Pair<T>::zero();
+    const P* pairs = reinterpret_cast<const P*>(&unpacked.vector);
+    uint32_t gt[4], lt[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const P pair = pairs[i];
+      gt[i] = SIGN_ZERO ? __hgt2_mask(pair, zero) : __hge2_mask(pair, zero);
+      lt[i] = SIGN_ZERO ? __hlt2_mask(pair, zero) : 0u;
+    }
+    plus = mask_bits(gt[0], gt[1], gt[2], gt[3]);
+    minus = SIGN_ZERO ? mask_bits(lt[0], lt[1], lt[2], lt[3]) : 0u;
+  } else {
+    plus = 0;
+    minus = 0;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      const float value = to_float(unpacked.values[j]);
+      plus |= static_cast<uint32_t>(SIGN_ZERO ? value > 0.f : value >= 0.f) << j;
+      if (SIGN_ZERO) minus |= static_cast<uint32_t>(value < 0.f) << j;
+    }
   }
 }
 
 // The same with 16-byte loads (8 bf16/fp16 or 4 fp32 values a lane, kPackUnroll loads in flight: 2 KB a
 // warp instead of 256 bytes), for k % 32 == 0 and a 16-byte aligned x: the lanes of one word OR their
 // bits together with shuffles. binary_linear at large M spends a pass over x here.
-template <typename T, bool SIGN_ZERO>
+template <typename T, bool SIGN_ZERO, bool MEAN>
 __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T* __restrict__ x, int64_t rows,
                                                                          int64_t k, int warps_per_row,
                                                                          uint32_t* __restrict__ plus_bits,
@@ -116,6 +159,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
                                                                          float* __restrict__ row_mean_abs) {
   constexpr int V = 16 / sizeof(T);         // values a lane loads at once
   constexpr int kLanesPerWord = 32 / V;
+  launch_dependents();  // the consumer of the bits (launched dependent) may start; it waits for this grid
   __shared__ float partial_sums[kPackWarps];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
@@ -142,7 +186,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
         if (first + u * 32 >= vectors) break;  // uniform over the warp
         const int64_t index = first + u * 32 + lane;
         uint32_t plus, minus;
-        vector_signs<T, SIGN_ZERO, true>(raw[u], plus, minus, abs_sum);  // |x| 0 for the zero-filled vectors
+        vector_signs<T, SIGN_ZERO, MEAN>(raw[u], plus, minus, abs_sum);  // |x| 0 for the zero-filled vectors
         const bool real = index < vectors;
         plus = real ? plus << ((lane % kLanesPerWord) * V) : 0u;
         minus = real ? minus << ((lane % kLanesPerWord) * V) : 0u;
@@ -159,7 +203,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
       }
     }
   }
-  if (row_mean_abs != nullptr) {  // uniform over the block
+  if (MEAN) {
     abs_sum = warp_sum(abs_sum);
     if (lane == 0) partial_sums[warp] = abs_sum;
     __syncthreads();
@@ -190,6 +234,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* 
   constexpr int kLanesPerWord = 32 / V;
   constexpr int kTileWords = tile_words<T>();
   __shared__ float word_sums[MEAN ? kTileWords : 1];
+  launch_dependents();  // as above
   const int words = k / 32;
   const uint4* vectors = reinterpret_cast<const uint4*>(x);
   const int t = threadIdx.x;
@@ -283,18 +328,20 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
                                    : launch_rows<T, false, false>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream);
   }
   if (aligned) {
+    // Up to 8 warps a row while each gets a round of kPackUnroll loads. H200, us per call in a rotating graph,
+    // bf16 k = 8192, m = 4096 / 512 / 64, against two rounds a warp: 18.7 / 4.45 / 2.6 against 19.05 / 4.8 / 3.5
+    // (8 loads a round: 19.3 / 4.95 / 3.1 in one round, 20.1 / 5.85 / 4.5 in two).
     const int64_t rounds = ceil_div(k / (16 / static_cast<int64_t>(sizeof(T))), 32 * kPackUnroll);
-    int warps_per_row = 1;  // more warps on a row only when each still gets two rounds
-    while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * 2 < rounds) warps_per_row *= 2;
+    int warps_per_row = 1;
+    while (warps_per_row < kPackWarps && warps_per_row < rounds) warps_per_row *= 2;
     const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
-    if (sign_zero) {
-      pack_signs_vector_kernel<T, true><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
-          x, rows, k, warps_per_row, plus_bits, minus_bits, row_mean_abs);
-    } else {
-      pack_signs_vector_kernel<T, false><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
-          x, rows, k, warps_per_row, plus_bits, minus_bits, row_mean_abs);
-    }
+    auto kernel = sign_zero ? (row_mean_abs != nullptr ? pack_signs_vector_kernel<T, true, true>
+                                                       : pack_signs_vector_kernel<T, true, false>)
+                            : (row_mean_abs != nullptr ? pack_signs_vector_kernel<T, false, true>
+                                                       : pack_signs_vector_kernel<T, false, false>);
+    kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, warps_per_row, plus_bits,
+                                                                       minus_bits, row_mean_abs);
     return cudaGetLastError();
   }
   int warps_per_row = 1;  // more warps on a row only when each still gets two rounds of kPackUnroll words
