@@ -703,6 +703,16 @@ def _apot_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, di
 # one gets `not_differentiable`, which raises with the op's name and what to use instead. It is
 # an op, not a Python raise, so that AOTAutograd can trace a training graph around a
 # quantize_'d layer (the forward runs; only a backward that really needs the gradient fails).
+#
+# The dispatcher runs that kernel on every call, under no_grad too, and in Python it cost more
+# than a small kernel (5-10 us on the CPU; eager GPU calls were host-bound). So each KERNEL_OPS
+# library registers the same kernel in C++ for its backend key (AutogradCPU / AutogradCUDA,
+# csrc/inference_autograd.h), which the dispatcher prefers to this one at the Autograd alias key:
+# this one serves until a device's library loads (fake-tensor tracing, opcheck, the lazy
+# loader's first call) and on other backends (Meta). The C++ copy of _TRAINING_FORMS must agree
+# (tests/test_requires_grad.py). A lean Python kernel instead (grad checks first, then a plain
+# redispatch) still pays for the Python call: 7.5 us a tiny CPU binary_weight_linear against
+# 3.1 us with the C++ one, which is what the call costs below autograd.
 _lib.define("not_differentiable(Tensor grad, SymInt[] size, ScalarType dtype, str op, str instead) -> Tensor")
 
 

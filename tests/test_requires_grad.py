@@ -6,12 +6,18 @@ binary_weight_linear to cuBLAS above 256 rows (2048 in fp32) and apot_linear abo
 with grad enabled and inputs that require grad exactly what it returns under torch.no_grad(); a
 backward through it raises an error naming the op and what to use instead. Issue 12, finding 2:
 apot_linear's CPU GEMM path raised "mm(): functions with out=... arguments don't support
-automatic differentiation" for a quantize_'d Llama run without torch.no_grad.
+automatic differentiation" for a quantize_'d Llama run without torch.no_grad. Once a device's kernels are
+loaded, that Autograd kernel is C++ (csrc/inference_autograd.h), with no Python on the way to the kernel.
 """
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+import bitcompile
+from bitcompile import ops
 from bitcompile.quantize import convert_conv2d_weight, convert_linear_weight, quantize_
 
 K, N = 128, 24  # K a multiple of 128: the CUDA b1 tensor-core GEMM takes it above 64 rows
@@ -50,6 +56,12 @@ def _conv_case(op, batch, device):
         float_args = {"x": x, "scale": converted["scale"], "bias": bias}
         return (lambda a: torch.ops.bitcompile.binary_conv2d(a["x"], converted["packed"], 40, *geometry, a["scale"],
                                                            a["bias"]), float_args)
+    if op == "binary_conv2d_packed":  # x_bits are integers: only scale and bias can require grad
+        converted = convert_conv2d_weight(weight, "binary")
+        x_bits = torch.ops.bitcompile.pack_signs(x.permute(0, 2, 3, 1))
+        float_args = {"scale": converted["scale"], "bias": bias}
+        return (lambda a: torch.ops.bitcompile.binary_conv2d_packed(
+            x_bits, converted["packed"], 40, *geometry, a["scale"], a["bias"], out_dtype=torch.float32), float_args)
     converted = convert_conv2d_weight(weight, "apot4")
     float_args = {"x": x, "code_values": converted["code_values"], "alpha": converted["alpha"], "bias": bias}
     return (lambda a: torch.ops.bitcompile.apot_conv2d(a["x"], converted["packed"], 40, *geometry, converted["bits"],
@@ -81,7 +93,7 @@ CASES = {
     "pack_signs": _pack_case, "pack_codes": _pack_case,
     "binary_linear": _linear_case, "binary_weight_linear": _linear_case, "apot_linear": _linear_case,
     "apot_linear_int": _linear_case,
-    "binary_conv2d": _conv_case, "apot_conv2d": _conv_case,
+    "binary_conv2d": _conv_case, "binary_conv2d_packed": _conv_case, "apot_conv2d": _conv_case,
     "linear_of_weight": _weight_op_case, "conv2d_of_weight": _weight_op_case,
 }
 
@@ -101,6 +113,61 @@ def test_inference_op_with_inputs_that_require_grad(op, path, requires_grad, dev
     if requires_grad and actual.is_floating_point():
         with pytest.raises(RuntimeError, match=rf"bitcompile::{op}: .*no gradient.*torch\.no_grad"):
             actual.sum().backward()
+
+
+KERNEL_CASES = [op for op in CASES if op in ops.KERNEL_OPS]
+
+
+@pytest.mark.parametrize("op", [op for op in KERNEL_CASES if not op.startswith("pack")])
+def test_backward_error_is_the_python_kernels(op, device):
+    """Once a device's library is loaded, its C++ Autograd kernel (csrc/inference_autograd.h, with its own copy of
+    the training forms) serves the op: a backward raises word for word what ops.py's not_differentiable says."""
+    call, float_args = CASES[op](op, BATCH["small"] if CASES[op] is _conv_case else ROWS["small"], device)
+    inputs = {name: t.detach().clone().requires_grad_() for name, t in float_args.items()}
+    with pytest.raises(RuntimeError) as from_backward:
+        call(inputs).sum().backward()
+    with pytest.raises(RuntimeError) as from_python:
+        ops._not_differentiable_impl(None, [], None, op, ops._TRAINING_FORMS[op])
+    assert str(from_backward.value) == str(from_python.value)
+
+
+def test_backward_error_under_compiled_autograd(device):
+    """Compiled autograd calls the C++ kernel's backward at run time (a torch::autograd::Function that is not
+    traceable), where it raises the op's error as the Python kernel's does."""
+    call, float_args = CASES["binary_weight_linear"]("binary_weight_linear", ROWS["small"], device)
+    inputs = {name: t.detach().clone().requires_grad_() for name, t in float_args.items()}
+    loss = (call(inputs) * 2).sum()
+    with torch._dynamo.compiled_autograd._enable(torch.compile(backend="eager")):
+        with pytest.raises(RuntimeError, match=r"bitcompile::binary_weight_linear: .*no gradient"):
+            loss.backward()
+
+
+@pytest.mark.parametrize("grad", ["no_grad", "grad_enabled"])
+def test_no_python_between_the_call_and_the_kernel(grad, device):
+    """The Autograd kernel of a loaded inference op is C++: no Python of torch.library (register_autograd's
+    autograd_impl) or of bitcompile runs on a call under no_grad or with no input that requires grad. A Python one
+    cost more than the small CPU kernels themselves and made eager GPU calls host-bound."""
+    ops.load_kernels(device)
+    key = {"cpu": "AutogradCPU", "cuda": "AutogradCUDA"}[device]
+    for name in ops.KERNEL_OPS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"bitcompile::{name}", key), name
+    watched = (str(Path(bitcompile.__file__).parent), str(Path(torch.__file__).parent / "_library"))
+    for op in KERNEL_CASES:
+        call, float_args = CASES[op](op, 1, device)
+        call(float_args)  # anything a first call does once
+        entered = []
+
+        def profile(frame, event, arg):
+            if event == "call" and frame.f_code.co_filename.startswith(watched):
+                entered.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+        with torch.no_grad() if grad == "no_grad" else torch.enable_grad():
+            sys.setprofile(profile)
+            try:
+                call(float_args)
+            finally:
+                sys.setprofile(None)
+        assert not entered, f"{op}: Python ran on the way to the kernel: {entered}"
 
 
 def test_quantized_llama_runs_with_grad_enabled():

@@ -22,6 +22,7 @@
 #endif
 
 #include "checks.h"
+#include "inference_autograd.h"
 
 // SIMD level of the small-batch apot_linear kernel (-march=native picks it): AVX-512 (F + BW),
 // else AVX2 + FMA, else the scalar loop. BITCOMPILE_APOT_FORCE_AVX2 builds the AVX2 kernel on an
@@ -799,4 +800,9 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("apot_linear", &apot_linear_cpu);
   m.impl("apot_linear_int", &apot_linear_int_cpu);
   m.impl("apot_conv2d", &apot_conv2d_cpu);
+}
+
+// No gradient, and no Python on the way to the kernel (inference_autograd.h).
+TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {
+  bitcompile::register_inference_autograd(m, {"pack_codes", "apot_linear", "apot_linear_int", "apot_conv2d"});
 }

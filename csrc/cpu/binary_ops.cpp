@@ -1,6 +1,6 @@
 // CPU kernels of the binary ops (SPEC 2.1-2.4): pack_signs, binary_linear, binary_weight_linear,
-// binary_conv2d. Schemas, fake kernels and autograd are in bitcompile/ops.py; the float64 math these
-// kernels reproduce is in bitcompile/reference.py.
+// binary_conv2d. Schemas and fake kernels are in bitcompile/ops.py, the Autograd kernel in
+// inference_autograd.h; the float64 math these kernels reproduce is in bitcompile/reference.py.
 //
 // Layout of the work:
 // - x is converted to contiguous fp32 rows once (fp16/bf16 convert exactly) and packed here with
@@ -34,6 +34,7 @@
 #endif
 
 #include "checks.h"
+#include "inference_autograd.h"
 
 // The panel GEMM (binary_gemm_panels) needs VPOPCNTDQ, and DQ/VL for its vector epilogue.
 #if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -1183,4 +1184,10 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("binary_weight_linear", &bitcompile::binary_weight_linear_cpu);
   m.impl("binary_conv2d", &bitcompile::binary_conv2d_cpu);
   m.impl("binary_conv2d_packed", &bitcompile::binary_conv2d_packed_cpu);
+}
+
+// No gradient, and no Python on the way to the kernel (inference_autograd.h).
+TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {
+  bitcompile::register_inference_autograd(
+      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
 }

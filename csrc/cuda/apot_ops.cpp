@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "checks.h"
+#include "inference_autograd.h"
 #include "cuda/apot_kernels.cuh"
 #include "binding.h"
 
@@ -177,4 +178,9 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
   m.impl("apot_linear", &apot_linear_cuda);
   m.impl("apot_linear_int", &apot_linear_int_cuda);
   m.impl("apot_conv2d", &apot_conv2d_cuda);
+}
+
+// No gradient, and no Python on the way to the kernel (inference_autograd.h).
+TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
+  bitcompile::register_inference_autograd(m, {"pack_codes", "apot_linear", "apot_linear_int", "apot_conv2d"});
 }

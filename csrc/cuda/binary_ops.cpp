@@ -18,6 +18,7 @@
 
 #include "binary_kernels.cuh"
 #include "checks.h"
+#include "inference_autograd.h"
 #include "binding.h"
 
 namespace {
@@ -307,4 +308,10 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
   m.impl("binary_weight_linear", &binary_weight_linear_cuda);
   m.impl("binary_conv2d", &binary_conv2d_cuda);
   m.impl("binary_conv2d_packed", &binary_conv2d_packed_cuda);
+}
+
+// No gradient, and no Python on the way to the kernel (inference_autograd.h).
+TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
+  bitcompile::register_inference_autograd(
+      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
 }
