@@ -1027,11 +1027,15 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
   static unsigned long long smem_devices = 0;
   // three blocks an SM: the whole unified L1 as shared memory
-  const cudaError_t error =
+  cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
+  DeviceFacts device;
+  error = current_device_facts(device);
+  if (error != cudaSuccess) return error;
+  // dependent (programmatic dependent launch, sm_90) on pack_signs, which calls launch_dependents
   const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream,
-                             /*dependent=*/true);
+                             /*dependent=*/device.major >= 9);
   return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
                             out_channels_last);
