@@ -1011,10 +1011,12 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
 }
 
 // PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
-// BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32.
+// BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32. dependent: launched with programmatic
+// dependent launch on pack_signs, which calls launch_dependents (sm_90 devices).
 template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                         const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
+                                         const Epilogue& ep, OutT* out, bool out_channels_last, bool dependent,
+                                         cudaStream_t stream) {
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
@@ -1027,15 +1029,10 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
   static unsigned long long smem_devices = 0;
   // three blocks an SM: the whole unified L1 as shared memory
-  cudaError_t error =
+  const cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
-  DeviceFacts device;
-  error = current_device_facts(device);
-  if (error != cudaSuccess) return error;
-  // dependent (programmatic dependent launch, sm_90) on pack_signs, which calls launch_dependents
-  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream,
-                             /*dependent=*/device.major >= 9);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream, dependent);
   return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
                             out_channels_last);
@@ -1049,19 +1046,23 @@ template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
                                            const ConvTuning& tuning) {
+  constexpr int kBigBM = 128, kBigBN = 64;
+  DeviceFacts device;
+  const cudaError_t error = current_device_facts(device);
+  if (error != cudaSuccess) return error;
+  const bool dependent = device.major >= 9;
   bool small = tuning.tile == 2;
   if (tuning.tile == 0) {
-    DeviceFacts device;
-    const cudaError_t error = current_device_facts(device);
-    if (error != cudaSuccess) return error;
-    const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, 128) *
-                               ceil_div(shape.out_channels, 64);
+    const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kBigBM) *
+                               ceil_div(shape.out_channels, kBigBN);
     small = big_blocks * 4 <= device.sm_count;
   }
   if (small) {
-    return binary_conv2d_pipelined_tile<64, 32, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    return binary_conv2d_pipelined_tile<64, 32, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
+                                                          dependent, stream);
   }
-  return binary_conv2d_pipelined_tile<128, 64, 4, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
+                                                                dependent, stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
