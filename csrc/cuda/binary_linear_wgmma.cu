@@ -199,35 +199,55 @@ __device__ __forceinline__ void registers_increase() {
 __device__ __forceinline__ int popc4(const uint4& v) { return __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w); }
 #endif  // BC_WGMMA_ENABLED
 
-// The epilogue's integer-to-float conversion: dot = k - 2 (pa + pb) + 4 and, summed in 32 bits onto the magic
-// 0x4B400000 (1.5 * 2^23 as a float): for |dot| < 2^22 the sum's bits are the float 1.5 * 2^23 + dot, and one FADD
-// of -1.5 * 2^23 gives dot exactly (the value static_cast<float> gave). IADD + FADD on full-rate pipes against
-// I2F.S64 (quarter rate) and the 64-bit sums the epilogue took before (~12 instructions an output, H200 ncu).
-// K >= 2^22 bits goes to the mma.sync kernels. H200 harness, N = K = 8192, us per call in a rotating graph, before
-// -> after: M = 512 fp32 17.5 -> 16.1, bf16 18.4 -> 15.7; M = 1024 29.3 -> 26.4; M = 4096 fp32 94.0 -> 82.2 (6.5
-// POPS), bf16 96.9 -> 75.9 (7.0 POPS); M = 8192 182.7 -> 159-162 (6.8 POPS). ncu M = 4096: 99.9 -> 83.6 us.
-constexpr int64_t kEpilogueMaxK = int64_t{1} << 22;
+// The epilogue's integer-to-float conversion, in two exact steps. dot = (k - 2 pa) + (4 and - 2 pb): the column
+// array holds kMagicBits - 2 pb (0x4B400000 = 1.5 * 2^23 as a float), so one IMAD (4 and + that) gives the bits of
+// the float 1.5 * 2^23 + (4 and - 2 pb), exact while |4 and - 2 pb| <= 2 k < 2^22; one FADD of the row term
+// (k - 2 pa) - 1.5 * 2^23 (an integer below 2^24: exact) then gives dot exactly (both operands and the sum are
+// representable). K >= 2^21 bits goes to the mma.sync kernels. (Before: one IMAD + one IADD + one FADD an output;
+// and before that I2F.S64 and 64-bit sums, ~12 instructions an output.)
+constexpr int64_t kEpilogueMaxK = int64_t{1} << 21;
 constexpr int kMagicBits = 0x4B400000;
-constexpr float kMagicValue = 12582912.f;
-__device__ __forceinline__ float magic_dot(int biased) { return __int_as_float(biased) - kMagicValue; }
+constexpr int kMagicInt = 12582912;  // the float of kMagicBits
 
-// A tile's column terms (columns n0 + c, c < valid): the scale (1 where there is none) and bias (0), 0 past N.
-struct TileColumns {
-  const float* scale;  // at column n0 (or the scalar); null: 1
-  const float* bias;   // at column n0; null: 0
-  int scale_step;      // 0: one scalar scale
-  int valid;           // columns of the tile inside N
-  __device__ __forceinline__ TileColumns(const Epilogue& ep, int64_t n0, int64_t n_rows, int bn) {
-    const bool scalar = ep.scale_count == 1;
-    scale = ep.scale == nullptr ? nullptr : ep.scale + (scalar ? 0 : n0);
-    bias = ep.bias == nullptr ? nullptr : ep.bias + n0;
-    scale_step = scalar ? 0 : 1;
-    valid = n_rows - n0 < bn ? static_cast<int>(n_rows - n0) : bn;
+// Stand-ins for a missing per-column scale (1) or bias (0): the epilogue then reads every column term the same way,
+// at a per-thread pointer and immediate offsets, with no test of the pointer an output.
+#define BC_ONES4 1.f, 1.f, 1.f, 1.f
+#define BC_ONES32 BC_ONES4, BC_ONES4, BC_ONES4, BC_ONES4, BC_ONES4, BC_ONES4, BC_ONES4, BC_ONES4
+__device__ const float kUnitColumns[256] = {BC_ONES32, BC_ONES32, BC_ONES32, BC_ONES32,
+                                            BC_ONES32, BC_ONES32, BC_ONES32, BC_ONES32};
+#undef BC_ONES32
+#undef BC_ONES4
+__device__ const float kZeroColumns[256] = {};
+
+// A thread's column terms of one tile: columns n0 + c_lane + 8 i + 0/1 (c_lane = 2 (lane % 4)), read at the
+// pointers (already at column n0 + c_lane) plus 8 i + 0/1. A scalar scale is folded into the row factor (the
+// columns then read kUnitColumns). kTail: the tile reaches past N (the last n tile, `limit` = its columns inside
+// N minus c_lane); columns past N read 1 and 0 instead of memory past the arrays (their outputs are not stored).
+template <bool kTail>
+struct ColumnTerms {
+  const float* scale;
+  const float* bias;
+  int limit;
+  __device__ __forceinline__ ColumnTerms(const Epilogue& ep, int64_t n0, int c_lane, int valid) {
+    const bool per_column = ep.scale != nullptr && ep.scale_count != 1;
+    scale = per_column ? ep.scale + n0 + c_lane : kUnitColumns + c_lane;
+    bias = ep.bias != nullptr ? ep.bias + n0 + c_lane : kZeroColumns + c_lane;
+    limit = valid - c_lane;
   }
-  __device__ __forceinline__ float scale_at(int c) const {
-    return c < valid ? (scale != nullptr ? scale[c * scale_step] : 1.f) : 0.f;
+  // columns 8 i + j of this thread (j = 0, 1)
+  __device__ __forceinline__ float scale_at(int i, int j) const {
+    return !kTail || 8 * i + j < limit ? scale[8 * i + j] : 1.f;
   }
-  __device__ __forceinline__ float bias_at(int c) const { return c < valid && bias != nullptr ? bias[c] : 0.f; }
+  __device__ __forceinline__ float bias_at(int i, int j) const {
+    return !kTail || 8 * i + j < limit ? bias[8 * i + j] : 0.f;
+  }
+};
+
+// The row terms of a thread's two accumulator rows (h = 0, 1: rows r and r + 8): (k - 2 pa) - 1.5 * 2^23 and
+// the row factor times a scalar scale (0 for a row past M).
+struct RowTerms {
+  float term[2];
+  float factor[2];
 };
 
 template <typename OutT>
@@ -299,6 +319,117 @@ static_assert(128 * kProducerRegisters + 256 * kConsumerRegisters <= 65536, "reg
 #if BC_WGMMA_ENABLED
 __device__ __forceinline__ uint4 load_shared_16(const uint8_t* p) { return *reinterpret_cast<const uint4*>(p); }
 #endif
+
+#if BC_WGMMA_ENABLED
+// One output of the epilogue: dot = (column bits + 4 and as a float) + the row term (exact, kEpilogueMaxK above).
+__device__ __forceinline__ float output_value(int column_bits, int and_count, const RowTerms& rows, int h, float scale,
+                                              float bias) {
+  return epilogue_value(__int_as_float(column_bits + 4 * and_count) + rows.term[h], rows.factor[h], scale, bias);
+}
+
+// What a consumer warpgroup needs to stage and store its 64 rows of a tile through TMA.
+struct TmaStoreTile {
+  const CUtensorMap* map;
+  uint8_t* staging;  // this warpgroup's store buffers
+  int buffers;       // 2 or 4
+  int r_local, quad_row, c_lane;
+  bool elected;  // the warpgroup's first thread
+  int wg;
+  int64_t n0, m0;
+};
+
+// Boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns), SW128 like the operands: the thread's column pair at
+// byte b of a box row r goes to chunk (b / 16) ^ (r % 8); with b = 8 g size + c_lane size (group g of the box) that
+// is (8 g size) ^ swizzle, swizzle the group-0 offset (8 g size only has chunk bits: 16 | 8 g size, and for fp32
+// the lane's chunk bit is below 2 g's). The elected thread stores each box once all 128 threads wrote it, and before
+// the barrier of box j waits until at most B - 2 of its stores (B = buffers) still read shared memory: box j + 1's
+// buffer (last used by box j + 1 - B) is then free. Boxes wholly past N are skipped (so none is wholly outside the
+// tensor); TMA clips the rest.
+template <int BN, typename OutT, bool kTail>
+__device__ __forceinline__ void store_tile_tma(const int (&acc)[BN / 2], const int* pop, const RowTerms& rows,
+                                               const ColumnTerms<kTail>& columns, const TmaStoreTile& t, int valid,
+                                               int& box) {
+  constexpr int kSize = static_cast<int>(sizeof(OutT));
+  constexpr int kBoxCols = 128 / kSize;
+  constexpr int kBoxes = BN / kBoxCols;
+  constexpr int kGroupsPerBox = kBoxCols / 8;
+  constexpr int kBoxBytes = 64 * 128;
+  const int boxes = (valid + kBoxCols - 1) / kBoxCols;
+  const int lane_byte = t.c_lane * kSize;
+  const int swizzle = (((lane_byte >> 4) ^ t.quad_row) << 4) | (lane_byte & 15);
+#pragma unroll
+  for (int b = 0; b < kBoxes; ++b) {
+    if (b >= boxes) break;
+    uint8_t* buffer = t.staging + (box & (t.buffers - 1)) * kBoxBytes;
+    uint8_t* row = buffer + t.r_local * 128;  // + 1024 for the row 8 below (same swizzle phase)
+#pragma unroll
+    for (int g = 0; g < kGroupsPerBox; ++g) {
+      const int i = b * kGroupsPerBox + g;
+      const int2 bits = *reinterpret_cast<const int2*>(pop + 8 * i + t.c_lane);
+      const float scale0 = columns.scale_at(i, 0), bias0 = columns.bias_at(i, 0);
+      const float scale1 = columns.scale_at(i, 1), bias1 = columns.bias_at(i, 1);
+      uint8_t* p = row + (swizzle ^ (8 * g * kSize));
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float v0 = output_value(bits.x, acc[4 * i + 2 * h], rows, h, scale0, bias0);
+        const float v1 = output_value(bits.y, acc[4 * i + 2 * h + 1], rows, h, scale1, bias1);
+        if constexpr (kSize == 4) {
+          *reinterpret_cast<float2*>(p + 1024 * h) = make_float2(v0, v1);
+        } else {
+          OutT pair[2] = {from_float<OutT>(v0), from_float<OutT>(v1)};
+          *reinterpret_cast<uint32_t*>(p + 1024 * h) = *reinterpret_cast<const uint32_t*>(pair);
+        }
+      }
+    }
+    fence_proxy_async_shared();  // this thread's writes, before the TMA engine reads them
+    if (t.elected) {
+      if (t.buffers == 4) {
+        bulk_wait_read<2>();
+      } else {
+        bulk_wait_read<0>();
+      }
+    }
+    named_barrier_sync<128>(2 + t.wg);
+    if (t.elected) {
+      tma_store_2d(t.map, shared_address(buffer), static_cast<int>(t.n0 + b * kBoxCols), static_cast<int>(t.m0));
+      bulk_commit();
+    }
+    ++box;
+  }
+}
+
+// The st.global epilogue (out or its row pitch not 16-byte aligned): straight from the accumulators.
+template <typename OutT>
+struct GlobalStoreTile {
+  OutT* out;
+  int64_t m_rows, n_rows, m0, n0;
+  int r_local, c_lane;
+  bool pair_stores;  // columns 2t, 2t + 1 in one store (n_rows even, out aligned to two elements)
+};
+
+template <int BN, typename OutT, bool kTail>
+__device__ __forceinline__ void store_tile_global(const int (&acc)[BN / 2], const int* pop, const RowTerms& rows,
+                                                  const ColumnTerms<kTail>& columns, const GlobalStoreTile<OutT>& t,
+                                                  int valid) {
+#pragma unroll
+  for (int i = 0; i < BN / 8; ++i) {
+    const int c = 8 * i + t.c_lane;
+    if (c >= valid) continue;
+    const bool both = c + 1 < valid;
+    const int2 bits = *reinterpret_cast<const int2*>(pop + c);
+    const float scale0 = columns.scale_at(i, 0), bias0 = columns.bias_at(i, 0);
+    const float scale1 = columns.scale_at(i, 1), bias1 = columns.bias_at(i, 1);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t m = t.m0 + t.r_local + 8 * h;
+      if (m >= t.m_rows) continue;
+      const float v0 = output_value(bits.x, acc[4 * i + 2 * h], rows, h, scale0, bias0);
+      const float v1 = output_value(bits.y, acc[4 * i + 2 * h + 1], rows, h, scale1, bias1);
+      store_pair(t.out + m * t.n_rows + t.n0 + c, v0, v1, both, t.pair_stores);
+    }
+  }
+}
+#endif  // BC_WGMMA_ENABLED
 
 // Persistent: each CTA walks its contiguous run of output tiles; the producer keeps the ring going across tiles. Layout, protocol and popcounts: top of the file.
 template <int BN, typename OutT>
@@ -464,100 +595,39 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
         // at most S stages it can be a whole tile behind): both consumer warpgroups meet before and after the write.
         if constexpr (BN == 128) pb += __shfl_xor_sync(kFullMask, pb, 1);
         named_barrier_sync<256>(1);
-        if (BN == 256 || (ct & 1) == 0) pop[b_row] = -2 * pb;  // the epilogue's column term
+        if (BN == 256 || (ct & 1) == 0) pop[b_row] = kMagicBits - 2 * pb;  // the epilogue's column term
         named_barrier_sync<256>(1);
       }
-      const int* pbs = pop;  // -2 pb a column
       const int64_t m0 = static_cast<int64_t>(m_tile) * kWgBM + wg * 64;  // this warpgroup's first row
       const int64_t n0 = static_cast<int64_t>(n_tile) * BN;
       const int r_local = w4 * 16 + quad_row;  // + 8 h: row within the warpgroup's 64
       const int c_lane = 2 * (lane & 3);
-      // dot + magic = (k - 2 pa + magic) + (-2 pb) + 4 and (magic_dot above)
-      const int row_term[2] = {static_cast<int>(shape.k) - 2 * pa0 + kMagicBits,
-                               static_cast<int>(shape.k) - 2 * pa1 + kMagicBits};
-      const TileColumns columns(ep, n0, shape.n_rows, BN);
-      float factor[2];
-      bool row_ok[2];
+      const int valid = shape.n_rows - n0 < BN ? static_cast<int>(shape.n_rows - n0) : BN;  // columns inside N
+      RowTerms rows;
+      const float scalar = ep.scale != nullptr && ep.scale_count == 1 ? ep.scale[0] : 1.f;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t m = m0 + r_local + 8 * h;
-        row_ok[h] = m < shape.m_rows;
-        factor[h] = row_ok[h] ? row_factor(ep, m) : 0.f;
+        rows.term[h] = static_cast<float>(static_cast<int>(shape.k) - 2 * (h == 0 ? pa0 : pa1) - kMagicInt);
+        rows.factor[h] = m < shape.m_rows ? row_factor(ep, m) * scalar : 0.f;
       }
       if (store_buffers != 0) {
-        // Boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns), SW128 like the operands: the thread's column
-        // pair at byte b of a box row r goes to chunk (b / 16) ^ (r % 8). The elected thread (the warpgroup's
-        // first) stores each box once all 128 threads wrote it, and before the barrier of box j waits until at
-        // most B - 2 of its stores (B = store_buffers) still read shared memory: box j + 1's buffer (last used by
-        // box j + 1 - B) is then free. Boxes wholly past N are skipped (so none is wholly outside the tensor).
         if (m0 < shape.m_rows) {
-          constexpr int kBoxCols = 128 / static_cast<int>(sizeof(OutT));
-          constexpr int kBoxes = BN / kBoxCols;
-          constexpr int kGroupsPerBox = kBoxCols / 8;
-          const int boxes = static_cast<int>(ceil_div(columns.valid, kBoxCols));
           uint8_t* staging = smem + L::staging_offset(S) + wg * (store_buffers * L::kBoxBytes);
-#pragma unroll
-          for (int b = 0; b < kBoxes; ++b) {
-            if (b >= boxes) break;
-            uint8_t* buffer = staging + (box & (store_buffers - 1)) * L::kBoxBytes;
-#pragma unroll
-            for (int g = 0; g < kGroupsPerBox; ++g) {
-              const int i = b * kGroupsPerBox + g;
-              const int c = 8 * i + c_lane;
-              const int2 pb_pair = *reinterpret_cast<const int2*>(pbs + c);
-              const float scale0 = columns.scale_at(c), bias0 = columns.bias_at(c);
-              const float scale1 = columns.scale_at(c + 1), bias1 = columns.bias_at(c + 1);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
-                const float v0 = epilogue_value(magic_dot(row_term[h] + pb_pair.x + 4 * and0), factor[h], scale0, bias0);
-                const float v1 = epilogue_value(magic_dot(row_term[h] + pb_pair.y + 4 * and1), factor[h], scale1, bias1);
-                const int row = r_local + 8 * h;  // row % 8 == quad_row
-                const int byte = (8 * g + c_lane) * static_cast<int>(sizeof(OutT));
-                uint8_t* p = buffer + row * 128 + ((((byte >> 4) ^ quad_row) << 4) | (byte & 15));
-                if constexpr (sizeof(OutT) == 4) {
-                  *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-                } else {
-                  OutT pair[2] = {from_float<OutT>(v0), from_float<OutT>(v1)};
-                  *reinterpret_cast<uint32_t*>(p) = *reinterpret_cast<const uint32_t*>(pair);
-                }
-              }
-            }
-            fence_proxy_async_shared();  // this thread's writes, before the TMA engine reads them
-            if (elected) {
-              if (store_buffers == 4) {
-                bulk_wait_read<2>();
-              } else {
-                bulk_wait_read<0>();
-              }
-            }
-            named_barrier_sync<128>(2 + wg);
-            if (elected) {
-              tma_store_2d(&map_out, shared_address(buffer), static_cast<int>(n0 + b * kBoxCols), static_cast<int>(m0));
-              bulk_commit();
-            }
-            ++box;
+          const TmaStoreTile tile{&map_out, staging, store_buffers, r_local, quad_row, c_lane, elected, wg, n0, m0};
+          if (valid == BN) {
+            store_tile_tma<BN, OutT>(acc, pop, rows, ColumnTerms<false>(ep, n0, c_lane, valid), tile, valid, box);
+          } else {
+            store_tile_tma<BN, OutT>(acc, pop, rows, ColumnTerms<true>(ep, n0, c_lane, valid), tile, valid, box);
           }
         }
       } else {
-        const bool vector_ok = shape.pair_stores != 0;
-#pragma unroll
-        for (int i = 0; i < BN / 8; ++i) {
-          const int c = 8 * i + c_lane;
-          if (c >= columns.valid) continue;
-          const bool both = c + 1 < columns.valid;
-          const int pb0 = pbs[c], pb1 = pbs[c + 1];
-          const float scale0 = columns.scale_at(c), bias0 = columns.bias_at(c);
-          const float scale1 = columns.scale_at(c + 1), bias1 = columns.bias_at(c + 1);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (!row_ok[h]) continue;
-            const int64_t m = m0 + r_local + 8 * h;
-            const int and0 = acc[4 * i + 2 * h], and1 = acc[4 * i + 2 * h + 1];
-            const float v0 = epilogue_value(magic_dot(row_term[h] + pb0 + 4 * and0), factor[h], scale0, bias0);
-            const float v1 = epilogue_value(magic_dot(row_term[h] + pb1 + 4 * and1), factor[h], scale1, bias1);
-            store_pair(out + m * shape.n_rows + n0 + c, v0, v1, both, vector_ok);
-          }
+        const GlobalStoreTile<OutT> tile{out, shape.m_rows, shape.n_rows, m0, n0, r_local, c_lane,
+                                         shape.pair_stores != 0};
+        if (valid == BN) {
+          store_tile_global<BN, OutT>(acc, pop, rows, ColumnTerms<false>(ep, n0, c_lane, valid), tile, valid);
+        } else {
+          store_tile_global<BN, OutT>(acc, pop, rows, ColumnTerms<true>(ep, n0, c_lane, valid), tile, valid);
         }
       }
     }
