@@ -937,6 +937,26 @@ def test_binary_linear_wgmma_edges(k, dtype):
     actual, expected, magnitude = run_linear("binary_linear", x, shifted, k)
     assert_matches(actual, expected, dtype, True, f"binary_linear unaligned weight k={k}", magnitude)
 
+# The wgmma kernel's epilogue reads every column term the same way (a missing scale reads ones, a missing bias
+# zeros, a scalar scale is folded into the row factor) and takes a guarded copy for a tile reaching past N: each
+# form of the terms, on whole tiles (N = 512) and on a tail tile (N = 520: 8 columns in the last 256-wide tile, and
+# N = 513: the st.global path of an odd N), with and without row_scale.
+@requires_cuda
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_binary_linear_wgmma_column_terms(dtype):
+    k = 1024
+    for m, n in [(300, 512), (300, 520), (129, 513)]:
+        x = random_input((m, k), dtype, "cuda")
+        _, w_packed = packed_weight(n, k, "cuda")
+        per_channel, bias = scale_and_bias("per_channel", n, "cuda")
+        scalar, _ = scale_and_bias("scalar", n, "cuda")
+        for what, scale, b in (("scalar scale", scalar, None), ("scalar scale, bias", scalar, bias),
+                               ("bias only", None, bias), ("scale only", per_channel, None)):
+            for row_scale in (False, True):
+                actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, scale, b, row_scale=row_scale)
+                assert_matches(actual, expected, dtype, False, f"m={m} n={n} {what} row_scale={row_scale}", magnitude)
+
+
 
 @requires_cuda
 @pytest.mark.parametrize("n", [7937, 8192])
