@@ -353,7 +353,7 @@ __device__ __forceinline__ void store_tile_tma(const int (&acc)[BN / 2], const i
   constexpr int kBoxCols = 128 / kSize;
   constexpr int kBoxes = BN / kBoxCols;
   constexpr int kGroupsPerBox = kBoxCols / 8;
-  constexpr int kBoxBytes = 64 * 128;
+  constexpr int kBoxBytes = PersistentLayout<BN>::kBoxBytes;
   const int boxes = (valid + kBoxCols - 1) / kBoxCols;
   const int lane_byte = t.c_lane * kSize;
   const int swizzle = (((lane_byte >> 4) ^ t.quad_row) << 4) | (lane_byte & 15);
