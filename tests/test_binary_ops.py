@@ -937,6 +937,7 @@ def test_binary_linear_wgmma_edges(k, dtype):
     actual, expected, magnitude = run_linear("binary_linear", x, shifted, k)
     assert_matches(actual, expected, dtype, True, f"binary_linear unaligned weight k={k}", magnitude)
 
+
 # The wgmma kernel's epilogue reads every column term the same way (a missing scale reads ones, a missing bias
 # zeros, a scalar scale is folded into the row factor) and takes a guarded copy for a tile reaching past N: each
 # form of the terms, on whole tiles (N = 512) and on a tail tile (N = 520: 8 columns in the last 256-wide tile, and
@@ -955,7 +956,6 @@ def test_binary_linear_wgmma_column_terms(dtype):
             for row_scale in (False, True):
                 actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, scale, b, row_scale=row_scale)
                 assert_matches(actual, expected, dtype, False, f"m={m} n={n} {what} row_scale={row_scale}", magnitude)
-
 
 
 @requires_cuda
