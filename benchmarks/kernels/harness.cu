@@ -15,7 +15,8 @@
 //          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
-//          16-byte alignment, i.e. the byte-load kernel)
+//          16-byte alignment, i.e. the byte-load kernel) table=random|scheme (apot4's levels, multiples of 0.1:
+//          an integral table, linear_small_batch's pair_product path)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
 //          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
@@ -427,6 +428,12 @@ Row run_w1a16(const Args& args, bool apot) {
     if (alpha_scalar) std::fill(alpha_values.begin(), alpha_values.end(), 0.75f);
     if (with_bias)
       for (auto& v : bias_values) v = random.uniform();
+  }
+  // table=scheme: apot4's signed levels (SPEC 2.5: multiples of 0.1; integral tables take linear_small_batch's
+  // pair_product path).
+  if (apot && args.str("table", "random") == "scheme") {
+    const float magnitudes[8] = {0.f, .1f, .2f, .3f, .4f, .6f, .8f, 1.f};
+    for (unsigned e = 0; e < levels; ++e) table[e] = (e & 8u ? -1.f : 1.f) * magnitudes[e & 7u];
   }
   auto code_of = [&](const std::vector<uint8_t>& codesv, int64_t r, int64_t j) -> unsigned {
     return nibbles ? (codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u : codesv[r * row_bytes + j];

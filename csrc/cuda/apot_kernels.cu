@@ -2,7 +2,10 @@
 //
 // - pack_nibbles, dequantize_weight, code_row_sums: simple elementwise / one-warp-a-row kernels.
 // - linear_small_batch: the GEMV-style kernel for up to 8 rows of x a launch, bound by streaming W
-//   once and by its shared-memory table lookups (about one wavefront per 32 weights). W is decoded
+//   once and by its shared-memory table lookups (about one wavefront per 32 weights). Integral
+//   tables (every level an integer multiple of one base: the APoT schemes) take pair_product: the
+//   integers in fp16, exact, one MMA a step for two weight rows, half the lookup bytes (branch
+//   apot-integral-gemv: NOT yet run on a GPU). Otherwise W is decoded
 //   into fp16 hi + lo parts of the levels (scaled by 2^tw: 22 significant bits) and multiplied on
 //   the tensor cores (mma m16n8k16, fp32 accumulation), so one decode serves all 8 rows of x. The
 //   mma's 16 rows are 8 weight rows as hi parts and as lo parts, so a byte of nibbles is one PRMT
@@ -372,35 +375,99 @@ __device__ __forceinline__ void piece_product(const uint4& piece, const unsigned
   }
 }
 
-// The table's shift tw, kept in shared memory past the table (a register across the loop would spill).
-__device__ __forceinline__ int* table_shift_slot(unsigned char* smem) {
-  return reinterpret_cast<int*>(smem + kTableBytes + 256 * 4 + kGemvWarps * 4);
+// Integral tables (build_table: every level an integer multiple N of one base, |N| <= 2048, as the APoT schemes'
+// alpha / D * N): the MMA takes N in fp16, exact, so no lo part is needed and its 16 rows are two weight rows a
+// group: rows 0-7 = row g (piece lo), rows 8-15 = row g + 8 (piece hi). A 4-byte lookup {N(l), N(h)} of a byte of
+// nibbles is one A register: a0a1 / a4a5 from lo's bytes 2s / 2s + 1, a2a3 / a6a7 from hi's. d[0], d[1] are row
+// g's sums for columns 2tig, 2tig + 1, d[2], d[3] row g + 8's. Half the MMAs and half the lookup bytes of
+// piece_product's two calls. Nibble codes only.
+template <typename T, bool kNibbles>
+__device__ __forceinline__ void pair_product(const uint4& lo, const uint4& hi, const unsigned char* table,
+                                             uint32_t lane_offset, const uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
+                                             const uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float (&d)[4]) {
+  using C = Chunk<T, kNibbles>;
+  if constexpr (kNibbles) {  // (byte codes never take an integral table: nothing to do for them)
+    const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
+    auto entry = [&](uint32_t word, int byte) {
+      return *reinterpret_cast<const uint32_t*>(table + __byte_perm(word, lane_offset, 0x5504u | (byte << 4)));
+    };
+#pragma unroll
+    for (int s = 0; s < C::kSteps; ++s) {
+      const int byte = (2 * s) % 4;
+      const uint32_t a[4] = {entry(lo_words[s / 2], byte), entry(hi_words[s / 2], byte),
+                             entry(lo_words[s / 2], byte + 1), entry(hi_words[s / 2], byte + 1)};
+      if (s == 0) {
+        mma_first(d, a, bh[2 * s], bh[2 * s + 1]);
+      } else {
+        mma_add(d, a, bh[2 * s], bh[2 * s + 1]);
+      }
+      if constexpr (C::kSplitX) mma_add(d, a, bl[2 * s], bl[2 * s + 1]);
+    }
+  }
 }
 
-// Builds the decode table (kTableBytes) and stores the table's shift tw: levels scaled by 2^tw (largest
-// |level| in [2^14, 2^15)) split into fp16 hi + lo, 22 significant bits, exact products with fp16 x.
-// Codes past the table read as level 0. Ends with a barrier.
+// What the sums are multiplied by at the end (2^-tw, or an integral table's base), kept in shared memory past the
+// table (a register across the loop would spill).
+__device__ __forceinline__ float* table_unscale_slot(unsigned char* smem) {
+  return reinterpret_cast<float*>(smem + kTableBytes + 256 * 4 + kGemvWarps * 4);
+}
+
+// Builds the decode table (kTableBytes) and stores what the sums are multiplied by at the end. Nibble codes whose
+// table is integral (every level an integer N times the smallest nonzero |level|, |N| <= 2048 so that fp16 holds
+// N exactly, N base within 2^-22 of the level: the APoT schemes, whose levels are alpha / D * N) get {N(l), N(h)}
+// fp16 pairs (4 bytes a lane, pair_product) and the base; any other table its levels scaled by 2^tw (largest
+// |level| in [2^14, 2^15)) split into fp16 hi + lo, 22 significant bits, exact products with fp16 x, and 2^-tw.
+// Codes past the table read as level 0. Returns whether the table is integral (uniform). Ends with a barrier.
 template <bool kNibbles>
-__device__ __forceinline__ void build_table(const float* code_values, int table_size, unsigned char* smem) {
+__device__ __forceinline__ bool build_table(const float* code_values, int table_size, unsigned char* smem) {
   unsigned char* const table = smem;
-  uint32_t* const codes = reinterpret_cast<uint32_t*>(smem + kTableBytes);  // {hi, lo} fp16 of each code
+  uint32_t* const codes = reinterpret_cast<uint32_t*>(smem + kTableBytes);  // {hi, lo} fp16 of each code (or N)
   uint32_t* const warp_max = codes + 256;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const float level = static_cast<int>(threadIdx.x) < table_size ? code_values[threadIdx.x] : 0.f;
-  const uint32_t top = __reduce_max_sync(0xffffffffu, __float_as_uint(level) & 0x7fffffffu);
+  const uint32_t size_bits = __float_as_uint(level) & 0x7fffffffu;
+  const uint32_t top = __reduce_max_sync(0xffffffffu, size_bits);
   if (lane == 0) warp_max[warp] = top;
   __syncthreads();
   uint32_t block_top = warp_max[0];
 #pragma unroll
   for (int i = 1; i < kGemvWarps; ++i) block_top = max(block_top, warp_max[i]);
-  const int shift = scale_shift(block_top >> 23);
-  if (threadIdx.x == 0) *table_shift_slot(smem) = shift;
-  const float scaled = level * pow2(shift);
-  const __half hi = __float2half_rn(scaled);
-  const __half lo = __float2half_rn(scaled - __half2float(hi));
-  codes[threadIdx.x] = uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
+  bool integral = false;
+  float base = 0.f;
+  if constexpr (kNibbles) {
+    // the smallest nonzero |level| (positive floats order as their bits)
+    const uint32_t low = __reduce_min_sync(0xffffffffu, size_bits != 0 ? size_bits : 0xffffffffu);
+    __syncthreads();  // every warp has read warp_max
+    if (lane == 0) warp_max[warp] = low;
+    __syncthreads();
+    uint32_t block_low = warp_max[0];
+#pragma unroll
+    for (int i = 1; i < kGemvWarps; ++i) block_low = min(block_low, warp_max[i]);
+    base = __uint_as_float(block_low);
+    const bool usable = block_low != 0xffffffffu && block_top < 0x7f800000u;  // a nonzero, finite table
+    const float n = usable ? rintf(level / base) : 0.f;
+    const bool ok = usable && fabsf(n) <= 2048.f && fabsf(n * base - level) <= 2.384185791015625e-7f * fabsf(level);
+    integral = __syncthreads_and(ok) != 0;
+    if (integral) codes[threadIdx.x] = uint32_t(__half_as_ushort(__float2half_rn(n)));
+  }
+  if (!integral) {
+    const int shift = scale_shift(block_top >> 23);
+    base = pow2(-shift);
+    const float scaled = level * pow2(shift);
+    const __half hi = __float2half_rn(scaled);
+    const __half lo = __float2half_rn(scaled - __half2float(hi));
+    codes[threadIdx.x] = uint32_t(__half_as_ushort(hi)) | (uint32_t(__half_as_ushort(lo)) << 16);
+  }
+  if (threadIdx.x == 0) *table_unscale_slot(smem) = base;
   __syncthreads();
-  if (kNibbles) {  // byte h << 4 | l: {hi(l) | hi(h) << 16, lo(l) | lo(h) << 16}; warp w writes l = w, w + 8
+  if (kNibbles && integral) {  // byte h << 4 | l: {N(l) | N(h) << 16} at lane * 4; warp w writes l = w, w + 8
+    const uint32_t low_a = codes[warp], low_b = codes[warp + 8];
+    for (int h = 0; h < 16; ++h) {
+      const uint32_t high = codes[h] << 16;
+      *reinterpret_cast<uint32_t*>(table + (h * 16 + warp) * 256 + lane * 4) = low_a | high;
+      *reinterpret_cast<uint32_t*>(table + (h * 16 + warp + 8) * 256 + lane * 4) = low_b | high;
+    }
+  } else if (kNibbles) {  // byte h << 4 | l: {hi(l) | hi(h) << 16, lo(l) | lo(h) << 16}; warp w writes l = w, w + 8
     const uint32_t low_a = codes[warp], low_b = codes[warp + 8];
     for (int h = 0; h < 16; ++h) {
       const uint32_t high = codes[h];
@@ -413,6 +480,7 @@ __device__ __forceinline__ void build_table(const float* code_values, int table_
     for (int b = warp; b < 256; b += kGemvWarps) *reinterpret_cast<uint32_t*>(table + b * 256 + lane * 4) = codes[b];
   }
   __syncthreads();
+  return integral;
 }
 
 // How a lane reads its 16 bytes of a weight row: rows of whole 16-byte pieces (vectors, streamed,
@@ -460,7 +528,7 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
     }
   }
   if (c_begin < c_end) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, c_begin * C::kColumns + tig * C::kCodes);
-  build_table<kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
+  const bool integral = build_table<kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
   if (kPrefetch) {  // chunk c_begin + 1 into L2, behind chunk c_begin in DRAM's queues
     const int64_t offset = (c_begin + 1) * kChunkBytes + tig * 16;
     const bool in_row = c_begin + 1 < c_end && offset < row_bytes;
@@ -472,43 +540,72 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
     }
   }
   const unsigned char* const table = smem;
-  for (int64_t c = c_begin; c < c_end; ++c) {
-    uint32_t bh[C::kPairs], bl[C::kPairs];
-    float f0, f1;
-    {
-      uint32_t xr[C::kXWords];
-      load_x<T, kNibbles>(xr, args.x, args.m, args.k, g, c * C::kColumns + tig * C::kCodes, args.x_vector);
-      x_fragment<T, kNibbles>(xr, bh, bl, f0, f1, tig);
-    }
-    const bool more = c + 1 < c_end;
-    if (more) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, (c + 1) * C::kColumns + tig * C::kCodes);
-    const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes, after = next + kChunkBytes;
-    const bool next_in_row = more && next < row_bytes, after_in_row = c + 2 < c_end && after < row_bytes;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
-      float da[4], db[4];  // rows g and g + 8 of the tile
-      if (kPrefetch) {
-        piece_product<T, kNibbles>(w_lo[t], table, lane_offset, bh, bl, da);
-        piece_product<T, kNibbles>(w_hi[t], table, lane_offset, bh, bl, db);
-        // Refilled once read (the lookups issued): no second copy of the 32 bytes.
-        const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
-        w_lo[t] = load_piece<kPath>(p, next_in_row && 16 * t < rows_left, next, row_bytes);
-        w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, next_in_row && 16 * t + 8 < rows_left, next, row_bytes);
-        prefetch_l2(p + kChunkBytes, after_in_row && 16 * t < rows_left);
-        prefetch_l2(p + kChunkBytes + 8 * row_bytes, after_in_row && 16 * t + 8 < rows_left);
-      } else {
-        const uint8_t* p = base + int64_t(16 * t) * row_bytes + c * kChunkBytes;
-        piece_product<T, kNibbles>(load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes), table, lane_offset,
-                                   bh, bl, da);
-        piece_product<T, kNibbles>(load_piece<kPath>(p + 8 * row_bytes, 16 * t + 8 < rows_left, offset, row_bytes),
-                                   table, lane_offset, bh, bl, db);
+  // The chunk loop, once for each kind of table (kIntegral: pair_product, one MMA a step for rows g and g + 8).
+  auto chunks = [&](auto integral_tag) {
+    constexpr bool kIntegral = decltype(integral_tag)::value;
+    const uint32_t offset_in_row = kIntegral ? lane * 4 : lane_offset;  // the lane's copy in a table row
+    for (int64_t c = c_begin; c < c_end; ++c) {
+      uint32_t bh[C::kPairs], bl[C::kPairs];
+      float f0, f1;
+      {
+        uint32_t xr[C::kXWords];
+        load_x<T, kNibbles>(xr, args.x, args.m, args.k, g, c * C::kColumns + tig * C::kCodes, args.x_vector);
+        x_fragment<T, kNibbles>(xr, bh, bl, f0, f1, tig);
       }
-      total[t][0] = fmaf(da[0] + da[2], f0, total[t][0]);  // hi + lo
-      total[t][1] = fmaf(da[1] + da[3], f1, total[t][1]);
-      total[t][2] = fmaf(db[0] + db[2], f0, total[t][2]);
-      total[t][3] = fmaf(db[1] + db[3], f1, total[t][3]);
+      const bool more = c + 1 < c_end;
+      if (more) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, (c + 1) * C::kColumns + tig * C::kCodes);
+      const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes, after = next + kChunkBytes;
+      const bool next_in_row = more && next < row_bytes, after_in_row = c + 2 < c_end && after < row_bytes;
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) {
+        if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
+        float da[4], db[4];  // rows g and g + 8 of the tile (kIntegral: both in da)
+        if (kPrefetch) {
+          if constexpr (kIntegral) {
+            pair_product<T, kNibbles>(w_lo[t], w_hi[t], table, offset_in_row, bh, bl, da);
+          } else {
+            piece_product<T, kNibbles>(w_lo[t], table, offset_in_row, bh, bl, da);
+            piece_product<T, kNibbles>(w_hi[t], table, offset_in_row, bh, bl, db);
+          }
+          // Refilled once read (the lookups issued): no second copy of the 32 bytes.
+          const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
+          w_lo[t] = load_piece<kPath>(p, next_in_row && 16 * t < rows_left, next, row_bytes);
+          w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, next_in_row && 16 * t + 8 < rows_left, next, row_bytes);
+          prefetch_l2(p + kChunkBytes, after_in_row && 16 * t < rows_left);
+          prefetch_l2(p + kChunkBytes + 8 * row_bytes, after_in_row && 16 * t + 8 < rows_left);
+        } else {
+          const uint8_t* p = base + int64_t(16 * t) * row_bytes + c * kChunkBytes;
+          const uint4 lo = load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes);
+          const uint4 hi = load_piece<kPath>(p + 8 * row_bytes, 16 * t + 8 < rows_left, offset, row_bytes);
+          if constexpr (kIntegral) {
+            pair_product<T, kNibbles>(lo, hi, table, offset_in_row, bh, bl, da);
+          } else {
+            piece_product<T, kNibbles>(lo, table, offset_in_row, bh, bl, da);
+            piece_product<T, kNibbles>(hi, table, offset_in_row, bh, bl, db);
+          }
+        }
+        if constexpr (kIntegral) {
+          total[t][0] = fmaf(da[0], f0, total[t][0]);  // row g
+          total[t][1] = fmaf(da[1], f1, total[t][1]);
+          total[t][2] = fmaf(da[2], f0, total[t][2]);  // row g + 8
+          total[t][3] = fmaf(da[3], f1, total[t][3]);
+        } else {
+          total[t][0] = fmaf(da[0] + da[2], f0, total[t][0]);  // hi + lo
+          total[t][1] = fmaf(da[1] + da[3], f1, total[t][1]);
+          total[t][2] = fmaf(db[0] + db[2], f0, total[t][2]);
+          total[t][3] = fmaf(db[1] + db[3], f1, total[t][3]);
+        }
+      }
     }
+  };
+  if constexpr (kNibbles) {
+    if (integral) {
+      chunks(std::true_type{});
+    } else {
+      chunks(std::false_type{});
+    }
+  } else {
+    chunks(std::false_type{});
   }
 }
 
@@ -552,7 +649,7 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
     *reinterpret_cast<float4*>(sums + warp * kElements + t * 128 + lane * 4) =
         make_float4(total[t][0], total[t][1], total[t][2], total[t][3]);
   __syncthreads();
-  const float unscale = pow2(-*table_shift_slot(smem));
+  const float unscale = *table_unscale_slot(smem);
   auto store = [&](int i, float sum) {
     const int64_t row = row_of(i);
     const int column = column_of(i);
