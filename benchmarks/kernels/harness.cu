@@ -15,7 +15,9 @@
 //          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
-//          16-byte alignment, i.e. the byte-load kernel)
+//          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch) | 2 (linear_wgmma, the sm_90a
+//          wgmma kernel, apot_wgmma.cu: rows=64|128|256 slices, 0 from the shape; expect=reject: the launcher must
+//          answer cudaErrorNotSupported)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
 //          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
@@ -520,7 +522,17 @@ Row run_w1a16(const Args& args, bool apot) {
     epilogue.scale_count = alpha_count;
   }
   if (with_bias) epilogue.bias = bias.as<float>();
+  // apot kernel=2: linear_wgmma (apot_wgmma.cu) with rows=64|128|256 slices (0: from the shape); 0 / 1: linear_small_batch.
+  bitcompile::apot::WgmmaTuning apot_tuning;
+  apot_tuning.rows = tuning.rows_per_pass;
+  apot_tuning.slices = tuning.slices;
+  if (apot && tuning.kernel == 2) row.config = format("kern=2 rows=%d sl=%d %s", apot_tuning.rows, apot_tuning.slices, row.config.c_str());
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
+    if (apot && tuning.kernel == 2) {
+      return bitcompile::apot::linear_wgmma(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset, n, bits,
+                                            table_device.as<float>(), alpha.as<float>(), alpha_count,
+                                            with_bias ? bias.as<float>() : nullptr, y.ptr, stream, &apot_tuning);
+    }
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
                                                   n, bits, table_device.as<float>(), alpha.as<float>(), alpha_count,

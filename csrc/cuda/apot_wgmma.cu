@@ -18,21 +18,22 @@
 //   A: apot_fragment.cuh (checked on the host by benchmarks/kernels/apot_fragment_check.cpp): per row and k16 step a
 //   gather prmt of byte t of the step's two words, then 2 x (2 lookups + 1 pick) prmt over the low- and high-byte
 //   tables (8 registers a thread, built once from code_values) and 2 interleaving prmt: 12 instructions for 2 A
-//   registers. SASS (this file, sm_90a, nvcc 13.0), the expansion of one tile of one slab (16 A registers) in the
-//   (128, 2, 1) bf16 kernel: see "Expansion cost" below.
+//   registers (6 a register, sign bits 3).
 //
 // ---- Tiles (WgmmaShape<BN, WGS, SLABS, 32>, stages of x BN * 128 + W FEAT * 32 bytes) ---------------------------
 // From M: M <= 64 (64, 2, 1): 12 KiB stages x 12; M <= 128 (128, 2, 1): 20 KiB x 10; else (256, 2, 1): 36 KiB x 5.
 // FEAT = 128 features a block. K split into a cluster of up to 8 blocks while the grid stays within one wave
 // (split_k_slices). Needs k % 64 == 0, 16-byte aligned x and w_packed, 2-byte aligned y.
 //
-// ---- Expansion cost -----------------------------------------------------------------------------------------------
-// Per A register: 6 instructions (1 LOP3 mask, 2 for the pick selector, 4 lookups, 2 picks, 2 interleaves and the
-// gather per 2 registers), against 3 for sign bits. From the SASS of apot_wgmma_kernel<bf16, 128, 2, 1> (one loop
-// iteration = two tiles = 32 A registers a thread): PRMT 192, i.e. 6 a register from prmt alone... see the numbers
-// in the commit that measured them (benchmarks/kernels/README or the report of the session); the bound that matters:
-// at N = K = 8192 the whole expansion is 8192 * 8192 / 2 registers * 6 / 32 lanes = 6.3 M warp instructions per row
-// block, ~12 K issue cycles on each of the 528 schedulers of an H200 (~6 us), spread under the tensor work.
+// ---- Expansion cost (SASS, nvcc 13.0, sm_90a) -----------------------------------------------------------------
+// One tile step of a thread (16 A registers of its slab; from the BAR.SYNC to the tile's HGMMA group) in
+// apot_wgmma_kernel<bf16 | fp16, BN, 2, 1>: 72 PRMT (2 rows x 4 k16 steps x 9: gather, 4 lookups, 2 picks, 2
+// interleaves), 16 LOP3 (the 0x7777 masks) + 8 SHF + 8 LOP3 (the pick selectors): 96 instructions = 6 a register,
+// in a step of 205 (BN 64) / 227 (128) / 308 (256) instructions with the copies, the 4 LDS.128 and the address
+// arithmetic. Registers: 105 / 138 / 200 (BN 64 / 128 / 256), no spills. Estimate: N = K = 8192 at M <= 64 is
+// 32 M A registers x 6 / 32 lanes = 6.3 M warp instructions, ~12 K issue cycles on each of an H200's 528 schedulers
+// (~6 us at 1.98 GHz), overlapped with the tensor work (m64n64k16: 32 clk an SM); the 4x larger W than sign bits
+// (32 MiB at 4 bits) is ~7 us of HBM.
 //
 // ---- Checking it on the H200 (first) ----------------------------------------------------------------------------
 //   BUILD_DIR=benchmarks/kernels/build bash benchmarks/kernels/build.sh
