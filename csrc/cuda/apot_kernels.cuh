@@ -55,7 +55,10 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // aligned, y 2-byte aligned, a compute capability 9.0 device and a build with sm_90a code (BITCOMPILE_SM90A);
 // cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
 // bias in the fp32 epilogue. tuning (the kernel harness; null: from the shape): rows = 64 | 128 | 256 rows of x a
-// block, slices = the K split (a cluster of at most 8). NOT yet run on a GPU, NOT yet called by the op.
+// block, slices = the K split (a cluster of at most 8). The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows.
+// NOT yet run on a GPU: kWgmmaMaxRows is the largest tile's 256 rows until the apot_wgmma.sweep timing rows against
+// cuBLAS set it (branch apot-wgmma is merged only after that sweep ran correct on the H200).
+constexpr int64_t kWgmmaMaxRows = 256;
 struct WgmmaTuning {
   int rows = 0;
   int slices = 0;

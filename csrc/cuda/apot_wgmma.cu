@@ -1,7 +1,7 @@
 // apot_linear on Hopper wgmma: 4-bit APoT codes through a level table, for bf16 / fp16 x of more than 16 rows on a
 // compute capability 9.0 device, in a build with sm_90a code. NOT yet run on a GPU (written and checked offline:
-// compilation, SASS, the host fragment check); NOT yet wired into the op (apot_ops.cpp still dequantizes + cuBLAS
-// above kSmallBatchRows): see linear_wgmma at the end for what the op should do once it has run correct on the H200.
+// compilation, SASS, the host fragment check). The op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows
+// on branch apot-wgmma, which is merged only once the sweep below has run correct on the H200.
 //
 // y[m][n] = alpha[n or 0] * sum_k x[m][k] * level(code[n][k]) + bias[n], fp32 accumulation, output of x's type. The
 // 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA rounded to x's type
@@ -77,12 +77,24 @@ struct NibbleWeights {
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
-  // The table of 16 entries in T's bits (past 2^bits: 0), read by every thread (64 bytes, cached).
+  float unscale;  // 2^e: the table enters the MMA as code_values * 2^-e, the accumulators get 2^e back (finish)
+  // The table of 16 entries in T's bits (past 2^bits: 0), read by every thread (64 bytes, cached), scaled by the
+  // power of two that brings its largest |entry| into [1, 2): levels far from 1 (1e-20 in the tests) would
+  // otherwise leave fp16's range, where the dequantize path's alpha * level did not. Exact (a power of two).
   __device__ __forceinline__ explicit NibbleWeights(const NibbleCodes& w) {
+    float values[16];
+    float largest = 0.f;
+#pragma unroll
+    for (int e = 0; e < 16; ++e) {
+      values[e] = e < (1 << w.bits) ? w.code_values[e] : 0.f;
+      largest = fmaxf(largest, fabsf(values[e]));
+    }
+    const int exponent = largest > 0.f && largest <= 3.4e38f ? ilogbf(largest) : 0;  // 0 for a zero / non-finite table
+    unscale = ldexpf(1.f, exponent);
     uint16_t entries[16];
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float v = e < (1 << w.bits) ? w.code_values[e] : 0.f;
+      const float v = ldexpf(values[e], -exponent);
       if constexpr (std::is_same<T, __half>::value) {
         entries[e] = __half_as_ushort(__float2half_rn(v));
       } else {
@@ -105,6 +117,13 @@ struct NibbleWeights {
         cuda::cp_async_16(w_area + index * 16, src, inside ? 16u : 0u);
       }
     }
+  }
+  template <int SLABS, int kAcc>
+  __device__ __forceinline__ void finish(float (&acc)[SLABS][kAcc]) const {
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int v = 0; v < kAcc; ++v) acc[slab][v] *= unscale;
   }
   template <int SLABS>
   __device__ __forceinline__ void expand(const uint8_t* w_stage, int w_row, int t, uint32_t (&a)[SLABS][4][4]) const {
@@ -153,10 +172,9 @@ cudaError_t dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int
 
 }  // namespace
 
-// What the op should do once this has run correct on the H200 (apot_ops.cpp, not wired yet): for bf16 / fp16 x with
-// 16 < M <= 128 (and above, up to where the sweep shows dequantize + cuBLAS winning), bits <= 4, call linear_wgmma;
-// on cudaErrorNotSupported (not a 9.0 device with sm_90a code, k % 64 != 0, misaligned operands) keep today's path
-// (dequantize_weight + cuBLAS), which stays the fallback for fp32 x and byte codes too.
+// apot_ops.cpp calls this for bf16 / fp16 x with kSmallBatchRows < M <= kWgmmaMaxRows and bits <= 4; on
+// cudaErrorNotSupported (not a 9.0 device with sm_90a code, k % 64 != 0, misaligned operands) it keeps dequantize +
+// cuBLAS, which stays the path for fp32 x, byte codes and larger M too.
 cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed, int64_t n,
                          int bits, const float* code_values, const float* alpha, int64_t alpha_count,
                          const float* bias, void* y, cudaStream_t stream, const WgmmaTuning* tuning) {

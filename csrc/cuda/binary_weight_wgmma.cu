@@ -127,6 +127,8 @@ struct SignWeights {
       }
     }
   }
+  template <int SLABS, int kAcc>
+  __device__ __forceinline__ void finish(float (&)[SLABS][kAcc]) const {}  // +-1 needs no scale
   template <int SLABS>
   __device__ __forceinline__ void expand(const uint8_t* w_stage, int w_row, int t, uint32_t (&a)[SLABS][4][4]) const {
     constexpr uint32_t minus_one =

@@ -311,6 +311,7 @@ __device__ __forceinline__ void wgmma_rs_block(const T* __restrict__ x, const ty
   for (int slab = 0; slab < SLABS; ++slab)
 #pragma unroll
     for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
+  weights.template finish<SLABS, kAcc>(acc);  // the weights' scale that the A registers left out (if any)
   cp_async_wait<0>();
   __syncthreads();  // every warpgroup's wgmmas and copies are done: the ring becomes the fp32 tile
 
