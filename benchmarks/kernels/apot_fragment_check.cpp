@@ -61,5 +61,32 @@ int main() {
       }
   }
   std::printf("%s: %d of %d fragment elements wrong\n", bad == 0 ? "OK" : "FAIL", bad, checked);
-  return bad == 0 ? 0 : 1;
+  // plan_table: apot4's signed levels (multiples of 0.1f, and the same times 1e-20) are integral with base 0.1 and
+  // N = {0, 1, 2, 3, 4, 6, 8, 10} (negated past 8); a table of non-multiples, or one needing |N| > max_integer, is
+  // not, and is scaled by the power of two that brings its largest |value| into [1, 2).
+  int plan_bad = 0;
+  const float magnitudes[8] = {0.f, .1f, .2f, .3f, .4f, .6f, .8f, 1.f};
+  const float numerators[8] = {0.f, 1.f, 2.f, 3.f, 4.f, 6.f, 8.f, 10.f};
+  for (const float factor : {1.f, 1e-20f}) {
+    float values[16];
+    for (int e = 0; e < 16; ++e) values[e] = (e & 8 ? -1.f : 1.f) * magnitudes[e & 7] * factor;
+    const af::TablePlan plan = af::plan_table(values, 256.f);
+    bool ok = plan.integral && plan.unscale == .1f * factor;
+    for (int e = 0; e < 16; ++e) ok = ok && plan.scaled[e] == (e & 8 ? -1.f : 1.f) * numerators[e & 7];
+    if (!ok && plan_bad++ < 4) std::printf("MISMATCH plan_table apot4 x %g\n", factor);
+  }
+  {
+    float values[16] = {0.f, .1f, .2f, .35f};  // .35 / .1 is not an integer
+    af::TablePlan plan = af::plan_table(values, 256.f);
+    if (plan.integral || plan.unscale != 0.25f || plan.scaled[3] != .35f * 4.f) plan_bad++, std::printf("MISMATCH plan_table non-integral\n");
+    float wide[16] = {1.f, 300.f};  // an integer past bf16's 256
+    plan = af::plan_table(wide, 256.f);
+    if (plan.integral || plan.unscale != 256.f) plan_bad++, std::printf("MISMATCH plan_table past max_integer\n");
+    if (!af::plan_table(wide, 2048.f).integral) plan_bad++, std::printf("MISMATCH plan_table fp16 integers\n");
+    float zero[16] = {};
+    plan = af::plan_table(zero, 256.f);
+    if (plan.integral || plan.unscale != 1.f) plan_bad++, std::printf("MISMATCH plan_table zero table\n");
+  }
+  std::printf("%s: plan_table, %d wrong\n", plan_bad == 0 ? "OK" : "FAIL", plan_bad);
+  return bad == 0 && plan_bad == 0 ? 0 : 1;
 }

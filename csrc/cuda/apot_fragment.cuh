@@ -24,6 +24,8 @@
 // has bit 3 set (prmt's sign-replicate mode is never used).
 #pragma once
 
+#include <math.h>
+
 #include <cstdint>
 
 #if defined(__CUDACC__)
@@ -68,6 +70,46 @@ BC_AF_HD Table make_table(const uint16_t (&entries)[16]) {
     table.hi[e >> 2] |= static_cast<uint32_t>(entries[e] >> 8) << (8 * (e & 3));
   }
   return table;
+}
+
+// How the table's values enter the MMA (x's type T holds them), and what the accumulators are multiplied by after.
+//   integral: every value is a small integer multiple N_e of one base (the APoT schemes: each level is alpha / D * N
+//     with an integer N, SPEC 2.5; apot4's normalized levels are multiples of 0.1, NOT dyadic): the MMA takes N_e,
+//     exact in T while |N_e| <= max_integer (bf16 256, fp16 2048), and the accumulators get base: exact products and
+//     fp32 sums, as the fp32 kernels. base = the smallest nonzero |value|; N_e = rint(value / base), kept when
+//     |N_e base - value| <= 2^-20 |value| for every entry.
+//   otherwise (any other table): value * 2^-e with 2^e the power of two that brings the largest |value| into [1, 2)
+//     (levels near 1e-20 would leave fp16's range), rounded to T by the caller, and the accumulators get 2^e: T's
+//     rounding of each entry (a relative 2^-9 for bf16), the rounding class of the dequantize + cuBLAS path.
+struct TablePlan {
+  bool integral;
+  float unscale;     // what the accumulators are multiplied by
+  float scaled[16];  // integral: the integers N_e; otherwise value * 2^-e, still to be rounded to T
+};
+
+BC_AF_HD TablePlan plan_table(const float (&values)[16], float max_integer) {
+  TablePlan plan{};
+  float base = 0.f, largest = 0.f;
+  for (int e = 0; e < 16; ++e) {
+    const float size = fabsf(values[e]);
+    largest = fmaxf(largest, size);
+    if (size > 0.f && (base == 0.f || size < base)) base = size;
+  }
+  bool integral = base > 0.f && largest <= 3.4e38f;  // a zero or non-finite table takes the other path
+  for (int e = 0; e < 16 && integral; ++e) {
+    const float n = rintf(values[e] / base);
+    integral = fabsf(n) <= max_integer && fabsf(n * base - values[e]) <= 9.5367431640625e-7f * fabsf(values[e]);
+    plan.scaled[e] = n;
+  }
+  plan.integral = integral;
+  if (integral) {
+    plan.unscale = base;
+    return plan;
+  }
+  const int exponent = largest > 0.f && largest <= 3.4e38f ? ilogbf(largest) : 0;
+  plan.unscale = ldexpf(1.f, exponent);
+  for (int e = 0; e < 16; ++e) plan.scaled[e] = ldexpf(values[e], -exponent);
+  return plan;
 }
 
 // The selector of the gather for lane t: byte t of w0, byte t of w1.

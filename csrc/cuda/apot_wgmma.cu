@@ -1,11 +1,15 @@
 // apot_linear on Hopper wgmma: 4-bit APoT codes through a level table, for bf16 / fp16 x of more than 16 rows on a
-// compute capability 9.0 device, in a build with sm_90a code. NOT yet run on a GPU (written and checked offline:
-// compilation, SASS, the host fragment check). The op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows
-// on branch apot-wgmma, which is merged only once the sweep below has run correct on the H200.
+// compute capability 9.0 device, in a build with sm_90a code. First H200 run (tenth session, 2026-12-01): every apot
+// row of the sweep failed the harness's fp32 reference by ~1% of an output, with no layout pattern: the table was
+// rounded to bf16 on the claim that APoT levels are dyadic (apot4's are multiples of 0.1). Now planned by
+// apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
+// does; NOT yet re-run. The op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows on branch apot-wgmma,
+// which is merged only once the sweep below has run correct on the H200.
 //
 // y[m][n] = alpha[n or 0] * sum_k x[m][k] * level(code[n][k]) + bias[n], fp32 accumulation, output of x's type. The
-// 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA rounded to x's type
-// (round-to-nearest; APoT levels are dyadic and exact in bf16 / fp16), alpha and bias in the fp32 epilogue.
+// 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA in x's type: exact where they are
+// small integer multiples of one value (the APoT schemes, apot_fragment.cuh plan_table), else rounded to x's type
+// (the dequantize + cuBLAS path's rounding); alpha and bias in the fp32 epilogue.
 //
 // ---- The machine: binary_weight_wgmma.cu's all-threads kernel (its header comment is the design) ----------------
 // The same block (wgmma_rs.cuh, wgmma_rs_block): A = 64 output features x 16 k in registers (RS-form
@@ -77,28 +81,24 @@ struct NibbleWeights {
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
-  float unscale;  // 2^e: the table enters the MMA as code_values * 2^-e, the accumulators get 2^e back (finish)
-  // The table of 16 entries in T's bits (past 2^bits: 0), read by every thread (64 bytes, cached), scaled by the
-  // power of two that brings its largest |entry| into [1, 2): levels far from 1 (1e-20 in the tests) would
-  // otherwise leave fp16's range, where the dequantize path's alpha * level did not. Exact (a power of two).
+  float unscale;  // the accumulators' factor after the MMA (apot_frag::plan_table: base, or 2^e)
+  // The table of 16 entries in T's bits (past 2^bits: 0), read by every thread (64 bytes, cached), planned by
+  // apot_frag::plan_table: integer multiples of one base (the APoT schemes) enter exact, any other table scaled by a
+  // power of two and rounded to T.
   __device__ __forceinline__ explicit NibbleWeights(const NibbleCodes& w) {
     float values[16];
-    float largest = 0.f;
 #pragma unroll
-    for (int e = 0; e < 16; ++e) {
-      values[e] = e < (1 << w.bits) ? w.code_values[e] : 0.f;
-      largest = fmaxf(largest, fabsf(values[e]));
-    }
-    const int exponent = largest > 0.f && largest <= 3.4e38f ? ilogbf(largest) : 0;  // 0 for a zero / non-finite table
-    unscale = ldexpf(1.f, exponent);
+    for (int e = 0; e < 16; ++e) values[e] = e < (1 << w.bits) ? w.code_values[e] : 0.f;
+    const apot_frag::TablePlan plan =
+        apot_frag::plan_table(values, std::is_same<T, __half>::value ? 2048.f : 256.f);
+    unscale = plan.unscale;
     uint16_t entries[16];
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
-      const float v = ldexpf(values[e], -exponent);
       if constexpr (std::is_same<T, __half>::value) {
-        entries[e] = __half_as_ushort(__float2half_rn(v));
+        entries[e] = __half_as_ushort(__float2half_rn(plan.scaled[e]));
       } else {
-        entries[e] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+        entries[e] = __bfloat16_as_ushort(__float2bfloat16_rn(plan.scaled[e]));
       }
     }
     table = apot_frag::make_table(entries);
