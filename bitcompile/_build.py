@@ -115,7 +115,7 @@ LIBRARIES = {
             "cuda/binary_weight_wgmma.cu",
             "cuda/binary_conv2d.cu",
         ],
-        "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu"],
+        "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu", "cuda/apot_wgmma.cu"],
     },
 }
 

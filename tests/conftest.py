@@ -18,6 +18,29 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 
+def skip_without_wgmma():
+    """Skips a dispatch test where no wgmma kernel can run: not a compute capability 9.0 GPU, or no sm_90a code."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the wgmma kernels run on compute capability 9.0 only")
+    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch_list and "9.0a" not in arch_list:
+        pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
+
+
+def profiled_kernels(call, op_kernels):
+    """Names of the CUDA kernels one call() launches (after a first call that builds and loads them); skips where the
+    profiler records none whose name contains one of op_kernels (no CUPTI)."""
+    call()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
+        call()
+        torch.cuda.synchronize()
+    names = [event.key for event in profile.key_averages()]
+    if not any(kernel in name for name in names for kernel in op_kernels):
+        pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
+    return names
+
+
 def pytest_configure(config):
     # Fresh random inputs every run (DESIGN.md); the seed is printed so a failure can be replayed
     # with BITCOMPILE_TEST_SEED=<seed>.

@@ -10,7 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from bitcompile import ops, reference
-from conftest import FLOAT_DTYPES, assert_close_relative, requires_cuda
+from conftest import FLOAT_DTYPES, assert_close_relative, profiled_kernels, requires_cuda, skip_without_wgmma
 
 # Signed schemes of SPEC 2.5: one sign bit above the magnitude index, level = sign * N / D.
 SCHEMES = {
@@ -230,6 +230,69 @@ def test_apot_linear_wide_range(device, dtype, bits):
     y = ops.apot_linear(x, packed, k, bits, table, alpha)
     expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu())
     assert_close_relative(y, expected, dtype, f"bits={bits}")
+
+
+# ----------------------------------------------------------------------------------------------
+# apot_linear on the Hopper wgmma kernel (apot_wgmma.cu: kSmallBatchRows < m <= kWgmmaMaxRows = 256,
+# bf16 / fp16 x, nibble codes, k % 64 == 0, aligned operands; elsewhere dequantize + cuBLAS)
+# ----------------------------------------------------------------------------------------------
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_apot_linear_wgmma_edges_cuda(dtype, bits):
+    """Both sides of every switch: 16 / 17 rows (small-batch kernel / wgmma), 64 / 65 and 128 / 129 (its 64-, 128- and
+    256-row tiles), 256 / 257 (dequantize + cuBLAS above); N not a multiple of 8; k = 1000 (not a multiple of 64: the
+    fallback) and k = 4096 (the K split); per-output alpha and bias."""
+    n = 100
+    for k in (1000, 4096):
+        _, packed, table = make_weight(n, k, bits, "cuda")
+        alpha = make_alpha(n, True, "cuda")
+        bias = torch.randn(n, device="cuda")
+        for m in (16, 17, 64, 65, 128, 129, 256, 257):
+            x = torch.randn(m, k, device="cuda").to(dtype)
+            y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+            expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+            assert_close_relative(y, expected, dtype, f"m={m} k={k} bits={bits}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_apot_linear_wgmma_wide_range_and_misaligned_cuda(dtype):
+    """Levels near 1e-20 with alpha near 1e17 (outside fp16's range as levels: the kernel scales the table by a power
+    of two and the accumulators back), and an x 2 bytes off 16-byte alignment (the kernel refuses it: the fallback)."""
+    k, n, m = 1024, 40, 40
+    _, packed, table = make_weight(n, k, 4, "cuda", "scheme")
+    table = table * 1e-20
+    alpha = make_alpha(n, True, "cuda") * 1e17
+    x = torch.randn(m, k, device="cuda").to(dtype)
+    y = ops.apot_linear(x, packed, k, 4, table, alpha)
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, 4, table.cpu(), alpha.cpu())
+    assert_close_relative(y, expected, dtype, "wide range")
+    storage = torch.empty(m * k + 1, device="cuda", dtype=dtype)
+    shifted = storage[1:].view(m, k)
+    shifted.copy_(x)
+    assert shifted.data_ptr() % 16 != 0
+    assert_close_relative(ops.apot_linear(shifted, packed, k, 4, table, alpha), expected, dtype, "misaligned x")
+
+
+@requires_cuda
+def test_apot_linear_wgmma_dispatch_cuda():
+    """On a 9.0 GPU with sm_90a code the op takes the wgmma kernel from 17 rows to kWgmmaMaxRows and not beyond; 16 rows
+    stay on the small-batch kernel."""
+    skip_without_wgmma()
+    k, n = 1024, 256
+    _, packed, table = make_weight(n, k, 4, "cuda", "scheme")
+    alpha = make_alpha(n, True, "cuda")
+
+    def kernels(m):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        return " ".join(profiled_kernels(lambda: ops.apot_linear(x, packed, k, 4, table, alpha),
+                                         ("apot", "linear_small_batch", "dequantize")))
+
+    assert "apot_wgmma_kernel" not in kernels(16)
+    for m in (17, 64, 65, 256):
+        assert "apot_wgmma_kernel" in kernels(m), m
+    assert "apot_wgmma_kernel" not in kernels(257)
 
 
 # ----------------------------------------------------------------------------------------------

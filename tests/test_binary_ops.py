@@ -5,7 +5,6 @@ Every test takes the conftest `device` fixture, so the same file checks the CUDA
 machine. Inputs are fresh random values each run (conftest seeds them and prints the seed).
 """
 
-import os
 import re
 
 import pytest
@@ -14,7 +13,7 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from bitcompile import reference
-from conftest import FLOAT_DTYPES, assert_close_relative, requires_cuda
+from conftest import FLOAT_DTYPES, assert_close_relative, profiled_kernels, requires_cuda, skip_without_wgmma
 
 ops = torch.ops.bitcompile
 K_SIZES = [1, 31, 32, 33, 127, 129, 1000]
@@ -831,29 +830,6 @@ def test_weight_linear_wgmma_refusals(device, dtype):
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
         assert actual.shape == (*x.shape[:-1], n)
         assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} {what}", magnitude)
-
-
-def skip_without_wgmma():
-    """Skips a dispatch test where no wgmma kernel can run: not a compute capability 9.0 GPU, or no sm_90a code."""
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("the wgmma kernels run on compute capability 9.0 only")
-    arch_list = os.environ.get("TORCH_CUDA_ARCH_LIST")
-    if arch_list and "9.0a" not in arch_list:
-        pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
-
-
-def profiled_kernels(call, op_kernels):
-    """Names of the CUDA kernels one call() launches (after a first call that builds and loads them); skips where the
-    profiler records none whose name contains one of op_kernels (no CUPTI)."""
-    call()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-        call()
-        torch.cuda.synchronize()
-    names = [event.key for event in profile.key_averages()]
-    if not any(kernel in name for name in names for kernel in op_kernels):
-        pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
-    return names
 
 
 @requires_cuda

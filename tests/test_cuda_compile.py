@@ -31,7 +31,7 @@ B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
 OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
 NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_linear_wgmma.cu", "binary_weight_linear.cu",
-                    "binary_weight_wgmma.cu", "binary_conv2d.cu"}
+                    "binary_weight_wgmma.cu", "binary_conv2d.cu", "apot_wgmma.cu"}
 HGMMA_A_CHECK = ROOT / "benchmarks" / "kernels" / "hgmma_a_check.py"
 
 
@@ -212,7 +212,7 @@ def test_cuda_sources_compile_for_older_gpus(tmp_path, arch):
         assert result.returncode == 0, f"nvcc failed on {name} for {arch}:\n{result.log}"
 
 
-@pytest.mark.parametrize("check", ["wgmma_fragment_check.cpp", "wgmma_ws_layout_check.cpp"])
+@pytest.mark.parametrize("check", ["wgmma_fragment_check.cpp", "wgmma_ws_layout_check.cpp", "apot_fragment_check.cpp"])
 def test_wgmma_host_checks(tmp_path, check):
     """The host checks of the W1A16 wgmma kernels' layouts (benchmarks/kernels: the A fragment expansion, and one
     emulated block of the warp-specialized kernel: TMA / descriptor / W-word / accumulator index arithmetic)."""

@@ -15,8 +15,10 @@
 //          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
-//          16-byte alignment, i.e. the byte-load kernel) table=random|scheme (apot4's levels, multiples of 0.1:
-//          an integral table, linear_small_batch's pair_product path)
+//          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch) | 2 (linear_wgmma, the sm_90a
+//          wgmma kernel, apot_wgmma.cu: rows=64|128|256 slices, 0 from the shape; table=random|scheme (apot4's
+//          levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's pair_product
+//          path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer cudaErrorNotSupported)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
 //          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
@@ -60,6 +62,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/apot_fragment.cuh"
 #include "cuda/apot_kernels.cuh"
 #include "cuda/binary_kernels.cuh"
 
@@ -429,17 +432,30 @@ Row run_w1a16(const Args& args, bool apot) {
     if (with_bias)
       for (auto& v : bias_values) v = random.uniform();
   }
-  // table=scheme: apot4's signed levels (SPEC 2.5: multiples of 0.1; integral tables take linear_small_batch's
-  // pair_product path).
+  // table=scheme: apot4's signed levels (SPEC 2.5: multiples of 0.1: linear_small_batch's pair_product path,
+  // apot_frag::plan_table's integral plan).
   if (apot && args.str("table", "random") == "scheme") {
     const float magnitudes[8] = {0.f, .1f, .2f, .3f, .4f, .6f, .8f, 1.f};
     for (unsigned e = 0; e < levels; ++e) table[e] = (e & 8u ? -1.f : 1.f) * magnitudes[e & 7u];
+  }
+  // The reference's entries: kernel=2 (linear_wgmma, bf16 / fp16 x) takes the table as apot_frag::plan_table plans
+  // it (integer multiples of one base exact, any other table rounded to x's type after a power-of-two scaling), and
+  // the reference takes the same values; the other kernels read the fp32 table.
+  std::vector<double> ref_table(table.begin(), table.end());
+  if (apot && nibbles && args.num("kernel", 0) == 2 && type != FloatType::kFloat32) {
+    float values[16] = {};
+    for (unsigned e = 0; e < levels; ++e) values[e] = table[e];
+    const bitcompile::apot_frag::TablePlan plan =
+        bitcompile::apot_frag::plan_table(values, type == FloatType::kFloat16 ? 2048.f : 256.f);
+    std::vector<float> entries(plan.scaled, plan.scaled + 16), rounded = entries;
+    if (!plan.integral) encode(entries, type, &rounded);
+    for (unsigned e = 0; e < levels; ++e) ref_table[e] = static_cast<double>(rounded[e]) * plan.unscale;
   }
   auto code_of = [&](const std::vector<uint8_t>& codesv, int64_t r, int64_t j) -> unsigned {
     return nibbles ? (codesv[r * row_bytes + j / 2] >> (4 * (j % 2))) & 15u : codesv[r * row_bytes + j];
   };
   auto weight = [&](const auto& bitsv, const auto& codesv, int64_t r, int64_t j) -> double {
-    if (apot) return double(table[code_of(codesv, r, j)]) * alpha_values[r];
+    if (apot) return ref_table[code_of(codesv, r, j)] * alpha_values[r];
     return sign_of(bitsv, words, r, j);
   };
   // plant=1: the reference sees one flipped weight, at the largest |x| of row 0 (a change far above rounding).
@@ -527,7 +543,17 @@ Row run_w1a16(const Args& args, bool apot) {
     epilogue.scale_count = alpha_count;
   }
   if (with_bias) epilogue.bias = bias.as<float>();
+  // apot kernel=2: linear_wgmma (apot_wgmma.cu) with rows=64|128|256 slices (0: from the shape); 0 / 1: linear_small_batch.
+  bitcompile::apot::WgmmaTuning apot_tuning;
+  apot_tuning.rows = tuning.rows_per_pass;
+  apot_tuning.slices = tuning.slices;
+  if (apot && tuning.kernel == 2) row.config = format("kern=2 rows=%d sl=%d %s", apot_tuning.rows, apot_tuning.slices, row.config.c_str());
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
+    if (apot && tuning.kernel == 2) {
+      return bitcompile::apot::linear_wgmma(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset, n, bits,
+                                            table_device.as<float>(), alpha.as<float>(), alpha_count,
+                                            with_bias ? bias.as<float>() : nullptr, y.ptr, stream, &apot_tuning);
+    }
     if (apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
                                                   n, bits, table_device.as<float>(), alpha.as<float>(), alpha_count,

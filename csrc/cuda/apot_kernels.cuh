@@ -50,6 +50,23 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
                                int64_t alpha_count, const float* bias, void* y, float* workspace,
                                cudaStream_t stream);
 
+// y as linear_small_batch, for any m, on Hopper wgmma (apot_wgmma.cu: tensor cores with the codes expanded through
+// the table in registers, no dequantized copy of W): bf16 / fp16 x, bits 1..4, k % 64 == 0, x and w_packed 16-byte
+// aligned, y 2-byte aligned, a compute capability 9.0 device and a build with sm_90a code (BITCOMPILE_SM90A);
+// cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
+// bias in the fp32 epilogue. tuning (the kernel harness; null: from the shape): rows = 64 | 128 | 256 rows of x a
+// block, slices = the K split (a cluster of at most 8). The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows.
+// NOT yet run on a GPU: kWgmmaMaxRows is the largest tile's 256 rows until the apot_wgmma.sweep timing rows against
+// cuBLAS set it (branch apot-wgmma is merged only after that sweep ran correct on the H200).
+constexpr int64_t kWgmmaMaxRows = 256;
+struct WgmmaTuning {
+  int rows = 0;
+  int slices = 0;
+};
+cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed, int64_t n,
+                         int bits, const float* code_values, const float* alpha, int64_t alpha_count,
+                         const float* bias, void* y, cudaStream_t stream, const WgmmaTuning* tuning = nullptr);
+
 // row_sums[n] = sum_k numerators[code[n, k]] (int64).
 cudaError_t code_row_sums(const uint8_t* w_packed, int64_t n, int64_t k, int bits, const int32_t* numerators,
                           int64_t* row_sums, cudaStream_t stream);

@@ -1,6 +1,6 @@
 // Torch binding of the APoT CUDA kernels (csrc/cuda/apot_kernels.cu): argument checks (checks.h,
 // the same as the fake kernels in ops.py), contiguous operands, output allocation, the current
-// stream, and the choice between the small-batch kernel and dequantize + cuBLAS / cuDNN.
+// stream, and the choice between the small-batch kernel, the Hopper wgmma kernel and dequantize + cuBLAS / cuDNN.
 // c10::cuda::getCurrentCUDAStream is the stream at::cuda::getCurrentCUDAStream returns; its header
 // spares this file the cuBLAS/cuSPARSE headers of ATen/cuda/CUDAContext.h.
 #include <ATen/ATen.h>
@@ -88,6 +88,22 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
                                           c10::cuda::getCurrentCUDAStream()),
                  op);
     return y.reshape(out_sizes);
+  }
+  if (m <= apot::kWgmmaMaxRows && x2.scalar_type() != at::kFloat && bits <= 4) {
+    // Hopper: the codes expanded through the table in registers onto wgmma, no dequantized copy of W
+    // (apot_wgmma.cu); where it does not apply (another GPU, no sm_90a code, k % 64 != 0, misaligned
+    // operands) it answers cudaErrorNotSupported before launching and the path below runs.
+    auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
+    auto y = at::empty({m, n}, x2.options());
+    const cudaError_t status =
+        apot::linear_wgmma(x2.data_ptr(), float_type(x2), m, k, w.data_ptr<uint8_t>(), n, static_cast<int>(bits),
+                           table.data_ptr<float>(), alpha_f.data_ptr<float>(), alpha_f.numel(),
+                           bias.has_value() ? bias_f.data_ptr<float>() : nullptr, y.data_ptr(),
+                           c10::cuda::getCurrentCUDAStream());
+    if (status != cudaErrorNotSupported) {
+      check_launch(status, op);
+      return y.reshape(out_sizes);
+    }
   }
   // Compute-bound: dequantize W once into x's dtype (one pass over N * K, small against the
   // GEMM) and let cuBLAS multiply; the packed weight is what is stored, the decoded one is a
