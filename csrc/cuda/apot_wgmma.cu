@@ -126,11 +126,11 @@ struct NibbleWeights {
       for (int v = 0; v < kAcc; ++v) acc[slab][v] *= unscale;
   }
   template <int SLABS>
-  __device__ __forceinline__ void expand(const uint8_t* w_stage, int w_row, int t, uint32_t (&a)[SLABS][4][4]) const {
+  __device__ __forceinline__ void expand(const uint8_t* w_lane, int t, uint32_t (&a)[SLABS][4][4]) const {
     const uint32_t gather = apot_frag::gather_selector(t);
 #pragma unroll
     for (int slab = 0; slab < SLABS; ++slab) {
-      const uint8_t* row_g = w_stage + (w_row + 64 * slab) * 32;
+      const uint8_t* row_g = w_lane + 64 * slab * 32;
       const uint4 g0 = *reinterpret_cast<const uint4*>(row_g), g1 = *reinterpret_cast<const uint4*>(row_g + 16);
       const uint4 h0 = *reinterpret_cast<const uint4*>(row_g + 8 * 32);
       const uint4 h1 = *reinterpret_cast<const uint4*>(row_g + 8 * 32 + 16);

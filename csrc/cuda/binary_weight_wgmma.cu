@@ -130,13 +130,13 @@ struct SignWeights {
   template <int SLABS, int kAcc>
   __device__ __forceinline__ void finish(float (&)[SLABS][kAcc]) const {}  // +-1 needs no scale
   template <int SLABS>
-  __device__ __forceinline__ void expand(const uint8_t* w_stage, int w_row, int t, uint32_t (&a)[SLABS][4][4]) const {
+  __device__ __forceinline__ void expand(const uint8_t* w_lane, int t, uint32_t (&a)[SLABS][4][4]) const {
     constexpr uint32_t minus_one =
         std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
 #pragma unroll
     for (int slab = 0; slab < SLABS; ++slab) {
-      const uint2 row_g = *reinterpret_cast<const uint2*>(w_stage + (w_row + 64 * slab) * 8);
-      const uint2 row_g8 = *reinterpret_cast<const uint2*>(w_stage + (w_row + 64 * slab + 8) * 8);
+      const uint2 row_g = *reinterpret_cast<const uint2*>(w_lane + 64 * slab * 8);
+      const uint2 row_g8 = *reinterpret_cast<const uint2*>(w_lane + (64 * slab + 8) * 8);
       const uint32_t lo_g0 = wgmma_frag::split_lo(row_g.x, t), hi_g0 = wgmma_frag::split_hi(row_g.x, t);
       const uint32_t lo_g1 = wgmma_frag::split_lo(row_g.y, t), hi_g1 = wgmma_frag::split_hi(row_g.y, t);
       const uint32_t lo_h0 = wgmma_frag::split_lo(row_g8.x, t), hi_h0 = wgmma_frag::split_hi(row_g8.x, t);

@@ -6,7 +6,8 @@
 //   Word                                         the element type of the weights in global memory (w)
 //   row_stride(k)                                Words a feature (a row of w)
 //   load<kFeatures, kThreads>(w, stride, w_area, j, n0, n_rows, tid)  this thread's cp.async copies of tile j
-//   expand<SLABS>(w_stage, w_row, t, a)          the A registers a[slab][k16 step][4] of a tile from the stage
+//   expand<SLABS>(w_lane, t, a)                  the A registers a[slab][k16 step][4] of a tile from the stage;
+//                                                w_lane: this lane's row g of its first slab in the stage's W area
 // Also here: the RS wgmma wrappers, the cp.async helpers, store_accumulators / finish_tile (shared with the
 // warp-specialized kernel), the K split and a generic launcher. Torch-free.
 #pragma once
@@ -254,8 +255,11 @@ __device__ __forceinline__ void wgmma_rs_block(const T* __restrict__ x, const ty
     cp_async_commit();
   }
 
-  // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 warp + g (and + 8).
+  // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 warp + g (and + 8). The offset
+  // from a stage is taken once here: computed inside the tile step, ptxas redid it (and the ring alignment) every
+  // tile and the W1A16 all-threads kernel ran 5-7% slower (H200, eleventh session).
   const int w_row = 64 * SLABS * wg + 16 * warp + g;
+  const uint8_t* const w_lane = ring + Shape::kXBytes + w_row * Weights::kTileBytes;
   // Tile i: steps 1-6 of the header's pipeline; its A fragments into `a`.
   auto tile_step = [&](int i, uint32_t (&a)[SLABS][4][4]) {
     const int s = i % kStages;
@@ -266,7 +270,7 @@ __device__ __forceinline__ void wgmma_rs_block(const T* __restrict__ x, const ty
     cp_async_commit();
 
     const uint32_t stage = ring_address + static_cast<uint32_t>(s * Shape::kStageBytes);
-    weights.template expand<SLABS>(ring + s * Shape::kStageBytes + Shape::kXBytes, w_row, t, a);
+    weights.template expand<SLABS>(w_lane + s * Shape::kStageBytes, t, a);
 #pragma unroll
     for (int slab = 0; slab < SLABS; ++slab)
 #pragma unroll
