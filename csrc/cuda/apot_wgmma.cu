@@ -3,8 +3,8 @@
 // row of the sweep failed the harness's fp32 reference by ~1% of an output, with no layout pattern: the table was
 // rounded to bf16 on the claim that APoT levels are dyadic (apot4's are multiples of 0.1). Now planned by
 // apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
-// does; NOT yet re-run. The op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows on branch apot-wgmma,
-// which is merged only once the sweep below has run correct on the H200.
+// does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
+// apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
 //
 // y[m][n] = alpha[n or 0] * sum_k x[m][k] * level(code[n][k]) + bias[n], fp32 accumulation, output of x's type. The
 // 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA in x's type: exact where they are
