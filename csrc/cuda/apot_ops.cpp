@@ -75,16 +75,17 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
   auto w = w_packed.contiguous();
   auto table = code_values.contiguous();
   auto alpha_f = bitcompile::as_float_vector(alpha);
+  auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
+  const float* const bias_ptr = bias.has_value() ? bias_f.data_ptr<float>() : nullptr;
   if (m <= apot::kSmallBatchRows) {
     // Bandwidth-bound: read the packed weight once per 8 rows of x, decode it through a table onto the
     // tensor cores (fp16 hi + lo levels), fp32 accumulation.
-    auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     auto y = at::empty({m, n}, x2.options());
     auto workspace = at::empty({apot::linear_small_batch_workspace(m, k, n)}, x2.options().dtype(at::kFloat));
     check_launch(apot::linear_small_batch(x2.data_ptr(), float_type(x2), m, k, w.data_ptr<uint8_t>(), n,
                                           static_cast<int>(bits), table.data_ptr<float>(), alpha_f.data_ptr<float>(),
-                                          alpha_f.numel(), bias.has_value() ? bias_f.data_ptr<float>() : nullptr,
-                                          y.data_ptr(), workspace.numel() ? workspace.data_ptr<float>() : nullptr,
+                                          alpha_f.numel(), bias_ptr, y.data_ptr(),
+                                          workspace.numel() ? workspace.data_ptr<float>() : nullptr,
                                           c10::cuda::getCurrentCUDAStream()),
                  op);
     return y.reshape(out_sizes);
@@ -93,13 +94,11 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
     // Hopper: the codes expanded through the table in registers onto wgmma, no dequantized copy of W
     // (apot_wgmma.cu); where it does not apply (another GPU, no sm_90a code, k % 64 != 0, misaligned
     // operands) it answers cudaErrorNotSupported before launching and the path below runs.
-    auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     auto y = at::empty({m, n}, x2.options());
     const cudaError_t status =
         apot::linear_wgmma(x2.data_ptr(), float_type(x2), m, k, w.data_ptr<uint8_t>(), n, static_cast<int>(bits),
-                           table.data_ptr<float>(), alpha_f.data_ptr<float>(), alpha_f.numel(),
-                           bias.has_value() ? bias_f.data_ptr<float>() : nullptr, y.data_ptr(),
-                           c10::cuda::getCurrentCUDAStream());
+                           table.data_ptr<float>(), alpha_f.data_ptr<float>(), alpha_f.numel(), bias_ptr,
+                           y.data_ptr(), c10::cuda::getCurrentCUDAStream());
     if (status != cudaErrorNotSupported) {
       check_launch(status, op);
       return y.reshape(out_sizes);
@@ -110,7 +109,7 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
   // per-call temporary.
   auto weight = dequantize(op, w, k, bits, table, alpha_f, x.scalar_type());
   auto y = at::mm(x2, weight.t());
-  if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
+  if (bias.has_value()) y.add_(bias_f);
   return y.reshape(out_sizes);
 }
 
