@@ -694,10 +694,10 @@ def test_weight_linear_bit_planes(device, dtype, m):
     tensor cores (M = 3..8: the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
     is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
     rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
-    1 to 8 slices of up to 8 chunks, slices without a chunk, the largest K of the plane kernel (8 x 8 x 512 =
-    32768) and past it, W rows of whole 16-byte words (k % 128 in 97..128) or not (k = 1000, 3000)."""
+    1 to 8 slices of up to 16 chunks, slices without a chunk, the largest K of the plane kernel (8 x 16 x 512 =
+    65536) and past it, W rows of whole 16-byte words (k % 128 in 97..128) or not (k = 1000, 3000)."""
     octaves = 20 if dtype == torch.bfloat16 else 5
-    for n, k in ((1, 128), (65, 4076), (130, 4608), (64, 32768), (3, 33280), (40, 1000), (33, 3000)):
+    for n, k in ((1, 128), (65, 4076), (130, 4608), (64, 65536), (3, 66048), (40, 1000), (33, 3000)):
         x = random_input((m, k), device=device) * torch.exp2(torch.randint(-octaves, 4, (m, k), device=device).float())
         if dtype == torch.bfloat16 and k == 4608:
             x = x * 2.0**100

@@ -501,13 +501,14 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 // reductions and ~2 us of serial work on the critical path); planes built inside every weight block: 11.8 (~1000
 // instructions a warp).
 constexpr int kPlaneBits = 24;
-constexpr int kPlaneMaxRows = 2;  // measured (H200, N = K = 8192, graph): M = 1 7.5 us, 2 12.4, 4 18.5 and 8 28.7
+constexpr int kPlaneMaxRows = 2;  // measured (H200, N = K = 8192, graph): M = 1 7.5 us, 2 12.4 (9.8 since plan_planes
+                                  // takes 2 slices there), 4 18.5 and 8 28.7
                                   // against 16.4 and 16.9 for the tensor-core pass kernel at M = 4 and 8
 constexpr int kPlaneWarps = 4;
 constexpr int kPlaneThreads = kPlaneWarps * 32;
 constexpr int kPlaneFeatures = kPlaneWarps * 16;
 constexpr int kPlaneRing = 4;       // chunks of W in flight per lane
-constexpr int kPlaneMaxChunks = 8;  // chunks of a block's K slice
+constexpr int kPlaneMaxChunks = 16;  // chunks of a block's K slice (plan_planes: why 16)
 constexpr int kPlaneChunkWords = kPlaneBits * kTcChunkWords;  // plane words of one chunk of one row of x
 constexpr int kNonFinite = 1000;    // PlaneGroup::shift of a chunk with an Inf or NaN
 
@@ -731,10 +732,17 @@ inline PlanePlan plan_planes(int64_t m_rows, int64_t n_rows, int64_t k, int sm_c
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
   if (m_rows < 1 || m_rows > kPlaneMaxRows || words % 4 != 0) return plan;
   const int64_t feature_blocks = ceil_div(n_rows, kPlaneFeatures);
-  // The fewest slices (a power of two, a cluster of at most 8) that give about four blocks an SM and keep a
-  // block within kPlaneMaxChunks.
+  // The most slices (a power of two, a cluster of at most 8, at most one a chunk) that keep the grid within
+  // 8 / (m_rows + 1) blocks an SM (4 at M = 1, 2.67 at M = 2), then more where a block would exceed kPlaneMaxChunks.
+  // H200, bf16, alpha vector, us in a rotating graph (2026-12-02), slices this rule takes against the rule before
+  // (4 blocks an SM whatever M, 8 chunks a block at most), N x K:
+  //   M = 1: 16384^2 16.6 / 18.1 (2 slices of 16 chunks: one wave, not two), 28672 x 8192 14.1 / 16.1,
+  //          8192 x 28672 15.7 / 16.7; 8192^2, 4096 x 11008, 11008 x 4096, 14336 x 4096, 4096^2: the same slices.
+  //   M = 2: 8192^2 9.8 / 12.1, 16384^2 22.6 / 26.5, 4096 x 11008 8.6 / 11.8, 4096 x 14336 9.3 / 12.7, 4096^2
+  //          6.7 / 9.2, 6144 x 4096 6.9 / 7.1, 11008 x 4096 the same slices (2, 7.4; 1 slice: 8.4); worse:
+  //          14336 x 4096 8.4 / 8.2, 28672 x 8192 19.9 / 19.1, 8192 x 28672 26.8 / 25.8.
   int64_t slices = 1;
-  const int64_t wanted = 4 * static_cast<int64_t>(sm_count);
+  const int64_t wanted = 8 * static_cast<int64_t>(sm_count) / (m_rows + 1);
   if (tuning.slices > 0) {
     while (slices * 2 <= tuning.slices && slices * 2 <= kTcMaxSlices) slices *= 2;
   } else {
