@@ -666,7 +666,7 @@ def test_weight_linear_tile_edges(device, m):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 128, 129, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
-    """bf16/fp16 x: M <= 2 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 128 the
+    """bf16/fp16 x: M <= 3 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 128 the
     tensor-core pass kernel, 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
     on an sm_90a build on a 9.0 GPU, k % 64 == 0 ((70, 512), (64, 16384)) from 17 rows the wgmma kernel instead
     (test_weight_linear_wgmma_edges has its edges); K spans several 512-bit chunks (several blocks of one cluster,
@@ -690,8 +690,8 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
-    """bf16/fp16 x of M <= 2 runs on CUDA as 24 fixed-point bit planes of x per 512-value chunk through the b1
-    tensor cores (M = 3..8: the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
+    """bf16/fp16 x of M <= 3 runs on CUDA as 24 fixed-point bit planes of x per 512-value chunk through the b1
+    tensor cores (M = 4..8: the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
     is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
     rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
     1 to 8 slices of up to 16 chunks, slices without a chunk, the largest K of the plane kernel (8 x 16 x 512 =

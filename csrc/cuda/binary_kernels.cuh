@@ -109,7 +109,7 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):
-// - bf16/fp16 x of M <= 2: x as 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu,
+// - bf16/fp16 x of M <= 3: x as 24 fixed-point bit planes on the b1 tensor cores (binary_weight_linear.cu,
 //   "binary_weight_planes");
 // - bf16/fp16 x of M > 16 on a compute capability 9.0 device with sm_90a code: wgmma, W expanded from bits in
 //   registers (binary_weight_wgmma.cu: up to M = 128 x through a swizzled shared-memory ring, above that the
@@ -138,7 +138,7 @@ struct WeightLinearTuning {
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
-// aligned: the bit planes of x for bf16/fp16 x of M <= 2 (0 bytes otherwise; null or too small: those shapes run
+// aligned: the bit planes of x for bf16/fp16 x of M <= 3 (0 bytes otherwise; null or too small: those shapes run
 // on the tensor-core pass kernel).
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k);
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,

@@ -501,9 +501,12 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
 // reductions and ~2 us of serial work on the critical path); planes built inside every weight block: 11.8 (~1000
 // instructions a warp).
 constexpr int kPlaneBits = 24;
-constexpr int kPlaneMaxRows = 2;  // measured (H200, N = K = 8192, graph): M = 1 7.5 us, 2 12.4 (9.8 since plan_planes
-                                  // takes 2 slices there), 4 18.5 and 8 28.7
-                                  // against 16.4 and 16.9 for the tensor-core pass kernel at M = 4 and 8
+// kPlaneMaxRows: H200, bf16, us in a rotating graph (2026-12-02), this kernel (plan_planes' slices) against the
+// tensor-core pass kernel, N x K: M = 3: 8192^2 12.1 / 14.2, 4096 x 11008 10.3 / 13.1, 16384^2 33.1 / 44.5,
+// 14336 x 4096 10.0 / 9.6; M = 4 (the slices plan_planes would take): 18.2 / 14.3, 14.4 / 13.2, 35.1 / 44.5,
+// 11.4 / 9.8 (the best slices: 13.7, 11.8, 35.1, 10.9). Those M = 3 figures are of the 4-row instantiation
+// (this one: 3 rows, the same code).
+constexpr int kPlaneMaxRows = 3;
 constexpr int kPlaneWarps = 4;
 constexpr int kPlaneThreads = kPlaneWarps * 32;
 constexpr int kPlaneFeatures = kPlaneWarps * 16;
@@ -798,9 +801,10 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
 template <typename T>
 cudaError_t binary_weight_planes(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                                  const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace, cudaStream_t stream) {
-  static_assert(kPlaneMaxRows == 2, "one instantiation a row count up to kPlaneMaxRows");
+  static_assert(kPlaneMaxRows == 3, "one instantiation a row count up to kPlaneMaxRows");
   if (m_rows <= 1) return binary_weight_planes_launch<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
-  return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+  if (m_rows <= 2) return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+  return binary_weight_planes_launch<T, 3>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
 }
 
 template <typename InT>
