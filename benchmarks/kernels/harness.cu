@@ -15,7 +15,8 @@
 //          first dump bad outputs as row / column, got / want)
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
-//          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch) | 2 (linear_wgmma, the sm_90a
+//          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch: tiles=1..4 slices=1..8, 0
+//          from the shape) | 2 (linear_wgmma, the sm_90a
 //          wgmma kernel, apot_wgmma.cu: rows=64|128|256 slices, 0 from the shape; table=random|scheme (apot4's
 //          levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's pair_product
 //          path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer cudaErrorNotSupported)
@@ -548,6 +549,11 @@ Row run_w1a16(const Args& args, bool apot) {
   apot_tuning.rows = tuning.rows_per_pass;
   apot_tuning.slices = tuning.slices;
   if (apot && tuning.kernel == 2) row.config = format("kern=2 rows=%d sl=%d %s", apot_tuning.rows, apot_tuning.slices, row.config.c_str());
+  // apot kernel 0 / 1 (linear_small_batch): tiles=1..4 16-row tiles a block, slices=1..8 splits of K (0: the plan).
+  bitcompile::apot::SmallBatchTuning small_tuning;
+  small_tuning.tiles = static_cast<int>(args.num("tiles", 0));
+  small_tuning.splits = tuning.slices;
+  if (apot && tuning.kernel != 2) row.config = format("tiles=%d sl=%d %s", small_tuning.tiles, small_tuning.splits, row.config.c_str());
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot && tuning.kernel == 2) {
       return bitcompile::apot::linear_wgmma(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset, n, bits,
@@ -558,7 +564,7 @@ Row run_w1a16(const Args& args, bool apot) {
       return bitcompile::apot::linear_small_batch(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset,
                                                   n, bits, table_device.as<float>(), alpha.as<float>(), alpha_count,
                                                   with_bias ? bias.as<float>() : nullptr, y.ptr, workspace.as<float>(),
-                                                  stream);
+                                                  stream, &small_tuning);
     }
     return bk::launch_binary_weight_linear(x.ptr, type, static_cast<const uint32_t*>(weights[copy]), m, n, k,
                                            epilogue, y.ptr, planes.ptr, planes.bytes, stream, &tuning);

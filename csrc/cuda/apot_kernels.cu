@@ -822,7 +822,8 @@ cudaError_t launch_small_batch_tiles(const SmallBatchArgs<T>& base, int64_t m, i
 template <typename T, bool kNibbles>
 cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, int64_t row_bytes,
                                const float* code_values, int table_size, const float* alpha, int64_t alpha_count,
-                               const float* bias, T* y, float* workspace, cudaStream_t stream) {
+                               const float* bias, T* y, float* workspace, cudaStream_t stream,
+                               const SmallBatchTuning* tuning) {
   // Tiles a warp: 4 where registers allow (nibbles, 16-bit x), else 2; 1 on the byte-load path.
   constexpr int kMaxTiles = kNibbles && sizeof(T) == 2 ? 4 : 2;
   const bool bytes = row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0;
@@ -839,9 +840,21 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   // Without clusters K is split through the workspace (linear_small_batch_workspace gives room for it).
   const bool through_workspace = !device.cluster_launch && workspace != nullptr;
   const unsigned split_sizes = device.cluster_launch ? facts.cluster_sizes : (through_workspace ? 0x1feu : 0u);
-  const SmallBatchPlan plan =
+  SmallBatchPlan plan =
       plan_small_batch(chunks, n, kNibbles, bytes ? 1 : kMaxTiles, device.sm_count > 0 ? device.sm_count : 1,
                        bytes ? 1 : facts.blocks_per_sm, split_sizes, through_workspace);  // bytes: 1 block an SM
+  if (tuning != nullptr) {  // the harness's choice instead
+    if (tuning->tiles > 0) {
+      if (tuning->tiles > (bytes ? 1 : kMaxTiles)) return cudaErrorInvalidValue;
+      plan.tiles = tuning->tiles;
+    }
+    if (tuning->splits > 0) {
+      if (tuning->splits > kMaxSplits || (tuning->splits > 1 && !((split_sizes >> tuning->splits) & 1u))) {
+        return cudaErrorInvalidValue;
+      }
+      plan.splits = tuning->splits;
+    }
+  }
   const int64_t blocks = (n + 16 * plan.tiles - 1) / (16 * plan.tiles) * plan.splits;
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
 
@@ -1129,13 +1142,13 @@ cudaError_t dequantize_typed(const uint8_t* w, int64_t rows, int64_t k, int bits
 template <typename T>
 cudaError_t small_batch_typed(const T* x, int64_t m, int64_t k, const uint8_t* w, int64_t n, int bits,
                               const float* code_values, const float* alpha, int64_t alpha_count, const float* bias,
-                              T* y, float* workspace, cudaStream_t stream) {
+                              T* y, float* workspace, cudaStream_t stream, const SmallBatchTuning* tuning) {
   const int64_t row_bytes = bits <= 4 ? (k + 1) / 2 : k;
   if (bits <= 4)
     return launch_small_batch<T, true>(x, m, k, w, n, row_bytes, code_values, 1 << bits, alpha, alpha_count, bias,
-                                       y, workspace, stream);
+                                       y, workspace, stream, tuning);
   return launch_small_batch<T, false>(x, m, k, w, n, row_bytes, code_values, 1 << bits, alpha, alpha_count, bias, y,
-                                      workspace, stream);
+                                      workspace, stream, tuning);
 }
 
 }  // namespace
@@ -1179,19 +1192,19 @@ int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n) {
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
                                int64_t n, int bits, const float* code_values, const float* alpha,
                                int64_t alpha_count, const float* bias, void* y, float* workspace,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const SmallBatchTuning* tuning) {
   if (m == 0 || n == 0) return cudaSuccess;
   if (bits < 1 || bits > 8 || k < 1) return cudaErrorInvalidValue;
   switch (x_type) {
     case FloatType::kFloat32:
       return small_batch_typed(static_cast<const float*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<float*>(y), workspace, stream);
+                               alpha_count, bias, static_cast<float*>(y), workspace, stream, tuning);
     case FloatType::kFloat16:
       return small_batch_typed(static_cast<const __half*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<__half*>(y), workspace, stream);
+                               alpha_count, bias, static_cast<__half*>(y), workspace, stream, tuning);
     case FloatType::kBFloat16:
       return small_batch_typed(static_cast<const __nv_bfloat16*>(x), m, k, w_packed, n, bits, code_values, alpha,
-                               alpha_count, bias, static_cast<__nv_bfloat16*>(y), workspace, stream);
+                               alpha_count, bias, static_cast<__nv_bfloat16*>(y), workspace, stream, tuning);
   }
   return cudaErrorInvalidValue;
 }
