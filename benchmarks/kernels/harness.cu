@@ -523,6 +523,7 @@ Row run_w1a16(const Args& args, bool apot) {
   bk::WeightLinearTuning tuning;
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
+  tuning.remainder = static_cast<int>(args.num("remainder", 0));  // PROTOTYPE w1a16-remainder: -1 off
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
@@ -538,6 +539,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                     : format("kern=%d rows=%d sl=%d%s%s", tuning.kernel, tuning.rows_per_pass,
                                              tuning.slices, alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
                                              with_bias ? " bias" : "");
+  if (!apot && tuning.remainder != 0) row.config += format(" rem=%d", tuning.remainder);
   bk::Epilogue epilogue;  // w1a16
   if (alpha_vector || alpha_scalar) {
     epilogue.scale = alpha.as<float>();

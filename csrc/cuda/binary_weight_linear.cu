@@ -899,9 +899,23 @@ constexpr int64_t kFusedRowsWgmma = 4096;
 constexpr int64_t kFusedRowsPass = 128;
 constexpr int64_t kFusedRowsFp32 = 2048;
 
+// PROTOTYPE (w1a16-remainder, NOT run on a GPU): bf16/fp16 x of M > 256 rows whose last 128-row tile holds at most
+// 16 rows runs as two launches: the first M - r rows on the wgmma kernels, the last r on the small-M kernels (bit
+// planes up to kPlaneMaxRows rows, else the pass kernel). Why: at M = 257 the wgmma tiling pays a whole second
+// 256-row tile for one row (H200, N = K = 8192, graph: 257 rows ~84 us, 256 rows 47.5, 1 row 7.7).
+constexpr int64_t kRemainderTile = 128;
+constexpr int64_t kRemainderMaxRows = 16;
+inline int64_t remainder_rows(FloatType type, int64_t m_rows) {
+  if (type == FloatType::kFloat32 || m_rows <= 2 * kRemainderTile) return 0;
+  const int64_t r = m_rows % kRemainderTile;
+  return r <= kRemainderMaxRows ? r : 0;
+}
+
 }  // namespace
 
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k) {
+  const int64_t remainder = remainder_rows(type, m_rows);  // the bit planes of the remainder's rows
+  if (remainder > 0) m_rows = remainder;
   if (type == FloatType::kFloat32 || m_rows < 1 || m_rows > kPlaneMaxRows || !valid_sizes(m_rows, k)) return 0;
   return planes_workspace_bytes(m_rows, k);
 }
@@ -917,6 +931,21 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
   const cudaError_t facts = current_device_facts(device);
   if (facts != cudaSuccess) return facts;
   const int sm_count = device.sm_count;
+  const int64_t remainder = chosen.kernel == 0 && chosen.remainder >= 0 ? remainder_rows(type, m_rows) : 0;
+  if (remainder > 0) {
+    WeightLinearTuning whole = chosen;
+    whole.remainder = -1;  // no second split
+    const int64_t head = m_rows - remainder;
+    const size_t element = type == FloatType::kFloat32 ? 4 : 2;
+    cudaError_t error = launch_binary_weight_linear(x, type, w_bits, head, n_rows, k, epilogue, out, nullptr, 0,
+                                                    stream, &whole);
+    if (error != cudaSuccess) return error;
+    Epilogue tail = epilogue;
+    if (tail.row_factor != nullptr) tail.row_factor += head;
+    return launch_binary_weight_linear(static_cast<const char*>(x) + head * k * element, type, w_bits, remainder,
+                                       n_rows, k, tail, static_cast<char*>(out) + head * n_rows * element,
+                                       workspace, workspace_bytes, stream, &whole);
+  }
   const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the warp-specialized wgmma kernel
   if (forced_wgmma || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
     const cudaError_t result =
