@@ -523,7 +523,7 @@ Row run_w1a16(const Args& args, bool apot) {
   bk::WeightLinearTuning tuning;
   tuning.rows_per_pass = static_cast<int>(args.num("rows", 0));
   tuning.slices = static_cast<int>(args.num("slices", 0));
-  tuning.remainder = static_cast<int>(args.num("remainder", 0));  // PROTOTYPE w1a16-remainder: -1 off
+  tuning.remainder = static_cast<int>(args.num("remainder", 0));  // -1: never split off the last rows
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));

@@ -768,6 +768,11 @@ struct SmallBatchPlan {
 // about 1 wavefront per 32 weights, plus the 64 KiB table a block builds): the lookups, not the
 // instructions, bound this kernel. An SM holding fewer blocks than it can hides less latency;
 // splits without clusters cost a second kernel. Ties go to more tiles (x serves more rows), fewer splits.
+// A cluster past 2 blocks costs a quarter more a doubling (the fit: H200, apot4 bf16, alpha vector, us in a
+// rotating graph, 2026-12-02, (tiles, splits) this rule takes against the rule before: M = 1: 4096^2 (2, 2) 12.0
+// against (4, 4) 16.6, 4096 x 11008 (2, 2) 18.2 / (4, 4) 25.1; M = 4: 12.4 / 16.7, 19.0 / 25.8; the same plan at
+// 11008 x 4096, 8192^2, 16384^2, 28672 x 8192, 8192 x 28672. Left: (2, 1) beat the plan's (4, 2) at M = 1 by 7-12%
+// on 8192^2 and 28672 x 8192, but lost at M = 4 on 8192 x 28672 and at 11008 x 4096: no rule found yet).
 SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max_tiles, int sms, int blocks_per_sm,
                                 unsigned split_sizes, bool finish_kernel) {
   SmallBatchPlan best;
@@ -785,6 +790,7 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
                                       kGemvWarps * per_warp * x_chunk + table);
       if (per_sm < full) cost *= 1.25;
       if (splits > 1 && finish_kernel) cost += 4000;
+      for (int size = 4; size <= splits; size *= 2) cost *= 1.25;
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
         best.tiles = tiles;

@@ -133,7 +133,7 @@ struct WeightLinearTuning {
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
                        //   cudaErrorInvalidValue)
-  int remainder = 0;   // PROTOTYPE (kernel 0): -1 never splits off a small last row tile (binary_weight_linear.cu)
+  int remainder = 0;   // kernel 0: -1 never splits off the last rows of M > 256 (binary_weight_linear.cu: remainder)
   int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
                        //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1

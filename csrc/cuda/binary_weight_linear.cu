@@ -899,13 +899,16 @@ constexpr int64_t kFusedRowsWgmma = 4096;
 constexpr int64_t kFusedRowsPass = 128;
 constexpr int64_t kFusedRowsFp32 = 2048;
 
-// PROTOTYPE (w1a16-remainder, NOT run on a GPU): bf16/fp16 x of M > 256 rows whose last 128-row tile holds at most
-// 16 rows runs as two launches: the first M - r rows on the wgmma kernels, the last r on the small-M kernels (bit
-// planes up to kPlaneMaxRows rows, else the pass kernel). Why: at M = 257 the wgmma tiling pays a whole second
-// 256-row tile for one row (H200, N = K = 8192, graph: 257 rows ~84 us, 256 rows 47.5, 1 row 7.7).
+// Remainder rows: bf16/fp16 x of M > 256 rows whose last 128-row tile holds r <= 16 rows runs as two launches,
+// the first M - r rows on the wgmma kernels and the last r on the small-M kernels (bit planes up to kPlaneMaxRows
+// rows, else the pass kernel), where binary_weight_wgmma_splits_tail says the wgmma tiling of M - r rows costs less
+// (one row past 256 takes a second 256-row tile; at 385 the tiling of 384 rows is the same). H200, bf16, alpha
+// vector, us in a rotating graph (2026-12-02), split / one launch: N = K = 8192: M = 257 63.9 / 119.7, 259 68.9 /
+// 125.5, 272 74.9 / 114.0, 513 102.1 / 166.8, 1025 188.2 / 277.5; not split by the rule (split: 99.7 / 89.4 at 385,
+// 110.9 / 89.4 at 400). N = 4096, K = 11008: 257 87.3 / 88.1, 272 98.4 / 93.0 (split by the rule, a loss).
 constexpr int64_t kRemainderTile = 128;
 constexpr int64_t kRemainderMaxRows = 16;
-inline int64_t remainder_rows(FloatType type, int64_t m_rows) {
+inline int64_t remainder_rows(FloatType type, int64_t m_rows) {  // the candidate; the launcher asks the cost rule
   if (type == FloatType::kFloat32 || m_rows <= 2 * kRemainderTile) return 0;
   const int64_t r = m_rows % kRemainderTile;
   return r <= kRemainderMaxRows ? r : 0;
@@ -914,7 +917,7 @@ inline int64_t remainder_rows(FloatType type, int64_t m_rows) {
 }  // namespace
 
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k) {
-  const int64_t remainder = remainder_rows(type, m_rows);  // the bit planes of the remainder's rows
+  const int64_t remainder = remainder_rows(type, m_rows);  // room for the remainder's bit planes, split or not
   if (remainder > 0) m_rows = remainder;
   if (type == FloatType::kFloat32 || m_rows < 1 || m_rows > kPlaneMaxRows || !valid_sizes(m_rows, k)) return 0;
   return planes_workspace_bytes(m_rows, k);
@@ -932,7 +935,7 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
   if (facts != cudaSuccess) return facts;
   const int sm_count = device.sm_count;
   const int64_t remainder = chosen.kernel == 0 && chosen.remainder >= 0 ? remainder_rows(type, m_rows) : 0;
-  if (remainder > 0) {
+  if (remainder > 0 && binary_weight_wgmma_splits_tail(type, m_rows, remainder, n_rows, k, sm_count)) {
     WeightLinearTuning whole = chosen;
     whole.remainder = -1;  // no second split
     const int64_t head = m_rows - remainder;

@@ -606,6 +606,17 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
   return device.major == 9 && device.minor == 0;  // sm_90a code runs on 9.0 only
 }
 
+bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
+                                     int sm_count) {
+  if (tail <= 0 || m_rows - tail <= 160 || !binary_weight_wgmma_applies(type, k)) return false;  // 160: fixed tiles
+  const auto cost = [&](int64_t rows) {
+    const double wide = ws_tiling_cost(rows, n_rows, k, 256, sm_count);
+    const double narrow = ws_tiling_cost(rows, n_rows, k, 128, sm_count);
+    return wide < narrow ? wide : narrow;
+  };
+  return cost(m_rows - tail) < cost(m_rows);
+}
+
 cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
                                        const WeightLinearTuning& tuning, cudaStream_t stream) {

@@ -16,6 +16,12 @@ namespace cuda {
 // any other code). Pointer alignment is checked by the launcher.
 bool binary_weight_wgmma_applies(FloatType type, int64_t k);
 
+// Whether the last `tail` rows of an m-row x run better apart (on the small-M kernels, a second launch): the wgmma
+// kernel applies and its tiling of the first m - tail rows costs less than of all m (ws_tiling_cost: fewer waves or
+// a deeper K split, as where one row past 256 would take a second 256-row tile).
+bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
+                                     int sm_count);
+
 // y = x @ s(W).T, then the epilogue, on wgmma (bf16 / fp16 x, fp32 accumulation, out of x's type). Takes the tile
 // and the K split from tuning (rows_per_pass, warpgroups, slabs, slices; 0: from the shape). cudaErrorNotSupported,
 // before any launch, where it does not apply: binary_weight_wgmma_applies is false, x is not 16-byte aligned,
