@@ -690,11 +690,11 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [256, 257, 259, 272, 273, 385, 513, 1025])
 def test_weight_linear_remainder_rows(device, dtype, m):
-    """bf16/fp16 x of M > 256 rows whose last 128-row tile holds r <= 16 rows: on the H200 (n = 4200 takes 33
-    feature blocks) the wgmma tiling of M - r rows costs less at 257, 259, 272, 513 and 1025, so the last r rows
-    (1, 3, 16: bit planes or the pass kernel) run in a second launch; 256, 273 (17 past 256) and 385 (384 rows tile
-    as 385) stay one launch. Scale and bias reach both parts."""
-    n, k = 4200, 1024
+    """bf16/fp16 x of M > 256 rows whose last 128-row tile holds r <= 16 rows: on the H200 (n = 8192: 64 feature
+    blocks) the wgmma tiling of M - r rows costs less at 257, 259, 272, 513 and 1025, so the last r rows (1, 3, 16:
+    bit planes or the pass kernel) run in a second launch; 256, 273 (17 past 256) and 385 (384 rows tile as 385)
+    stay one launch. Scale and bias reach both parts."""
+    n, k = 8192, 1024
     x = random_input((m, k), dtype, device)
     _, w_packed = packed_weight(n, k, device)
     scale, bias = scale_and_bias("per_channel", n, device)

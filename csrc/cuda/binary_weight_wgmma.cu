@@ -513,9 +513,10 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
 // Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs, K split where a
 // wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1)
 // blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves in 154 us).
-inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count) {
+inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, int64_t most_slices = 8) {
   const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
-  const int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
+  int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
+  if (slices > most_slices) slices = most_slices;
   const int64_t waves = ceil_div(blocks * slices, sm_count);
   return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
 }
@@ -609,10 +610,11 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
                                      int sm_count) {
   if (tail <= 0 || m_rows - tail <= 160 || !binary_weight_wgmma_applies(type, k)) return false;  // 160: fixed tiles
+  // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2: at N = K = 4096 the 256 rows' 4 slices
+  // measured no gain (split 52.6 us at M = 257 against 32.8 in one launch; N = 4096, K = 11008: 87.3 / 88.1).
   const auto cost = [&](int64_t rows) {
-    const double wide = ws_tiling_cost(rows, n_rows, k, 256, sm_count);
-    const double narrow = ws_tiling_cost(rows, n_rows, k, 128, sm_count);
-    return wide < narrow ? wide : narrow;
+    const bool wide = ws_tiling_cost(rows, n_rows, k, 256, sm_count) <= ws_tiling_cost(rows, n_rows, k, 128, sm_count);
+    return ws_tiling_cost(rows, n_rows, k, wide ? 256 : 128, sm_count, 2);
   };
   return cost(m_rows - tail) < cost(m_rows);
 }
