@@ -702,6 +702,7 @@ def test_weight_linear_remainder_rows(device, dtype, m):
     assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
     """bf16/fp16 x of M <= 3 runs on CUDA as 24 fixed-point bit planes of x per 512-value chunk through the b1
