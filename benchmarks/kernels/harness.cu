@@ -555,6 +555,8 @@ Row run_w1a16(const Args& args, bool apot) {
   bitcompile::apot::SmallBatchTuning small_tuning;
   small_tuning.tiles = static_cast<int>(args.num("tiles", 0));
   small_tuning.splits = tuning.slices;
+  int taken[2] = {0, 0};  // the plan launched, printed after the check
+  small_tuning.taken = taken;
   if (apot && tuning.kernel != 2) row.config = format("tiles=%d sl=%d %s", small_tuning.tiles, small_tuning.splits, row.config.c_str());
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
     if (apot && tuning.kernel == 2) {
@@ -579,6 +581,7 @@ Row run_w1a16(const Args& args, bool apot) {
   std::vector<uint8_t> y_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
   row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check, n, args.num("dump", 0));
+  if (apot && tuning.kernel != 2) row.config += format(" plan=%d,%d", taken[0], taken[1]);
 
   row.timing = time_launches(launch, copies, args);
   const double bytes = weight_bytes + x_bytes.size() + y.bytes;

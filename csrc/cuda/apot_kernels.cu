@@ -863,6 +863,10 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   }
   const int64_t blocks = (n + 16 * plan.tiles - 1) / (16 * plan.tiles) * plan.splits;
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
+  if (tuning != nullptr && tuning->taken != nullptr) {
+    tuning->taken[0] = plan.tiles;
+    tuning->taken[1] = plan.splits;
+  }
 
   SmallBatchArgs<T> args;
   args.x = x;

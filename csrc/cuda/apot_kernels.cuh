@@ -46,10 +46,12 @@ int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n);
 // for fp16 x, exact up to a power-of-two scale per 128 columns for bf16, hi + lo for fp32); the
 // products are summed in fp32 (tensor cores, 128 columns at a time, then fp32 adds).
 // tuning (the kernel harness; null or 0: from the shape, plan_small_batch): tiles = 16-row tiles of W a block
-// (1..4 for nibbles with 16-bit x, else 1..2), splits = blocks along K (1..8, a cluster where clusters launch).
+// (1..4 for nibbles with 16-bit x, else 1..2), splits = blocks along K (1..8, a cluster where clusters launch);
+// taken, where not null, receives the (tiles, splits) launched.
 struct SmallBatchTuning {
   int tiles = 0;
   int splits = 0;
+  int* taken = nullptr;
 };
 cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed,
                                int64_t n, int bits, const float* code_values, const float* alpha,
