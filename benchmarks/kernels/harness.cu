@@ -294,12 +294,14 @@ std::string format(const char* fmt, ...) {
   return buffer;
 }
 
-// The indices the reference computes: all of them up to 512, else the first and last 128 (tile edges) and
-// every 61st (the host reference of a large GEMM would take minutes).
-std::vector<int64_t> sample(int64_t count) {
+// The indices the reference computes: all of them up to 4 x edge, else the first and last `edge` (tile edges),
+// every 61st and, with tile_rows, both rows at every 64-row boundary (the host reference of a large GEMM would take
+// minutes).
+std::vector<int64_t> sample(int64_t count, int64_t edge = 128, bool tile_rows = false) {
   std::vector<int64_t> picked;
   for (int64_t i = 0; i < count; ++i)
-    if (count <= 512 || i < 128 || i >= count - 128 || i % 61 == 0) picked.push_back(i);
+    if (count <= 4 * edge || i < edge || i >= count - edge || i % 61 == 0 || (tile_rows && (i % 64 == 0 || i % 64 == 63)))
+      picked.push_back(i);
   return picked;
 }
 
@@ -483,8 +485,11 @@ Row run_w1a16(const Args& args, bool apot) {
   }
   std::vector<double> want(m * n), magnitude(m * n);
   std::vector<int64_t> checked;
-  for (const int64_t i : sample(m)) {
-    for (const int64_t r : sample(n)) {
+  // The reference costs rows x columns x k multiply-adds (16384^2 at M = 385 took ~20 s with 128-index edges):
+  // past 2^29 of them, 32-index edges, and the rows at every 64-row tile boundary.
+  const bool large = k * std::min<int64_t>(m, 512) * std::min<int64_t>(n, 512) > (int64_t(1) << 29);
+  for (const int64_t i : sample(m, large ? 32 : 128, large)) {
+    for (const int64_t r : sample(n, large ? 32 : 128)) {
       checked.push_back(i * n + r);
       double sum = 0, squares = 0;
       for (int64_t j = 0; j < k; ++j) {
