@@ -759,6 +759,10 @@ cudaError_t allow_smem(Kernel kernel, unsigned long long& done) {
   return error;
 }
 
+// Whether K may be split over `splits` blocks: 1 always, else bit `splits` of split_sizes (cluster sizes the
+// device launches, or 2..8 through the workspace).
+inline bool split_allowed(unsigned split_sizes, int splits) { return splits <= 1 || ((split_sizes >> splits) & 1u); }
+
 struct SmallBatchPlan {
   int tiles = 1;   // 16-row tiles a block
   int splits = 1;  // blocks along K
@@ -781,7 +785,7 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
   const int64_t full = blocks_per_sm < 2 ? blocks_per_sm : 2;
   for (int tiles = max_tiles; tiles >= 1; --tiles) {
     for (int splits = 1; splits <= kMaxSplits; ++splits) {
-      if (splits > 1 && !((split_sizes >> splits) & 1u)) continue;
+      if (!split_allowed(split_sizes, splits)) continue;
       const int64_t blocks = (n + 16 * tiles - 1) / (16 * tiles) * splits;
       if (blocks > INT_MAX) continue;
       const int64_t per_sm = (blocks + sms - 1) / sms;
@@ -855,7 +859,7 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
       plan.tiles = tuning->tiles;
     }
     if (tuning->splits > 0) {
-      if (tuning->splits > kMaxSplits || (tuning->splits > 1 && !((split_sizes >> tuning->splits) & 1u))) {
+      if (tuning->splits > kMaxSplits || !split_allowed(split_sizes, tuning->splits)) {
         return cudaErrorInvalidValue;
       }
       plan.splits = tuning->splits;
