@@ -485,15 +485,10 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
     return cudaErrorNotSupported;
   }
   const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
-  auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
-  static unsigned long long smem_devices = 0;
-  cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
+  constexpr auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
+  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(cluster);
   if (error != cudaSuccess) return error;
-  if (cluster > 1) {
-    static unsigned cluster_sizes[64] = {};
-    cluster = fitting_cluster(kernel, cluster, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
-    if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
-  }
+  if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
   auto launch = [&](int64_t size) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, size, stream);
@@ -513,12 +508,20 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
 // Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs, K split where a
 // wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1)
 // blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves in 154 us).
-inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, int64_t most_slices = 8) {
+inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count,
+                             int64_t most_slices = kWgmmaMaxSlices) {
   const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
   int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
   if (slices > most_slices) slices = most_slices;
   const int64_t waves = ceil_div(blocks * slices, sm_count);
   return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
+}
+
+// Above kWsFixedTileRows rows of x the default tile is (256, 1) or (128, 1), the cheaper by ws_tiling_cost (256 on a
+// tie); up to it the tile follows M alone (wgmma_ws_dispatch).
+constexpr int64_t kWsFixedTileRows = 160;
+inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count) {
+  return ws_tiling_cost(m, n, k, 256, sm_count) <= ws_tiling_cost(m, n, k, 128, sm_count) ? 256 : 128;
 }
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
@@ -535,11 +538,11 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
   if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
   if (rows == 0) {
-    if (m <= 160) {
+    if (m <= kWsFixedTileRows) {
       rows = m <= 64 ? 64 : 128;
       slabs = 2;
     } else {
-      rows = ws_tiling_cost(m, n, k, 256, sm_count) <= ws_tiling_cost(m, n, k, 128, sm_count) ? 256 : 128;
+      rows = ws_rows_by_cost(m, n, k, sm_count);
       slabs = 1;
     }
   }
@@ -609,12 +612,11 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
 
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
                                      int sm_count) {
-  if (tail <= 0 || m_rows - tail <= 160 || !binary_weight_wgmma_applies(type, k)) return false;  // 160: fixed tiles
+  if (tail <= 0 || m_rows - tail <= kWsFixedTileRows || !binary_weight_wgmma_applies(type, k)) return false;
   // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2: at N = K = 4096 the 256 rows' 4 slices
   // measured no gain (split 52.6 us at M = 257 against 32.8 in one launch; N = 4096, K = 11008: 87.3 / 88.1).
   const auto cost = [&](int64_t rows) {
-    const bool wide = ws_tiling_cost(rows, n_rows, k, 256, sm_count) <= ws_tiling_cost(rows, n_rows, k, 128, sm_count);
-    return ws_tiling_cost(rows, n_rows, k, wide ? 256 : 128, sm_count, 2);
+    return ws_tiling_cost(rows, n_rows, k, ws_rows_by_cost(rows, n_rows, k, sm_count), sm_count, 2);
   };
   return cost(m_rows - tail) < cost(m_rows);
 }

@@ -340,6 +340,21 @@ inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count,
   return slices;
 }
 
+// Readies the wgmma kernel `kernel` (block Shape) for its launches: the dynamic shared memory limit raised (once a
+// device), `cluster` cut to the largest cluster of at most that many blocks the device co-schedules with it
+// (fitting_cluster). The template takes the kernel itself, so its statics are that kernel's.
+template <typename Shape, auto kernel>
+cudaError_t prepare_wgmma_launch(int64_t& cluster) {
+  static unsigned long long smem_devices = 0;
+  const cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
+  if (error != cudaSuccess) return error;
+  if (cluster > 1) {
+    static unsigned cluster_sizes[64] = {};
+    cluster = fitting_cluster(kernel, cluster, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
+  }
+  return cudaSuccess;
+}
+
 // Launches an all-threads kernel `kernel` (parameters x, w, m_rows, n_rows, k, slices, ep, out; its block Shape) over
 // ceil(N / FEAT) feature blocks x ceil(M / BN) row blocks, K split into the largest fitting cluster of at most
 // split_k_slices blocks (one block a feature block where a cluster is refused all the same).
@@ -352,13 +367,8 @@ cudaError_t wgmma_rs_launch(const T* x, W w, int64_t m_rows, int64_t n_rows, int
   const int64_t total_tiles = k / 64;
   if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
   int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
-  static unsigned long long smem_devices = 0;
-  cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
+  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(slices);
   if (error != cudaSuccess) return error;
-  if (slices > 1) {
-    static unsigned cluster_sizes[64] = {};
-    slices = fitting_cluster(kernel, slices, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
-  }
   auto launch = [&](int64_t cluster) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * cluster), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, cluster, stream);
