@@ -904,8 +904,9 @@ constexpr int64_t kFusedRowsFp32 = 2048;
 // rows, else the pass kernel), where binary_weight_wgmma_splits_tail says the wgmma tiling of M - r rows costs less
 // (one row past 256 takes a second 256-row tile; at 385 the tiling of 384 rows is the same). H200, bf16, alpha
 // vector, us in a rotating graph (2026-12-02), split / one launch: N = K = 8192: M = 257 63.9 / 119.7, 259 68.9 /
-// 125.5, 272 74.9 / 114.0, 513 102.1 / 166.8, 1025 188.2 / 277.5; not split by the rule (split: 99.7 / 89.4 at 385,
-// 110.9 / 89.4 at 400). N = 4096, K = 11008: 257 87.3 / 88.1, 272 98.4 / 93.0 (split by the rule, a loss).
+// 125.5, 272 74.9 / 114.0, 513 102.1 / 166.8, 1025 188.2 / 277.5; 11008 x 4096: 385 70.8 / 94.5; N = K = 4096: 513
+// 42.4 / 50.1. Kept as one launch by the rule, where the split lost: N = K = 8192 at 385 (99.7 / 89.4) and 400
+// (110.9 / 89.4), N = K = 4096 at 257 (52.6 / 32.8), N = 4096, K = 11008 at 257 (87.3 / 88.1) and 272 (98.4 / 93.0).
 constexpr int64_t kRemainderTile = 128;
 constexpr int64_t kRemainderMaxRows = 16;
 inline int64_t remainder_rows(FloatType type, int64_t m_rows) {  // the candidate; the launcher asks the cost rule

@@ -17,8 +17,9 @@ namespace cuda {
 bool binary_weight_wgmma_applies(FloatType type, int64_t k);
 
 // Whether the last `tail` rows of an m-row x run better apart (on the small-M kernels, a second launch): the wgmma
-// kernel applies and its tiling of the first m - tail rows costs less than of all m (ws_tiling_cost: fewer waves or
-// a deeper K split, as where one row past 256 would take a second 256-row tile).
+// kernel applies and its tiling of the first m - tail rows costs less than of all m (ws_tiling_cost of the tile the
+// dispatcher takes, a K split past 2 counted as 2: fewer waves or a split of 2 where one row past 256 would take a
+// second 256-row tile).
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
                                      int sm_count);
 
