@@ -450,8 +450,8 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
     if (error != cudaSuccess) return error;
   }
   if (slices > 1) {
-    static unsigned cluster_sizes[64] = {};
-    slices = fitting_cluster(kernel, slices, kTcThreads, smem, cluster_sizes);
+    static ClusterRoomCache rooms = {};
+    slices = fitting_cluster(kernel, slices, kTcThreads, smem, rooms);
     slice_chunks = ceil_div(total_chunks, slices);
   }
   if (slices > 1) {
@@ -777,8 +777,8 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   cudaError_t error = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
   if (error != cudaSuccess) return error;
   if (slices > 1) {
-    static unsigned cluster_sizes[64] = {};
-    if (fitting_cluster(kernel, slices, kPlaneThreads, smem, cluster_sizes) != slices) return cudaErrorNotSupported;
+    static ClusterRoomCache rooms = {};
+    if (fitting_cluster(kernel, slices, kPlaneThreads, smem, rooms) != slices) return cudaErrorNotSupported;
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);

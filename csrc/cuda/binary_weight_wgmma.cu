@@ -477,7 +477,13 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
   if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
   // The cluster: `slices` blocks splitting K (MC == 1), or the two blocks of a multicast pair (MC == 2: no K split;
   // with an odd number of feature blocks the last pair has one past N, which loads and computes but writes nothing).
-  int64_t cluster = MC > 1 ? 2 : split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
+  constexpr auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
+  ClusterRoom room;
+  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(room);
+  if (error != cudaSuccess) return error;
+  const int64_t cluster = MC > 1 ? (room.of(2) > 0 ? 2 : 1)
+                                 : split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, room, slices_wanted);
+  if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
   const int64_t grid_x = MC > 1 ? ceil_div(feature_blocks, 2) * 2 : feature_blocks;
   // x as a [m_rows, k] matrix of 2-byte elements (the type does not matter to a copy), boxes of 64 k x BN rows.
   CUtensorMap map_x;
@@ -485,10 +491,6 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
     return cudaErrorNotSupported;
   }
   const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
-  constexpr auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
-  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(cluster);
-  if (error != cudaSuccess) return error;
-  if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
   auto launch = [&](int64_t size) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, size, stream);
@@ -505,23 +507,39 @@ cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, 
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
-// Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs, K split where a
-// wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1)
-// blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves in 154 us).
-inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count,
+// The cluster room (cluster_room) of the warp-specialized kernel's (rows, slabs) tile, for the cost model below.
+template <typename T, int BN, int SLABS>
+cudaError_t ws_room(ClusterRoom& room) {
+  return prepare_wgmma_launch<WsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, 1>>(room);
+}
+struct WsRooms {
+  ClusterRoom rows128, rows256;  // the (128, 1) and (256, 1) tiles
+};
+template <typename T>
+cudaError_t ws_rooms(WsRooms& rooms) {
+  const cudaError_t error = ws_room<T, 128, 1>(rooms.rows128);
+  return error != cudaSuccess ? error : ws_room<T, 256, 1>(rooms.rows256);
+}
+
+// Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs (as many as its
+// clusters leave room for: wave_blocks), K split where a wave leaves SMs idle. A (256, 1) block takes ~1.65x a
+// (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1) blocks 84 us (M = 512), of (128, 1) blocks 51 us
+// (M = 768, 3 waves in 154 us).
+inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, const WsRooms& rooms,
                              int64_t most_slices = kWgmmaMaxSlices) {
+  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rooms.rows128;
   const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
-  int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, 0);
+  int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, room, 0);
   if (slices > most_slices) slices = most_slices;
-  const int64_t waves = ceil_div(blocks * slices, sm_count);
+  const int64_t waves = ceil_div(blocks * slices, wave_blocks(slices, sm_count, room));
   return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
 }
 
 // Above kWsFixedTileRows rows of x the default tile is (256, 1) or (128, 1), the cheaper by ws_tiling_cost (256 on a
 // tie); up to it the tile follows M alone (wgmma_ws_dispatch).
 constexpr int64_t kWsFixedTileRows = 160;
-inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count) {
-  return ws_tiling_cost(m, n, k, 256, sm_count) <= ws_tiling_cost(m, n, k, 128, sm_count) ? 256 : 128;
+inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms) {
+  return ws_tiling_cost(m, n, k, 256, sm_count, rooms) <= ws_tiling_cost(m, n, k, 128, sm_count, rooms) ? 256 : 128;
 }
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
@@ -542,7 +560,10 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
       rows = m <= 64 ? 64 : 128;
       slabs = 2;
     } else {
-      rows = ws_rows_by_cost(m, n, k, sm_count);
+      WsRooms rooms;
+      const cudaError_t error = ws_rooms<T>(rooms);
+      if (error != cudaSuccess) return error;
+      rows = ws_rows_by_cost(m, n, k, sm_count, rooms);
       slabs = 1;
     }
   }
@@ -550,9 +571,12 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   if (rows == 128 && slabs == 2) {
     using Shape = WsShape<128, 2>;
     const int64_t blocks = ceil_div(n, Shape::kFeatures) * ceil_div(m, 128);
+    ClusterRoom room;
+    const cudaError_t room_error = ws_room<T, 128, 2>(room);
+    if (room_error != cudaSuccess) return room_error;
     const bool pair = tuning.multicast == 2 ||
                       (tuning.multicast == 0 && tuning.slices <= 1 &&
-                       split_k_slices(blocks, ceil_div(k, 128), sm_count, tuning.slices) == 1);
+                       split_k_slices(blocks, ceil_div(k, 128), sm_count, room, tuning.slices) == 1);
     if (pair) {
       const cudaError_t error = wgmma_ws_launch<T, 128, 2, 2>(x, w_bits, m, n, k, ep, out, sm_count, 1, stream);
       if (error != cudaErrorNotSupported) return error;
@@ -615,8 +639,14 @@ bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tai
   if (tail <= 0 || m_rows - tail <= kWsFixedTileRows || !binary_weight_wgmma_applies(type, k)) return false;
   // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2: at N = K = 4096 the 256 rows' 4 slices
   // measured no gain (split 52.6 us at M = 257 against 32.8 in one launch; N = 4096, K = 11008: 87.3 / 88.1).
+  WsRooms rooms;
+  const cudaError_t error = type == FloatType::kBFloat16 ? ws_rooms<__nv_bfloat16>(rooms) : ws_rooms<__half>(rooms);
+  if (error != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
   const auto cost = [&](int64_t rows) {
-    return ws_tiling_cost(rows, n_rows, k, ws_rows_by_cost(rows, n_rows, k, sm_count), sm_count, 2);
+    return ws_tiling_cost(rows, n_rows, k, ws_rows_by_cost(rows, n_rows, k, sm_count, rooms), sm_count, rooms, 2);
   };
   return cost(m_rows - tail) < cost(m_rows);
 }

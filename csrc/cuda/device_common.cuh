@@ -159,34 +159,59 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can
-// co-schedule with this kernel's threads and shared memory; 1 where clusters are not supported (before
-// sm_90). Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from
-// a refused launch, which inside a CUDA-graph capture would invalidate the capture. Answers are cached in
-// `known`, a static of the launcher of this kernel instantiation: for device d, bit 2i of known[d] says
-// that a cluster of 2^(i+1) blocks was asked about, bit 2i+1 that it fits (racing callers set the same bits).
+// The blocks of a kernel the current device runs at once in clusters of 2, 4 and 8 blocks (0: that cluster is
+// refused, or clusters are not supported before sm_90). Clusters are placed within a GPC, so past 2 blocks a cluster
+// can leave SMs idle: H200, one 200 KiB block an SM, 132 SMs: clusters of 2 hold 132 blocks, of 4 and of 8 only 120.
+// Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from a refused launch,
+// which inside a CUDA-graph capture would invalidate the capture; after the kernel's shared memory opt-in.
+struct ClusterRoom {
+  int64_t blocks[3] = {0, 0, 0};  // clusters of 2, 4, 8
+  int64_t of(int64_t size) const { return size == 2 ? blocks[0] : (size == 4 ? blocks[1] : (size == 8 ? blocks[2] : 0)); }
+};
+// The answers, cached per device: a static of the launcher of one kernel instantiation (racing callers store the
+// same values before they set the device's bit).
+struct ClusterRoomCache {
+  int blocks[64][3];
+  unsigned long long known;
+};
 template <typename Kernel>
-int64_t fitting_cluster(Kernel kernel, int64_t slices, int threads, size_t smem, unsigned (&known)[64]) {
+ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCache& cache) {
+  ClusterRoom room;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
-    return 1;
+    return room;
   }
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (__atomic_load_n(&cache.known, __ATOMIC_ACQUIRE) & bit) != 0) {
+    for (int i = 0; i < 3; ++i) room.blocks[i] = __atomic_load_n(&cache.blocks[device][i], __ATOMIC_RELAXED);
+    return room;
+  }
+  int supported = 0;
+  const bool clusters = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported;
+  for (int i = 0; i < 3 && clusters; ++i) {
+    const int size = 2 << i;
+    int count = 0;
+    const ClusterLaunch launch(dim3(static_cast<unsigned>(size), 1, 1), threads, smem, size, nullptr);
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) count = 0;
+    room.blocks[i] = static_cast<int64_t>(count) * size;
+  }
+  (void)cudaGetLastError();
+  if (bit != 0) {
+    for (int i = 0; i < 3; ++i) __atomic_store_n(&cache.blocks[device][i], static_cast<int>(room.blocks[i]), __ATOMIC_RELAXED);
+    __atomic_fetch_or(&cache.known, bit, __ATOMIC_RELEASE);
+  }
+  return room;
+}
+
+// The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can co-schedule with
+// this kernel's threads and shared memory (cluster_room); 1 where none does.
+template <typename Kernel>
+int64_t fitting_cluster(Kernel kernel, int64_t slices, int threads, size_t smem, ClusterRoomCache& cache) {
+  if (slices <= 1) return 1;
+  const ClusterRoom room = cluster_room(kernel, threads, smem, cache);
   for (; slices > 1; slices /= 2) {
-    const int i = slices == 2 ? 0 : (slices == 4 ? 1 : 2);
-    unsigned state = device < 64 ? __atomic_load_n(&known[device], __ATOMIC_ACQUIRE) : 0u;
-    if (((state >> (2 * i)) & 1u) == 0) {  // first time on this device: ask (launches then only read `known`)
-      int supported = 0, clusters = 0;
-      bool fits = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported != 0;
-      if (fits) {
-        const ClusterLaunch launch(dim3(static_cast<unsigned>(slices), 1, 1), threads, smem, slices, nullptr);
-        fits = cudaOccupancyMaxActiveClusters(&clusters, kernel, &launch.config) == cudaSuccess && clusters > 0;
-      }
-      if (!fits) (void)cudaGetLastError();
-      state = (1u << (2 * i)) | (fits ? 1u << (2 * i + 1) : 0u);
-      if (device < 64) __atomic_fetch_or(&known[device], state, __ATOMIC_RELEASE);
-    }
-    if ((state >> (2 * i + 1)) & 1u) return slices;
+    if (room.of(slices) > 0) return slices;
   }
   return 1;
 }

@@ -328,30 +328,38 @@ __device__ __forceinline__ void wgmma_rs_block(const T* __restrict__ x, const ty
 
 constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
 
+// Blocks in one wave of a grid of clusters of `size` blocks, one block an SM: the SMs, or fewer where clusters of
+// that size leave SMs idle (cluster_room; 0 where that cluster is refused).
+inline int64_t wave_blocks(int64_t size, int sm_count, const ClusterRoom& room) {
+  if (size <= 1) return sm_count;
+  return room.of(size) < sm_count ? room.of(size) : sm_count;
+}
+
 // Split K (a power of two, a cluster of at most 8, at most one slice a k tile): as asked, or while the grid of
-// `blocks` tiles x slices stays within one wave of one block an SM. The launchers then take the largest cluster of at
-// most that size that the device can co-schedule with the kernel (fitting_cluster).
-inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count, int slices_wanted) {
+// `blocks` tiles x slices stays within one wave (wave_blocks: H200 clusters of 4 hold 120 blocks, not 132; N = K =
+// 4096, M = 256, the (256, 1) tile's 32 blocks x 4 slices took 43.9 us in two waves, x 2 slices 32.7 in one). Cut to
+// the largest cluster the device co-schedules with the kernel.
+inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count, const ClusterRoom& room,
+                              int slices_wanted) {
   int64_t slices = 1;
   while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
-         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= sm_count)) {
+         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= wave_blocks(slices * 2, sm_count, room))) {
     slices *= 2;
   }
+  while (slices > 1 && room.of(slices) == 0) slices /= 2;
   return slices;
 }
 
 // Readies the wgmma kernel `kernel` (block Shape) for its launches: the dynamic shared memory limit raised (once a
-// device), `cluster` cut to the largest cluster of at most that many blocks the device co-schedules with it
-// (fitting_cluster). The template takes the kernel itself, so its statics are that kernel's.
+// device), then the room the device has for its clusters (cluster_room). The template takes the kernel itself, so its
+// statics are that kernel's.
 template <typename Shape, auto kernel>
-cudaError_t prepare_wgmma_launch(int64_t& cluster) {
+cudaError_t prepare_wgmma_launch(ClusterRoom& room) {
   static unsigned long long smem_devices = 0;
   const cudaError_t error = allow_dynamic_smem(kernel, Shape::kSmemBytes, smem_devices);
   if (error != cudaSuccess) return error;
-  if (cluster > 1) {
-    static unsigned cluster_sizes[64] = {};
-    cluster = fitting_cluster(kernel, cluster, Shape::kThreads, Shape::kSmemBytes, cluster_sizes);
-  }
+  static ClusterRoomCache rooms = {};
+  room = cluster_room(kernel, Shape::kThreads, Shape::kSmemBytes, rooms);
   return cudaSuccess;
 }
 
@@ -366,9 +374,10 @@ cudaError_t wgmma_rs_launch(const T* x, W w, int64_t m_rows, int64_t n_rows, int
   const int64_t row_blocks = ceil_div(m_rows, BN);
   const int64_t total_tiles = k / 64;
   if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
-  int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, slices_wanted);
-  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(slices);
+  ClusterRoom room;
+  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(room);
   if (error != cudaSuccess) return error;
+  const int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, room, slices_wanted);
   auto launch = [&](int64_t cluster) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * cluster), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, cluster, stream);
