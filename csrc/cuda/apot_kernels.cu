@@ -772,11 +772,12 @@ struct SmallBatchPlan {
 // about 1 wavefront per 32 weights, plus the 64 KiB table a block builds): the lookups, not the
 // instructions, bound this kernel. An SM holding fewer blocks than it can hides less latency;
 // splits without clusters cost a second kernel. Ties go to more tiles (x serves more rows), fewer splits.
-// A cluster past 2 blocks costs a quarter more a doubling (the fit: H200, apot4 bf16, alpha vector, us in a
-// rotating graph, 2026-12-02, (tiles, splits) this rule takes against the rule before: M = 1: 4096^2 (2, 2) 12.0
-// against (4, 4) 16.6, 4096 x 11008 (2, 2) 18.2 / (4, 4) 25.1; M = 4: 12.4 / 16.7, 19.0 / 25.8; the same plan at
-// 11008 x 4096, 8192^2, 16384^2, 28672 x 8192, 8192 x 28672. Left: (2, 1) beat the plan's (4, 2) at M = 1 by 7-12%
-// on 8192^2 and 28672 x 8192, but lost at M = 4 on 8192 x 28672 and at 11008 x 4096: no rule found yet).
+// A cluster past 2 blocks costs a quarter more a doubling, 3 blocks counted as 4 (the fit: H200, apot4 bf16, alpha
+// vector, us in a rotating graph, 2026-12-02, M = 1: 4096^2 (2, 2) 12.0 against (4, 4) 16.4 and (3, 3) 17.4;
+// 4096 x 11008 (2, 2) 17.8 against (3, 3) 24.9 and (4, 4) 24.8, (2, 3) 24.1; 8192^2 (3, 3) 32.5 against (4, 2) 23.8;
+// M = 4: 12.4 / 16.7, 19.0 / 25.8; the same plan at 11008 x 4096, 8192^2, 16384^2, 28672 x 8192, 8192 x 28672.
+// Left: (2, 1) beat the plan's (4, 2) at M = 1 by 7-12% on 8192^2 and 28672 x 8192, but lost at M = 4 on
+// 8192 x 28672 and at 11008 x 4096: no rule found yet).
 SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max_tiles, int sms, int blocks_per_sm,
                                 unsigned split_sizes, bool finish_kernel) {
   SmallBatchPlan best;
@@ -794,7 +795,7 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
                                       kGemvWarps * per_warp * x_chunk + table);
       if (per_sm < full) cost *= 1.25;
       if (splits > 1 && finish_kernel) cost += 4000;
-      for (int size = 4; size <= splits; size *= 2) cost *= 1.25;
+      for (int size = 2; size < splits; size *= 2) cost *= 1.25;  // 3 and 4: x1.25, 5-8: x1.25^2
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
         best.tiles = tiles;
