@@ -637,8 +637,9 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
                                      int sm_count) {
   if (tail <= 0 || m_rows - tail <= kWsFixedTileRows || !binary_weight_wgmma_applies(type, k)) return false;
-  // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2: at N = K = 4096 the 256 rows' 4 slices
-  // measured no gain (split 52.6 us at M = 257 against 32.8 in one launch; N = 4096, K = 11008: 87.3 / 88.1).
+  // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2 (fitted before the cluster room: at N = K = 4096
+  // the 256 rows' 4 slices in two waves made the split lose, 52.6 us at M = 257 against 32.8 in one launch; with the
+  // room the 256 rows cost (128, 1) x 2 slices, this rule splits M = 257 and the op measured 31.2).
   WsRooms rooms;
   const cudaError_t error = type == FloatType::kBFloat16 ? ws_rooms<__nv_bfloat16>(rooms) : ws_rooms<__half>(rooms);
   if (error != cudaSuccess) {

@@ -364,8 +364,8 @@ cudaError_t prepare_wgmma_launch(ClusterRoom& room) {
 }
 
 // Launches an all-threads kernel `kernel` (parameters x, w, m_rows, n_rows, k, slices, ep, out; its block Shape) over
-// ceil(N / FEAT) feature blocks x ceil(M / BN) row blocks, K split into the largest fitting cluster of at most
-// split_k_slices blocks (one block a feature block where a cluster is refused all the same).
+// ceil(N / FEAT) feature blocks x ceil(M / BN) row blocks, K split by split_k_slices (a cluster the device fits,
+// one wave by cluster_room; one block a feature block where a cluster is refused all the same).
 template <typename Shape, auto kernel, typename T, typename W>
 cudaError_t wgmma_rs_launch(const T* x, W w, int64_t m_rows, int64_t n_rows, int64_t k, const Epilogue& ep, T* out,
                             int sm_count, int slices_wanted, cudaStream_t stream) {
