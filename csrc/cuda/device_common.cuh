@@ -188,15 +188,18 @@ ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCac
     return room;
   }
   int supported = 0;
-  const bool clusters = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) == cudaSuccess && supported;
-  for (int i = 0; i < 3 && clusters; ++i) {
+  bool failed = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess;
+  for (int i = 0; i < 3 && !failed && supported; ++i) {
     const int size = 2 << i;
     int count = 0;
     const ClusterLaunch launch(dim3(static_cast<unsigned>(size), 1, 1), threads, smem, size, nullptr);
-    if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) count = 0;
+    if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
+      (void)cudaGetLastError();  // this size holds nothing; the next size is still asked
+      count = 0;
+    }
     room.blocks[i] = static_cast<int64_t>(count) * size;
   }
-  (void)cudaGetLastError();
+  if (failed) (void)cudaGetLastError();  // only the queries' own errors are cleared, not an earlier launch's
   if (bit != 0) {
     for (int i = 0; i < 3; ++i) __atomic_store_n(&cache.blocks[device][i], static_cast<int>(room.blocks[i]), __ATOMIC_RELAXED);
     __atomic_fetch_or(&cache.known, bit, __ATOMIC_RELEASE);
