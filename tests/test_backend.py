@@ -301,6 +301,8 @@ def test_training_binary_conv_layers_of_bitcompile_nn():
     binary = pytest.importorskip("bitcompile.nn.binary")
     eager = nn.Sequential(binary.BinaryConv2d(3, 8, 3, padding=1, bias=True), nn.ReLU(),
                           binary.BinaryConv2d(8, 6, 3, stride=2, padding=1, pad_value=0.0), nn.Flatten())
+    with torch.no_grad():  # the second layer's input is a lattice (ReLU of integers times a scale): a random
+        eager[2].bias_a.normal_(0, 0.1)  # shift keeps it off |x~| = scale_a (tests/test_nn_binary.py, SmallBNN)
     x = torch.randn(4, 3, 7, 7)
     eager(x)  # first forward sets scale_a
     model = copy.deepcopy(eager)
