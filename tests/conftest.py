@@ -45,11 +45,23 @@ def pytest_configure(config):
     # Fresh random inputs every run (DESIGN.md); the seed is printed so a failure can be replayed
     # with BITCOMPILE_TEST_SEED=<seed>.
     seed = int(os.environ.get("BITCOMPILE_TEST_SEED", random.SystemRandom().randrange(2**31)))
-    config._bitcompile_seed = seed
+    worker = getattr(config, "workerinput", None)  # a pytest-xdist worker runs on the controller's seed
+    config._bitcompile_seed = worker["bitcompile_seed"] if worker is not None else seed
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    node.workerinput["bitcompile_seed"] = node.config._bitcompile_seed
 
 
 def pytest_report_header(config):
     return f"bitcompile test seed: {config._bitcompile_seed} (set BITCOMPILE_TEST_SEED to replay)"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    # -q (the README's and CI's command) drops the header: repeat the seed at the end, where a
+    # failure's log is read.
+    terminalreporter.write_line(pytest_report_header(config))
 
 
 @pytest.fixture(autouse=True)
