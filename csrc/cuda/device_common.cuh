@@ -167,6 +167,11 @@ struct ClusterLaunch {
 struct ClusterRoom {
   int64_t blocks[3] = {0, 0, 0};  // clusters of 2, 4, 8
   int64_t of(int64_t size) const { return size == 2 ? blocks[0] : (size == 4 ? blocks[1] : (size == 8 ? blocks[2] : 0)); }
+  // The largest cluster of at most `slices` blocks (a power of two) that holds blocks; 1 where none does.
+  int64_t largest_within(int64_t slices) const {
+    while (slices > 1 && of(slices) == 0) slices /= 2;
+    return slices > 1 ? slices : 1;
+  }
 };
 // The answers, cached per device: a static of the launcher of one kernel instantiation (racing callers store the
 // same values before they set the device's bit).
@@ -212,11 +217,7 @@ ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCac
 template <typename Kernel>
 int64_t fitting_cluster(Kernel kernel, int64_t slices, int threads, size_t smem, ClusterRoomCache& cache) {
   if (slices <= 1) return 1;
-  const ClusterRoom room = cluster_room(kernel, threads, smem, cache);
-  for (; slices > 1; slices /= 2) {
-    if (room.of(slices) > 0) return slices;
-  }
-  return 1;
+  return cluster_room(kernel, threads, smem, cache).largest_within(slices);
 }
 
 }  // namespace cuda

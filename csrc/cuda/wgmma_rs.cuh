@@ -346,8 +346,7 @@ inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count,
          (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= wave_blocks(slices * 2, sm_count, room))) {
     slices *= 2;
   }
-  while (slices > 1 && room.of(slices) == 0) slices /= 2;
-  return slices;
+  return room.largest_within(slices);
 }
 
 // Readies the wgmma kernel `kernel` (block Shape) for its launches: the dynamic shared memory limit raised (once a
