@@ -549,8 +549,8 @@ inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const 
 // 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1) 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2
 // against (128, 1) 222.2. N = 4096 (2026-12-02, the K split by cluster room): M = 192 / 256 (128, 1) x 2 slices
 // 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and x 4 (two waves) 41.0 / 43.9. Multicast pairs (tuning.multicast;
-// 0: where the K split would be 1) for (128, 2) only; a pair the device refuses falls back to one block a feature
-// block.
+// 0: where the K split would be 1) for (128, 2) only, the tile that multicast = 2 then takes at any M; a pair the
+// device refuses falls back to one block a feature block.
 template <typename T>
 cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                               T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
@@ -558,7 +558,10 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
   if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
   if (rows == 0) {
-    if (m <= kWsFixedTileRows) {
+    if (tuning.multicast == 2) {  // forced pairs: the one tile they are instantiated for, whatever M
+      rows = 128;
+      slabs = 2;
+    } else if (m <= kWsFixedTileRows) {
       rows = m <= 64 ? 64 : 128;
       slabs = 2;
     } else {
