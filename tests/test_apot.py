@@ -717,10 +717,14 @@ def test_apot_layers_alpha_and_state():
     assert apot.is_on_grid(plain.fake_quantized_weight().detach(), "apot4")
 
 
-def test_apot_linear_compiles_fullgraph():
+# torch 2.11's dynamo gave every gradient of the layer 0 here while it was a torch.autograd.Function
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_apot_linear_compiles_fullgraph(backend):
     layer = APoTLinear(16, 8, scheme="apot5", learn_alpha=True)
+    with torch.no_grad():  # clip some weights: both pieces of the alpha gradient
+        layer.alpha.mul_(0.8)
     x = torch.randn(4, 16)
-    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True)
+    compiled = torch.compile(layer, backend=backend, fullgraph=True)
     y = compiled(x)
     y.sum().backward()
     grads = [p.grad.clone() for p in layer.parameters()]
@@ -729,7 +733,7 @@ def test_apot_linear_compiles_fullgraph():
     y_eager.sum().backward()
     assert torch.allclose(y, y_eager, rtol=1e-6, atol=1e-6)
     for g, p in zip(grads, layer.parameters()):
-        assert torch.allclose(g, p.grad, rtol=1e-5, atol=1e-6)
+        assert p.grad.abs().sum() > 0 and torch.allclose(g, p.grad, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,36 +34,29 @@ from bitcompile import apot
 __all__ = ["APoTLinear", "APoTConv2d", "apot_fake_quantize"]
 
 
-class _APoTFakeQuantize(torch.autograd.Function):
-    """W -> alpha * code_values[quantize(W, alpha)], with the STE gradients of the module docstring."""
+def _fake_quantize(weight: Tensor, alpha: Tensor, code_values: Tensor, bits: int) -> Tensor:
+    """W -> alpha * code_values[quantize(W, alpha)], with the STE gradients of the module docstring.
 
-    @staticmethod
-    def forward(ctx, weight: Tensor, alpha: Tensor, code_values: Tensor, bits: int) -> Tensor:
-        alpha_used = alpha.detach().to(torch.float32).clamp_min(0)
-        codes = apot._quantize_signed(weight.detach(), alpha_used, bits, code_values)
-        relative = code_values[codes]  # value relative to alpha, float32
-        alpha_column = apot._channel_view("fake_quantize", weight, alpha_used)
-        ctx.save_for_backward(weight, alpha_used, relative)
-        ctx.alpha_shape, ctx.alpha_dtype = alpha.shape, alpha.dtype
-        return (alpha_column * relative).to(weight.dtype)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        weight, alpha_used, relative = ctx.saved_tensors
-        alpha_column = apot._channel_view("fake_quantize", weight, alpha_used)
-        inside = weight.to(torch.float32).abs() <= alpha_column
-        grad_weight = grad_alpha = None
-        if ctx.needs_input_grad[0]:
-            grad_weight = grad * inside.to(grad.dtype)
-        if ctx.needs_input_grad[1]:
-            slope = torch.where(inside, relative, torch.sign(weight).to(torch.float32))
-            contribution = grad.to(torch.float32) * slope
-            if alpha_used.dim() == 0:
-                grad_alpha = contribution.sum()
-            else:
-                grad_alpha = contribution.reshape(contribution.shape[0], -1).sum(1)
-            grad_alpha = grad_alpha.reshape(ctx.alpha_shape).to(ctx.alpha_dtype)
-        return grad_weight, grad_alpha, None, None
+    Written as value + (p - p.detach()) * slope terms, which add exactly 0 to the value and give each
+    parameter its straight-through slope, rather than as a torch.autograd.Function: under torch.compile,
+    torch 2.11's dynamo traced that Function's backward with a zero gradient (every weight and alpha gradient
+    0 in a compiled training step; torch 2.13 was right). Plain tensor ops trace the same in every version.
+    """
+    alpha_used = alpha.detach().to(torch.float32).clamp_min(0)
+    codes = apot._quantize_signed(weight.detach(), alpha_used, bits, code_values)
+    relative = code_values[codes]  # value relative to alpha, float32
+    alpha_column = apot._channel_view("fake_quantize", weight, alpha_used)
+    quantized = (alpha_column * relative).to(weight.dtype)
+    if not torch.is_grad_enabled() or not (weight.requires_grad or alpha.requires_grad):
+        return quantized
+    inside = weight.detach().to(torch.float32).abs() <= alpha_column
+    if weight.requires_grad:  # dL/dW = g * (|W| <= alpha)
+        quantized = quantized + (weight - weight.detach()) * inside.to(weight.dtype)
+    if alpha.requires_grad:  # dL/dalpha = sum of g * (code value inside, sign(W) outside), in fp32
+        slope = torch.where(inside, relative, torch.sign(weight.detach()).to(torch.float32))
+        learned = apot._channel_view("fake_quantize", weight, alpha.to(torch.float32))
+        quantized = quantized + ((learned - learned.detach()) * slope).to(weight.dtype)
+    return quantized
 
 
 def apot_fake_quantize(weight: Tensor, alpha: Tensor, scheme: Union[str, apot.Scheme]) -> Tensor:
@@ -72,7 +65,7 @@ def apot_fake_quantize(weight: Tensor, alpha: Tensor, scheme: Union[str, apot.Sc
     resolved = apot.get_scheme(scheme)
     if not resolved.signed:
         raise ValueError(f"bitcompile.nn.apot_fake_quantize: weights need a signed scheme (apot3/4/5), got {resolved.name}")
-    return _APoTFakeQuantize.apply(weight, alpha, resolved.code_values.to(weight.device), resolved.bits)
+    return _fake_quantize(weight, alpha, resolved.code_values.to(weight.device), resolved.bits)
 
 
 class _APoTWeight:
@@ -116,7 +109,7 @@ class _APoTWeight:
 
     def fake_quantized_weight(self) -> Tensor:
         """The weight the forward uses: alpha * code_values[quantize(W)], with STE gradients."""
-        return _APoTFakeQuantize.apply(self.weight, self.current_alpha(), self.code_values, self.bits)
+        return _fake_quantize(self.weight, self.current_alpha(), self.code_values, self.bits)
 
     def quantized_weight(self) -> tuple[Tensor, Tensor]:
         """(codes, alpha) of the current weight: int64 codes shaped like the weight (signed layout
