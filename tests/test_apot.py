@@ -733,7 +733,7 @@ def test_apot_linear_compiles_fullgraph(backend):
     y_eager.sum().backward()
     assert torch.allclose(y, y_eager, rtol=1e-6, atol=1e-6)
     for g, p in zip(grads, layer.parameters()):
-        assert p.grad.abs().sum() > 0 and torch.allclose(g, p.grad, rtol=1e-5, atol=1e-5)
+        assert p.grad.abs().sum() > 0 and torch.allclose(g, p.grad, rtol=1e-5, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------------------------
