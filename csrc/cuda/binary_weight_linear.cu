@@ -49,15 +49,15 @@ constexpr int kTcThreads = kTcWarps * 32;
 constexpr int kTcFeatures = kTcWarps * 32;  // output features per block: two m16 tiles per warp
 constexpr int kTcChunkWords = 16;           // 512 k per chunk: lane t holds words 4t..4t+3
 constexpr int kTcMaxSlices = 8;             // portable cluster size
-// Blocks an SM the pass kernel is built for (MINB: 80 registers a thread at 3, 128 at 2). At 2 an H200 holds 30
-// clusters of 8 (240 blocks), so N = 8192 (32 feature blocks x 8 K slices) ran 2 clusters as a second wave: M = 16
-// 20.1 us in a rotating graph against 14.1 at N = 7680 (one wave). bf16 / fp16 x of 8 rows (NB = 1) always takes the
-// 3-block build (it never measured slower); 16 rows (NB = 2: 16 bytes of spills at 80 registers) only where the
-// 2-block grid would not fit in one wave (binary_weight_linear_tc_launch). H200, graph us, 2 -> 3 blocks an SM
-// (2026-12-02): M = 4 / 8 / 16 at 8192^2 14.4 -> 12.4, 15.5 -> 13.6, 20.4 -> 18.9; 16384^2 44.7 -> 39.7, 46.8 -> 41.7,
-// 64.0 -> 59.9; 8192 x 28672 M = 4 / 16 40.6 -> 37.0, 58.3 -> 53.2; one-wave shapes at M = 16 (kept at 2): 4096 x
-// 11008 19.5 / 20.0, 11008 x 4096 14.3 / 14.8, 14336 x 4096 14.4 / 15.2, 28672 x 8192 44.5 / 45.8; M = 4 / 8 equal.
-constexpr int tc_blocks_for(int parts, int nb) { return parts == 1 && nb == 1 ? 3 : 2; }
+// Blocks an SM the pass kernel is built for (MINB: 80 registers a thread at 3, 128 at 2): 3 for bf16 / fp16 x of at
+// most 8 rows (NB = 1, no spills), 2 otherwise. At 2 an H200 holds 30 clusters of 8 (240 blocks), so N = 8192 (32
+// feature blocks x 8 K slices) runs 2 clusters as a second wave: M = 16 20.1 us in a rotating graph against 14.1 at
+// N = 7680 (one wave). H200, graph us, 2 -> 3 blocks an SM (2026-12-02): M = 4 / 8 at 8192^2 14.4 -> 12.4, 15.5 ->
+// 13.6; 16384^2 44.7 -> 39.7, 46.8 -> 41.7; 8192 x 28672 M = 4 40.6 -> 37.0; equal (within 1%) at 4096^2, 4096 x
+// 11008, 11008 x 4096, 14336 x 4096, 28672 x 8192. 16 rows (NB = 2) spill 16 bytes at 80 registers; a 3-block
+// build of them measured 20.4 -> 18.9 at 8192^2 and 64.0 -> 59.9 at 16384^2 but lost 3-5% where the 2-block grid
+// fits one wave (4096 x 11008 19.5 -> 20.0, 14336 x 4096 14.4 -> 15.2): not taken (the sources are spill-free).
+constexpr int tc_min_blocks(int parts, int nb) { return parts == 1 && nb == 1 ? 3 : 2; }
 
 template <typename MmaT>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
@@ -218,10 +218,10 @@ __device__ __forceinline__ void store_tile(float* partial, int tile_rows, int64_
 }
 
 // InT: x's type; MmaT: the tensor-core type (bf16 for fp32 x, in PARTS = 3 pieces); NB: n8 tiles (8 rows of
-// x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; MINB: blocks an SM (registers: above);
-// VEC: 16-byte W loads.
-template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, int MINB, bool VEC>
-__global__ __launch_bounds__(kTcThreads, MINB) void binary_weight_linear_tc_kernel(
+// x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; VEC: 16-byte W loads. Blocks an SM:
+// tc_min_blocks.
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
+__global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB)) void binary_weight_linear_tc_kernel(
     const InT* __restrict__ x, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
     int64_t words, int slices, int64_t slice_chunks, Epilogue ep, InT* __restrict__ out) {
   constexpr int MB = NB * 8;                               // rows of x a block
@@ -429,7 +429,7 @@ constexpr size_t tc_smem_bytes() {
          NB * 8 * sizeof(float);
 }
 
-template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, int MINB, bool VEC>
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
 cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                            int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
     cudaStream_t stream) {
@@ -453,25 +453,16 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   int64_t slice_chunks = ceil_div(total_chunks, slices);
   if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
 
-  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, MINB, VEC>;
+  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
   if (smem > 48 * 1024) {
     static unsigned long long smem_devices = 0;
     const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
     if (error != cudaSuccess) return error;
   }
-  static ClusterRoomCache rooms = {};
   if (slices > 1) {
+    static ClusterRoomCache rooms = {};
     slices = fitting_cluster(kernel, slices, kTcThreads, smem, rooms);
     slice_chunks = ceil_div(total_chunks, slices);
-  }
-  if constexpr (MINB == 2 && PARTS == 1 && NB == 2) {  // a second wave at 2 blocks an SM: the 3-block build
-    const int64_t blocks = feature_blocks * slices * row_blocks;
-    const int64_t room =
-        slices > 1 ? cluster_room(kernel, kTcThreads, smem, rooms).of(slices) : 2 * static_cast<int64_t>(sm_count);
-    if (blocks > room) {
-      return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, 3, VEC>(x, w_bits, m_rows, n_rows, k, ep,
-                                                                                      out, sm_count, tuning, stream);
-    }
   }
   if (slices > 1) {
     const ClusterLaunch launch(dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1),
@@ -493,13 +484,12 @@ cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits
                                             int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
     cudaStream_t stream) {
   const bool vec = ceil_div(k, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
-  constexpr int kBlocks = tc_blocks_for(PARTS, NB);
   if (vec) {
-    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, kBlocks, true>(x, w_bits, m_rows, n_rows, k,
-                                                                                              ep, out, sm_count, tuning, stream);
+    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, true>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                     out, sm_count, tuning, stream);
   }
-  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, kBlocks, false>(x, w_bits, m_rows, n_rows, k,
-                                                                                             ep, out, sm_count, tuning, stream);
+  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, false>(x, w_bits, m_rows, n_rows, k, ep,
+                                                                                    out, sm_count, tuning, stream);
 }
 
 // Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
