@@ -49,7 +49,7 @@ constexpr int kTcThreads = kTcWarps * 32;
 constexpr int kTcFeatures = kTcWarps * 32;  // output features per block: two m16 tiles per warp
 constexpr int kTcChunkWords = 16;           // 512 k per chunk: lane t holds words 4t..4t+3
 constexpr int kTcMaxSlices = 8;             // portable cluster size
-// Blocks an SM the pass kernel is built for (MINB: 80 registers a thread at 3, 128 at 2): 3 for bf16 / fp16 x of at
+// Blocks an SM the pass kernel is built for (80 registers a thread at 3, 128 at 2): 3 for bf16 / fp16 x of at
 // most 8 rows (NB = 1, no spills), 2 otherwise. At 2 an H200 holds 30 clusters of 8 (240 blocks), so N = 8192 (32
 // feature blocks x 8 K slices) runs 2 clusters as a second wave: M = 16 20.1 us in a rotating graph against 14.1 at
 // N = 7680 (one wave). H200, graph us, 2 -> 3 blocks an SM (2026-12-02): M = 4 / 8 at 8192^2 14.4 -> 12.4, 15.5 ->
