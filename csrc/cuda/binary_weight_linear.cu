@@ -544,54 +544,67 @@ __device__ __forceinline__ uint32_t transpose_bits(uint32_t v, int lane) {
   return v;
 }
 
-// A warp per (row m of x, chunk c): planes[(m * chunks + c) * kPlaneChunkWords + p * 16 + w] = bit p of xq for
-// k = 512 c + 32 w + bit, and groups[m * chunks + c]. No block-wide step: warps are independent.
+// A block per (row m of x, chunk c), a warp per word w of the chunk (lane i: value 512 c + 32 w + i):
+// planes[(m * chunks + c) * kPlaneChunkWords + p * 16 + w] = bit p of xq for k = 512 c + 32 w + bit, and
+// groups[m * chunks + c]. The chunk's largest |x| and its sum of xq go through shared memory. Each warp's chain is
+// one load, a max, one 32 x 32 transpose and a sum (the warp-a-chunk form did 16 of each in series: 2.3 us of the
+// M = 1 critical path with 16 warps on 4 SMs, the twelfth session's stamps). H200, bf16, us per call in a rotating
+// graph, warp-a-chunk -> block-a-chunk (2026-12-02, same process): M = 1 8192^2 7.49 -> 7.16, 16384^2 16.84 -> 15.25,
+// 4096 x 11008 7.65 -> 7.21; M = 2 8192^2 10.22 -> 9.49; M = 3 12.38 -> 11.24; M = 2, 100 x 1001 5.50 -> 4.38.
+constexpr int kXPlanesThreads = kTcChunkWords * 32;
 template <typename T>
-__global__ __launch_bounds__(kPlaneThreads) void x_planes_kernel(const T* __restrict__ x, int64_t k, int64_t chunks,
-                                                                 uint32_t* __restrict__ planes,
-                                                                 PlaneGroup* __restrict__ groups) {
+__global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __restrict__ x, int64_t k, int64_t chunks,
+                                                                   uint32_t* __restrict__ planes,
+                                                                   PlaneGroup* __restrict__ groups) {
   launch_dependents();  // the weight kernel may start its W loads now; it waits for this grid's writes
   constexpr int P = kPlaneBits;
+  __shared__ float word_largest[kTcChunkWords];
+  __shared__ int word_finite[kTcChunkWords];
+  __shared__ int word_sum[kTcChunkWords];
   const int lane = threadIdx.x & 31;
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kPlaneWarps + (threadIdx.x >> 5);
+  const int w = threadIdx.x >> 5;
+  const int64_t c = blockIdx.x;
   const int64_t m = blockIdx.y;
-  if (c >= chunks) return;
-  const T* x_chunk = x + m * k + c * kTcChunkWords * 32;
-  const int64_t left = k - c * kTcChunkWords * 32;  // values of the chunk inside the row
-  float v[kTcChunkWords];
-  float largest = 0.f;
-  bool finite = true;
-#pragma unroll
-  for (int w = 0; w < kTcChunkWords; ++w) {
-    v[w] = w * 32 + lane < left ? to_float(x_chunk[w * 32 + lane]) : 0.f;
-    finite = finite && isfinite(v[w]);
-    largest = fmaxf(largest, fabsf(v[w]));
-  }
+  const int64_t kk = c * kTcChunkWords * 32 + w * 32 + lane;
+  const float v = kk < k ? to_float(x[m * k + kk]) : 0.f;
+  float largest = fabsf(v);  // NaN: fmaxf keeps the other operand; the chunk is marked non-finite below
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
-  finite = __all_sync(kFullMask, finite);
+  const bool word_ok = __all_sync(kFullMask, isfinite(v));
+  if (lane == 0) {
+    word_largest[w] = largest;
+    word_finite[w] = word_ok;
+  }
+  __syncthreads();
+  // Lanes past the chunk's words hold the identities (0, 1); offsets from 16 give every lane the chunk's result.
+  largest = lane < kTcChunkWords ? word_largest[lane] : 0.f;
+  int finite_words = lane < kTcChunkWords ? word_finite[lane] : 1;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
+    finite_words &= __shfl_xor_sync(kFullMask, finite_words, offset);
+  }
+  const bool finite = finite_words != 0;
   // |xq| < 2^(P-2): largest < 2^e, shift = P - 2 - e, kept where 2^shift is a normal float.
   int e = 0;
   (void)frexpf(largest, &e);
   int shift = P - 2 - e;
   shift = shift > 126 ? 126 : (shift < -126 ? -126 : shift);
   const float factor = __int_as_float((shift + 127) << 23);
-  long long total = 0;
-  uint32_t mine[kTcChunkWords];  // lane p < P: plane p's 16 words
+  const int q = finite ? __float2int_rn(v * factor) : 0;
+  const uint32_t plane_word = transpose_bits(static_cast<uint32_t>(q), lane);  // lane p: plane p's word w
+  if (lane < P) planes[(m * chunks + c) * kPlaneChunkWords + lane * kTcChunkWords + w] = plane_word;
+  int sum = q;  // |sum| < 32 * 2^22: int32 within a word
 #pragma unroll
-  for (int w = 0; w < kTcChunkWords; ++w) {
-    const int q = finite ? __float2int_rn(v[w] * factor) : 0;
-    total += q;
-    mine[w] = transpose_bits(static_cast<uint32_t>(q), lane);
+  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  if (lane == 0) word_sum[w] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    long long total = 0;
+#pragma unroll
+    for (int i = 0; i < kTcChunkWords; ++i) total += word_sum[i];
+    groups[m * chunks + c] = PlaneGroup{total, finite ? shift : kNonFinite, 0};
   }
-  if (lane < P) {
-    uint4* dst = reinterpret_cast<uint4*>(planes + (m * chunks + c) * kPlaneChunkWords + lane * kTcChunkWords);
-#pragma unroll
-    for (int i = 0; i < kTcChunkWords / 4; ++i) dst[i] = make_uint4(mine[4 * i], mine[4 * i + 1], mine[4 * i + 2], mine[4 * i + 3]);
-  }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(kFullMask, total, offset);
-  if (lane == 0) groups[m * chunks + c] = PlaneGroup{total, finite ? shift : kNonFinite, 0};
 }
 
 template <typename T, int MMAX>
@@ -792,8 +805,8 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
-  x_planes_kernel<T><<<dim3(static_cast<unsigned>(ceil_div(chunks, kPlaneWarps)), static_cast<unsigned>(m_rows), 1),
-                       kPlaneThreads, 0, stream>>>(x, k, chunks, planes, groups);
+  x_planes_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(m_rows), 1), kXPlanesThreads, 0,
+                       stream>>>(x, k, chunks, planes, groups);
   error = cudaGetLastError();
   if (error != cudaSuccess) return error;
   DeviceFacts device;
