@@ -139,8 +139,8 @@ struct WeightLinearTuning {
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
-// aligned: the bit planes of x for bf16/fp16 x of M <= 3 (0 bytes otherwise; null or too small: those shapes run
-// on the tensor-core pass kernel).
+// aligned: for bf16/fp16 x, the bit planes of x at M <= 3 and x's groups for the 16-row pass kernel at M = 9..16
+// (0 bytes otherwise; null or too small: those shapes run the pass kernel staging x itself).
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k);
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
                                         int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,

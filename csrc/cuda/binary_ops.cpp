@@ -173,7 +173,7 @@ at::Tensor binary_weight_linear_cuda(const at::Tensor& x, const at::Tensor& w_pa
       if (misaligned(weight)) weight = weight.clone();
     }
     const size_t workspace_bytes = kernels::binary_weight_linear_workspace_bytes(float_type(input), m, k);
-    at::Tensor workspace;  // the bit planes of x (bf16/fp16, M <= 3)
+    at::Tensor workspace;  // x prepared for the kernels (bf16/fp16: bit planes at M <= 3, groups at M = 9..16)
     if (workspace_bytes > 0) workspace = at::empty({static_cast<int64_t>(workspace_bytes)}, x.options().dtype(at::kByte));
     check_launch(kernels::launch_binary_weight_linear(input.const_data_ptr(), float_type(input), words(weight), m, n, k,
                                                       inputs.epilogue, out.mutable_data_ptr(),

@@ -54,10 +54,9 @@ constexpr int kTcMaxSlices = 8;             // portable cluster size
 // feature blocks x 8 K slices) runs 2 clusters as a second wave: M = 16 20.1 us in a rotating graph against 14.1 at
 // N = 7680 (one wave). H200, graph us, 2 -> 3 blocks an SM (2026-12-02): M = 4 / 8 at 8192^2 14.4 -> 12.4, 15.5 ->
 // 13.6; 16384^2 44.7 -> 39.7, 46.8 -> 41.7; 8192 x 28672 M = 4 40.6 -> 37.0; equal (within 1%) at 4096^2, 4096 x
-// 11008, 11008 x 4096, 14336 x 4096, 28672 x 8192. 16 rows (NB = 2) spill 16 bytes at 80 registers; a 3-block
-// build of them measured 20.4 -> 18.9 at 8192^2 and 64.0 -> 59.9 at 16384^2 but lost 3-5% where the 2-block grid
-// fits one wave (4096 x 11008 19.5 -> 20.0, 14336 x 4096 14.4 -> 15.2): not taken (the sources are spill-free).
-constexpr int tc_min_blocks(int parts, int nb) { return parts == 1 && nb == 1 ? 3 : 2; }
+// 11008, 11008 x 4096, 14336 x 4096, 28672 x 8192. 16 rows (NB = 2) staging x themselves spill 16 bytes at 80
+// registers; on x prepared by x_groups_kernel (PREPARED: no staging code) they fit 3 blocks without spills.
+constexpr int tc_min_blocks(int parts, int nb, bool prepared) { return parts == 1 && (nb == 1 || prepared) ? 3 : 2; }
 
 template <typename MmaT>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]);
@@ -217,13 +216,71 @@ __device__ __forceinline__ void store_tile(float* partial, int tile_rows, int64_
   }
 }
 
+// x_groups_kernel: bf16 / fp16 x of kGroupsMinRows .. kGroupsMaxRows rows prepared for the 16-row pass kernel by its
+// own launch: a warp per (row m, chunk c) writes the chunk's 128 groups in the pass kernel's shared order (group
+// (w, q) at ((w % 4) * 8 + q) * 4 + w / 4, 1 KB a chunk) to groups[(m * chunks + c) * 128 ..] and the sum of its
+// even-k values to even_sums[m * chunks + c]; lane (w, h) = (lane / 2, lane % 2) writes groups q = 4 h .. 4 h + 3 of
+// word w. Values past k are 0. The pass kernel (PREPARED) starts its W loads while this grid runs (programmatic
+// dependent launch), then copies its slice of x into shared memory with cp.async: no staging code, 3 blocks an SM
+// without spills (the staging 16-row build: 2), one wave of clusters at N = 8192.
+// H200, bf16, M = 16, us per call in a rotating graph, staging in the kernel (2 blocks an SM) -> prepared (3), same
+// process (2026-12-02): 8192^2 20.36 -> 17.65 (M = 12: 19.97 -> 17.58), 16384^2 63.95 -> 52.63, 8192 x 28672 58.08
+// -> 45.40, 28672 x 8192 44.24 -> 40.84, 4096 x 11008 19.36 -> 17.98, 4096^2 9.82 -> 9.41; slower where the 2-block
+// grid was one wave already: 11008 x 4096 14.32 -> 14.53, 14336 x 4096 14.49 -> 14.96, N = 7680 13.68 -> 15.27.
+// Not taken for <= 8 rows (the 8-row build stages x at 3 blocks already; prepared lost 0.6-1.5 us there: M = 4
+// 8192^2 12.39 -> 14.14, M = 8 13.46 -> 14.31). Tried and dropped: x copied raw by cp.async and permuted in shared
+// memory within the one launch (3 blocks for 8 and 16 rows): slower everywhere (M = 16 8192^2 21.07, M = 4 14.41).
+constexpr int kGroupsWarps = 4;
+constexpr int kGroupsPerChunk = kTcChunkWords * 8;  // 8-byte groups of a chunk of a row
+constexpr int64_t kGroupsMinRows = 9;
+constexpr int64_t kGroupsMaxRows = 16;
+template <typename T>
+__global__ __launch_bounds__(kGroupsWarps * 32) void x_groups_kernel(const T* __restrict__ x, int64_t k, int64_t chunks,
+                                                                     uint2* __restrict__ groups,
+                                                                     float* __restrict__ even_sums) {
+  launch_dependents();  // the pass kernel may start its W loads now; it waits for this grid's writes
+  const int lane = threadIdx.x & 31;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kGroupsWarps + (threadIdx.x >> 5);
+  const int64_t m = blockIdx.y;
+  if (c >= chunks) return;
+  const int w = lane >> 1;
+  const int h = lane & 1;
+  const T* x_word = x + m * k + c * kTcChunkWords * 32 + 32 * w;
+  const int64_t left = k - (c * kTcChunkWords * 32 + 32 * w);  // values of this word inside the row
+  uint16_t bits[4][4];
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const int q = 4 * h + u;
+    const int offsets[4] = {2 * q + 1, 2 * q + 17, 2 * q, 2 * q + 16};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bits[u][i] = offsets[i] < left ? mma_bits(x_word[offsets[i]]) : uint16_t{0};
+  }
+  float even = 0.f;
+  uint2* dst = groups + (m * chunks + c) * kGroupsPerChunk + (w & 3) * 32 + (w >> 2);
+#pragma unroll
+  for (int u = 0; u < 4; ++u) {
+    const uint32_t odd_pair = bits[u][0] | (static_cast<uint32_t>(bits[u][1]) << 16);
+    const uint32_t even_pair = bits[u][2] | (static_cast<uint32_t>(bits[u][3]) << 16);
+    even += pair_sum(even_pair, T());
+    dst[(4 * h + u) * 4] = make_uint2(odd_pair, even_pair);
+  }
+  even = warp_sum(even);
+  if (lane == 0) even_sums[m * chunks + c] = even;
+}
+
+inline size_t groups_workspace_bytes(int64_t m_rows, int64_t k) {
+  const int64_t chunks = ceil_div(ceil_div(k, 32), kTcChunkWords);
+  return static_cast<size_t>(m_rows * chunks) * (kGroupsPerChunk * sizeof(uint2) + sizeof(float));
+}
+
 // InT: x's type; MmaT: the tensor-core type (bf16 for fp32 x, in PARTS = 3 pieces); NB: n8 tiles (8 rows of
 // x each); STAGE_CHUNKS: chunks of x staged in shared memory at a time; VEC: 16-byte W loads. Blocks an SM:
 // tc_min_blocks.
-template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
-__global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB)) void binary_weight_linear_tc_kernel(
-    const InT* __restrict__ x, const uint32_t* __restrict__ w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
-    int64_t words, int slices, int64_t slice_chunks, Epilogue ep, InT* __restrict__ out) {
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC, bool PREPARED>
+__global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB, PREPARED)) void binary_weight_linear_tc_kernel(
+    const InT* __restrict__ x, const uint2* x_groups, const float* x_even, const uint32_t* __restrict__ w_bits,
+    int64_t m_rows, int64_t n_rows, int64_t k, int64_t words, int slices, int64_t slice_chunks, Epilogue ep,
+    InT* __restrict__ out) {
   constexpr int MB = NB * 8;                               // rows of x a block
   constexpr int kStageWords = STAGE_CHUNKS * kTcChunkWords;
   constexpr int kGroupsPerRow = kStageWords * 8;           // 8-byte groups of a staged row
@@ -288,12 +345,44 @@ __global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB)) void binary_w
 
   uint4 current[4], next[4];
   if (chunk_begin < chunk_end) load_chunk(current, chunk_begin);
+  if constexpr (PREPARED) {
+    wait_for_prerequisite_grid();  // x_groups_kernel's groups and even sums are written
+    if (tid < MB) {
+      float total = 0.f;
+      if (m0 + tid < m_rows) {
+        for (int64_t c = chunk_begin; c < chunk_end; ++c) total += __ldcg(x_even + (m0 + tid) * total_chunks + c);
+      }
+      correction[tid] = total;
+    }
+  }
   for (int64_t c = chunk_begin; c < chunk_end; ++c) {
     const int local = static_cast<int>((c - chunk_begin) % STAGE_CHUNKS);
     // The next chunk's W is in flight during this chunk's staging of x (one row of x: registers allow it) and
     // during its math.
     if (NB == 1 && c + 1 < chunk_end) load_chunk(next, c + 1);
-    if (local == 0) {
+    if (PREPARED && local == 0) {
+      __syncthreads();  // the previous stage is consumed
+      // The stage's chunks of rows m0 .. m0 + MB - 1 as x_groups_kernel wrote them: 64 16-byte copies a (row,
+      // chunk), thread tid copying piece tid % 64 of rows tid / 64 + 4 j; rows past M zero-filled.
+      const int chunks_here = static_cast<int>(chunk_end - c < STAGE_CHUNKS ? chunk_end - c : STAGE_CHUNKS);
+      constexpr int kPieces = kGroupsPerChunk / 2;
+      static_assert(kTcThreads % kPieces == 0 && MB % (kTcThreads / kPieces) == 0, "whole rows a pass");
+      const int piece = tid % kPieces;
+      for (int cc = 0; cc < chunks_here; ++cc) {
+#pragma unroll
+        for (int r = tid / kPieces; r < MB; r += kTcThreads / kPieces) {
+          const int64_t row = m0 + r;
+          const bool inside = row < m_rows;
+          const uint2* src = x_groups + ((inside ? row : 0) * total_chunks + c + cc) * kGroupsPerChunk + 2 * piece;
+          cp_async_16(reinterpret_cast<uint32_t*>(x_stage + r * kRowStride + cc * kGroupsPerChunk + 2 * piece),
+                      reinterpret_cast<const uint32_t*>(src), inside);
+        }
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
+    }
+    if (!PREPARED && local == 0) {
       __syncthreads();  // the previous stage is consumed
       // Warp w stages rows w + 8 i; lane e handles groups (word, q) = e, e + 32, ... of the stage, their loads
       // issued in batches before the first is used (a few memory latencies a stage, not one a group).
@@ -395,10 +484,12 @@ __global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB)) void binary_w
     for (int r = 0; r < 4; ++r) current[r] = next[r];
   }
 
+  if constexpr (!PREPARED) {
 #pragma unroll
-  for (int i = 0; i < NB; ++i) {
-    const float total = warp_sum(even_sum[i]);
-    if (lane == 0) correction[warp + kTcWarps * i] = total;
+    for (int i = 0; i < NB; ++i) {
+      const float total = warp_sum(even_sum[i]);
+      if (lane == 0) correction[warp + kTcWarps * i] = total;
+    }
   }
   __syncthreads();  // x_stage is consumed, correction written
   // Partial tile [x row][feature] = acc - sum of x over even k.
@@ -429,10 +520,13 @@ constexpr size_t tc_smem_bytes() {
          NB * 8 * sizeof(float);
 }
 
-template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC>
-cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
-                                           int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
-    cudaStream_t stream) {
+// x_groups / x_even: x as x_groups_kernel prepared it (PREPARED), launched just before on the stream (the pass kernel
+// is then a programmatic dependent launch); null otherwise.
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool VEC, bool PREPARED>
+cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint2* x_groups, const float* x_even,
+                                           const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+                                           const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
+                                           cudaStream_t stream) {
   constexpr int MB = NB * 8;
   constexpr size_t smem = tc_smem_bytes<InT, MmaT, PARTS, NB, STAGE_CHUNKS>();
   static_assert(smem >= static_cast<size_t>(MB) * kTcFeatures * sizeof(float), "partial tile aliases x_stage");
@@ -453,7 +547,7 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   int64_t slice_chunks = ceil_div(total_chunks, slices);
   if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
 
-  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC>;
+  auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC, PREPARED>;
   if (smem > 48 * 1024) {
     static unsigned long long smem_devices = 0;
     const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
@@ -466,30 +560,47 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint32_t* w_bits,
   }
   if (slices > 1) {
     const ClusterLaunch launch(dim3(static_cast<unsigned>(feature_blocks * slices), static_cast<unsigned>(row_blocks), 1),
-                               kTcThreads, smem, slices, stream);
-    const cudaError_t error = cudaLaunchKernelEx(&launch.config, kernel, x, w_bits, m_rows, n_rows, k, words,
-                                                 static_cast<int>(slices), slice_chunks, ep, out);
+                               kTcThreads, smem, slices, stream, PREPARED);
+    const cudaError_t error = cudaLaunchKernelEx(&launch.config, kernel, x, x_groups, x_even, w_bits, m_rows, n_rows,
+                                                 k, words, static_cast<int>(slices), slice_chunks, ep, out);
     if (error == cudaSuccess) return cudaGetLastError();
     (void)cudaGetLastError();  // refused all the same: fall back to one block per feature block
     slices = 1;
     slice_chunks = total_chunks;
   }
   kernel<<<dim3(static_cast<unsigned>(feature_blocks), static_cast<unsigned>(row_blocks), 1), kTcThreads, smem, stream>>>(
-      x, w_bits, m_rows, n_rows, k, words, 1, slice_chunks, ep, out);
+      x, x_groups, x_even, w_bits, m_rows, n_rows, k, words, 1, slice_chunks, ep, out);
   return cudaGetLastError();
 }
 
-template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS>
+template <typename InT, typename MmaT, int PARTS, int NB, int STAGE_CHUNKS, bool PREPARED = false>
 cudaError_t binary_weight_linear_tc_aligned(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                             int64_t k, const Epilogue& ep, InT* out, int sm_count, const WeightLinearTuning& tuning,
-    cudaStream_t stream) {
+                                            cudaStream_t stream, const uint2* x_groups = nullptr,
+                                            const float* x_even = nullptr) {
   const bool vec = ceil_div(k, 32) % 4 == 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0;
   if (vec) {
-    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, true>(x, w_bits, m_rows, n_rows, k, ep,
-                                                                                     out, sm_count, tuning, stream);
+    return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, true, PREPARED>(
+        x, x_groups, x_even, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
   }
-  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, false>(x, w_bits, m_rows, n_rows, k, ep,
-                                                                                    out, sm_count, tuning, stream);
+  return binary_weight_linear_tc_launch<InT, MmaT, PARTS, NB, STAGE_CHUNKS, false, PREPARED>(
+      x, x_groups, x_even, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+}
+
+// bf16 / fp16 x of kGroupsMinRows .. kGroupsMaxRows rows: x_groups_kernel, then the 16-row pass kernel on its groups.
+template <typename InT>
+cudaError_t binary_weight_linear_prepared(const InT* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
+                                          int64_t k, const Epilogue& ep, InT* out, int sm_count,
+                                          const WeightLinearTuning& tuning, void* workspace, cudaStream_t stream) {
+  const int64_t chunks = ceil_div(ceil_div(k, 32), kTcChunkWords);
+  uint2* groups = static_cast<uint2*>(workspace);
+  float* even = reinterpret_cast<float*>(groups + m_rows * chunks * kGroupsPerChunk);
+  x_groups_kernel<InT><<<dim3(static_cast<unsigned>(ceil_div(chunks, kGroupsWarps)), static_cast<unsigned>(m_rows), 1),
+                         kGroupsWarps * 32, 0, stream>>>(x, k, chunks, groups, even);
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  return binary_weight_linear_tc_aligned<InT, InT, 1, 2, 2, true>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count,
+                                                                   tuning, stream, groups, even);
 }
 
 // Rows of x a pass: 8 (M <= 8), 16, else 32 (bf16/fp16) or 16 (fp32: three parts, three times the staging).
@@ -850,6 +961,10 @@ cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, 
     }
     const int64_t rows = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
     if (rows <= 8) return binary_weight_linear_tc_aligned<InT, InT, 1, 1, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
+    if (rows <= 16 && m_rows >= kGroupsMinRows && m_rows <= kGroupsMaxRows && workspace != nullptr &&
+        workspace_bytes >= groups_workspace_bytes(m_rows, k)) {
+      return binary_weight_linear_prepared(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, workspace, stream);
+    }
     if (rows <= 16) return binary_weight_linear_tc_aligned<InT, InT, 1, 2, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
     return binary_weight_linear_tc_aligned<InT, InT, 1, 4, 2>(x, w_bits, m_rows, n_rows, k, ep, out, sm_count, tuning, stream);
   }
@@ -943,8 +1058,9 @@ inline int64_t remainder_rows(FloatType type, int64_t m_rows) {  // the candidat
 size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int64_t k) {
   const int64_t remainder = remainder_rows(type, m_rows);  // room for the remainder's bit planes, split or not
   if (remainder > 0) m_rows = remainder;
-  if (type == FloatType::kFloat32 || m_rows < 1 || m_rows > kPlaneMaxRows || !valid_sizes(m_rows, k)) return 0;
-  return planes_workspace_bytes(m_rows, k);
+  if (type == FloatType::kFloat32 || m_rows < 1 || !valid_sizes(m_rows, k)) return 0;
+  if (m_rows <= kPlaneMaxRows) return planes_workspace_bytes(m_rows, k);
+  return m_rows >= kGroupsMinRows && m_rows <= kGroupsMaxRows ? groups_workspace_bytes(m_rows, k) : 0;
 }
 
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
