@@ -667,9 +667,10 @@ def test_weight_linear_tile_edges(device, m):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 128, 129, 300])
 def test_weight_linear_half_precision_edges(device, dtype, m):
     """bf16/fp16 x: M <= 3 takes the bit-plane kernel (where W rows allow 16-byte loads), up to 128 the
-    tensor-core pass kernel (M = 9..16: on x prepared by x_groups_kernel, the switch at 8 / 9 and 16 / 17), 129 and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8);
-    on an sm_90a build on a 9.0 GPU, k % 64 == 0 ((70, 512), (64, 16384)) from 17 rows the wgmma kernel instead
-    (test_weight_linear_wgmma_edges has its edges); K spans several 512-bit chunks (several blocks of one cluster,
+    tensor-core pass kernel (M = 9..16: on x prepared by x_groups_kernel, the switch at 8 / 9 and 16 / 17), 129
+    and 300 the dequantize + cuBLAS path (16-byte or value-by-value stores: k % 8); on an sm_90a build on a 9.0
+    GPU, k % 64 == 0 ((70, 512), (64, 16384)) from 17 rows the wgmma kernel instead (test_weight_linear_wgmma_edges
+    has its edges); K spans several 512-bit chunks (several blocks of one cluster,
     or one block: (70, 512)), x staged from 16-byte loads (K % 8 == 0, with a partial last word at K = 1000) or
     value by value (K % 8 != 0, and x one element off its 16-byte alignment), stray tail bits set, scale and bias."""
     for n, k, x_off in ((129, 4100, False), (300, 1000, False), (300, 1000, True), (5, 33, False), (70, 512, False),
