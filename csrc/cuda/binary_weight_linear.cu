@@ -118,6 +118,13 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int w) {
   return w == 0 ? v.x : (w == 1 ? v.y : (w == 2 ? v.z : v.w));
 }
 
+// Where the pass kernel's shared memory (and x_groups_kernel's workspace) holds the 8-byte group of x for word
+// `word` of a stage (chunk word / 16, w = word % 4, lane t = (word % 16) / 4) and step q (0..7) of that word:
+// groups ordered (chunk, w, q, t), so the four lanes t of a row read 32 consecutive bytes.
+__device__ __forceinline__ int group_position(int word, int q) {
+  return (((word >> 4) * 4 + (word & 3)) * 8 + q) * 4 + ((word & 15) >> 2);
+}
+
 __device__ __forceinline__ float pair_sum(uint32_t pair, __nv_bfloat16) {
   return __uint_as_float(pair << 16) + __uint_as_float(pair & 0xFFFF0000u);
 }
@@ -162,8 +169,7 @@ __device__ __forceinline__ void stage_x_vectors(const InT* __restrict__ x, uint2
       for (int b = 0; b < BATCH; ++b) {
         const int e = lane + 32 * (j0 + b);
         const int word = e >> 1;  // within the stage
-        const int base = ((((word >> 4) * 4 + (word & 3)) * 8 + (e & 1) * 4) * 4) + ((word & 15) >> 2);
-        uint2* dst = x_stage + r * kRowStride + base;
+        uint2* dst = x_stage + r * kRowStride + group_position(word, (e & 1) * 4);  // groups q, q + 1, .. 4 apart
 #pragma unroll
         for (int u = 0; u < 4; ++u) {
           const uint32_t l = word_of(lo[b], u), h = word_of(hi[b], u);
@@ -196,8 +202,19 @@ __device__ __forceinline__ void store_tile(float* partial, int tile_rows, int64_
       const int64_t m = m0 + index / FEATURES;
       const int64_t n = n_block + index % FEATURES;
       if (m < m_rows && n < n_rows) {
+        // Every rank's value requested before the first is added (one DSMEM round trip, not one a rank), then
+        // summed in rank order. H200, graph us, a dependent load a rank -> all requested first (2026-12-02): M = 16 N
+        // = 64 K = 1001 7.94 -> 7.12, M = 8 N = 256 K = 520 5.79 -> 5.38, M = 7 N = 65 K = 1000 5.30 -> 4.93; the large
+        // shapes within -2 .. +1%. The same change in wgmma_rs.cuh's finish_tile and the APoT GEMV's cluster sum
+        // measured +0.2 .. +1.5% (slower, 2-slice clusters mostly): not taken there.
+        float parts[kTcMaxSlices];
+#pragma unroll
+        for (int r = 0; r < kTcMaxSlices; ++r) parts[r] = r < slices ? cluster.map_shared_rank(partial, r)[index] : 0.f;
         float sum = 0.f;
-        for (int r = 0; r < slices; ++r) sum += cluster.map_shared_rank(partial, r)[index];  // rank order
+#pragma unroll
+        for (int r = 0; r < kTcMaxSlices; ++r) {
+          if (r < slices) sum += parts[r];
+        }
         out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
       }
     }
@@ -256,13 +273,13 @@ __global__ __launch_bounds__(kGroupsWarps * 32) void x_groups_kernel(const T* __
     for (int i = 0; i < 4; ++i) bits[u][i] = offsets[i] < left ? mma_bits(x_word[offsets[i]]) : uint16_t{0};
   }
   float even = 0.f;
-  uint2* dst = groups + (m * chunks + c) * kGroupsPerChunk + (w & 3) * 32 + (w >> 2);
+  uint2* dst = groups + (m * chunks + c) * kGroupsPerChunk;
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     const uint32_t odd_pair = bits[u][0] | (static_cast<uint32_t>(bits[u][1]) << 16);
     const uint32_t even_pair = bits[u][2] | (static_cast<uint32_t>(bits[u][3]) << 16);
     even += pair_sum(even_pair, T());
-    dst[(4 * h + u) * 4] = make_uint2(odd_pair, even_pair);
+    dst[group_position(w, 4 * h + u)] = make_uint2(odd_pair, even_pair);
   }
   even = warp_sum(even);
   if (lane == 0) even_sums[m * chunks + c] = even;
@@ -357,82 +374,82 @@ __global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB, PREPARED)) voi
   }
   for (int64_t c = chunk_begin; c < chunk_end; ++c) {
     const int local = static_cast<int>((c - chunk_begin) % STAGE_CHUNKS);
-    // The next chunk's W is in flight during this chunk's staging of x (one row of x: registers allow it) and
-    // during its math.
-    if (NB == 1 && c + 1 < chunk_end) load_chunk(next, c + 1);
-    if (PREPARED && local == 0) {
+    // The next chunk's W is in flight during this chunk's staging of x (one row of x, or x copied from the
+    // workspace: registers allow it) and during its math. H200, M = 16 prepared, graph us (2026-12-02), requested
+    // after the copy of x -> before it: 16384^2 52.94 -> 51.76, 28672 x 8192 40.91 -> 39.73, 4096 x 11008 18.08 ->
+    // 17.37, 11008 x 4096 14.58 -> 14.18; 8192^2 17.67 -> 17.60.
+    if ((NB == 1 || PREPARED) && c + 1 < chunk_end) load_chunk(next, c + 1);
+    if (local == 0) {
       __syncthreads();  // the previous stage is consumed
-      // The stage's chunks of rows m0 .. m0 + MB - 1 as x_groups_kernel wrote them: 64 16-byte copies a (row,
-      // chunk), thread tid copying piece tid % 64 of rows tid / 64 + 4 j; rows past M zero-filled.
-      const int chunks_here = static_cast<int>(chunk_end - c < STAGE_CHUNKS ? chunk_end - c : STAGE_CHUNKS);
-      constexpr int kPieces = kGroupsPerChunk / 2;
-      static_assert(kTcThreads % kPieces == 0 && MB % (kTcThreads / kPieces) == 0, "whole rows a pass");
-      const int piece = tid % kPieces;
-      for (int cc = 0; cc < chunks_here; ++cc) {
+      if constexpr (PREPARED) {
+        // The stage's chunks of rows m0 .. m0 + MB - 1 as x_groups_kernel wrote them: 64 16-byte copies a (row,
+        // chunk), thread tid copying piece tid % 64 of rows tid / 64 + 4 j; rows past M zero-filled.
+        const int chunks_here = static_cast<int>(chunk_end - c < STAGE_CHUNKS ? chunk_end - c : STAGE_CHUNKS);
+        constexpr int kPieces = kGroupsPerChunk / 2;
+        static_assert(kTcThreads % kPieces == 0 && MB % (kTcThreads / kPieces) == 0, "whole rows a pass");
+        const int piece = tid % kPieces;
+        for (int cc = 0; cc < chunks_here; ++cc) {
 #pragma unroll
-        for (int r = tid / kPieces; r < MB; r += kTcThreads / kPieces) {
-          const int64_t row = m0 + r;
-          const bool inside = row < m_rows;
-          const uint2* src = x_groups + ((inside ? row : 0) * total_chunks + c + cc) * kGroupsPerChunk + 2 * piece;
-          cp_async_16(reinterpret_cast<uint32_t*>(x_stage + r * kRowStride + cc * kGroupsPerChunk + 2 * piece),
-                      reinterpret_cast<const uint32_t*>(src), inside);
+          for (int r = tid / kPieces; r < MB; r += kTcThreads / kPieces) {
+            const int64_t row = m0 + r;
+            const bool inside = row < m_rows;
+            const uint2* src = x_groups + ((inside ? row : 0) * total_chunks + c + cc) * kGroupsPerChunk + 2 * piece;
+            cp_async_16(reinterpret_cast<uint32_t*>(x_stage + r * kRowStride + cc * kGroupsPerChunk + 2 * piece),
+                        reinterpret_cast<const uint32_t*>(src), inside);
+          }
         }
-      }
-      cp_async_commit();
-      cp_async_wait<0>();
-      __syncthreads();
-    }
-    if (!PREPARED && local == 0) {
-      __syncthreads();  // the previous stage is consumed
-      // Warp w stages rows w + 8 i; lane e handles groups (word, q) = e, e + 32, ... of the stage, their loads
-      // issued in batches before the first is used (a few memory latencies a stage, not one a group).
-      const int64_t k_stage = c * kTcChunkWords * 32;
-      // Values of a later slice stay 0 here: this block's correction must cover its own k only.
-      const int64_t k_limit = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
-      constexpr int kGroupsPerLane = kGroupsPerRow / 32;
-      // Tasks of a row in flight at once: all of them where the registers allow (more spills W's registers).
-      constexpr int kXBatch = NB == 1 || (NB == 2 && VEC) ? kStageWords * 2 / 32 : 1;
-      if (x_vec) {  // never for fp32 x (PARTS = 3)
-        if constexpr (PARTS == 1) {
-          stage_x_vectors<InT, NB, kStageWords, kRowStride, kXBatch>(x, x_stage, even_sum, m0, m_rows, k, k_stage, k_limit, warp, lane);
-        }
+        cp_async_commit();
+        cp_async_wait<0>();
       } else {
+        // Warp w stages rows w + 8 i; lane e handles groups (word, q) = e, e + 32, ... of the stage, their loads
+        // issued in batches before the first is used (a few memory latencies a stage, not one a group).
+        const int64_t k_stage = c * kTcChunkWords * 32;
+        // Values of a later slice stay 0 here: this block's correction must cover its own k only.
+        const int64_t k_limit = chunk_end * kTcChunkWords * 32 < k ? chunk_end * kTcChunkWords * 32 : k;
+        constexpr int kGroupsPerLane = kGroupsPerRow / 32;
+        // Tasks of a row in flight at once: all of them where the registers allow (more spills W's registers).
+        constexpr int kXBatch = NB == 1 || (NB == 2 && VEC) ? kStageWords * 2 / 32 : 1;
+        if (x_vec) {  // never for fp32 x (PARTS = 3)
+          if constexpr (PARTS == 1) {
+            stage_x_vectors<InT, NB, kStageWords, kRowStride, kXBatch>(x, x_stage, even_sum, m0, m_rows, k, k_stage, k_limit, warp, lane);
+          }
+        } else {
 #pragma unroll
-        for (int i = 0; i < NB; ++i) {
-          const int r = warp + kTcWarps * i;
-          const int64_t row = m0 + r;
-          const InT* x_row = x + row * k;
-          // Batches of kBatch groups (4 values each) in flight: more would spill the W registers.
-          constexpr int kWanted = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
-          constexpr int kBatch = kGroupsPerLane < kWanted ? kGroupsPerLane : kWanted;
-          constexpr int kUnroll = NB == 1 ? kGroupsPerLane / kBatch : 1;  // wider x staging spills W's registers
+          for (int i = 0; i < NB; ++i) {
+            const int r = warp + kTcWarps * i;
+            const int64_t row = m0 + r;
+            const InT* x_row = x + row * k;
+            // Batches of kBatch groups (4 values each) in flight: more would spill the W registers.
+            constexpr int kWanted = NB == 1 ? 4 : (NB == 2 ? 2 : 1);
+            constexpr int kBatch = kGroupsPerLane < kWanted ? kGroupsPerLane : kWanted;
+            constexpr int kUnroll = NB == 1 ? kGroupsPerLane / kBatch : 1;  // wider x staging spills W's registers
 #pragma unroll kUnroll
-          for (int j0 = 0; j0 < kGroupsPerLane; j0 += kBatch) {
-            float v[kBatch][4];
+            for (int j0 = 0; j0 < kGroupsPerLane; j0 += kBatch) {
+              float v[kBatch][4];
 #pragma unroll
-            for (int j = 0; j < kBatch; ++j) {
-              const int e = lane + 32 * (j0 + j);
-              const int64_t kb = k_stage + (e >> 3) * 32 + 2 * (e & 7);
-              const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
+              for (int j = 0; j < kBatch; ++j) {
+                const int e = lane + 32 * (j0 + j);
+                const int64_t kb = k_stage + (e >> 3) * 32 + 2 * (e & 7);
+                const int64_t ks[4] = {kb + 1, kb + 17, kb, kb + 16};
 #pragma unroll
-              for (int u = 0; u < 4; ++u) v[j][u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
-            }
+                for (int u = 0; u < 4; ++u) v[j][u] = (row < m_rows && ks[u] < k_limit) ? to_float(x_row[ks[u]]) : 0.f;
+              }
 #pragma unroll
-            for (int j = 0; j < kBatch; ++j) {
-              const int e = lane + 32 * (j0 + j);
-              const int word = e >> 3;  // within the stage
-              const int q = e & 7;
-              if constexpr (PARTS != 3) even_sum[i] += v[j][2] + v[j][3];
-              uint16_t bits[4][PARTS];
+              for (int j = 0; j < kBatch; ++j) {
+                const int e = lane + 32 * (j0 + j);
+                const int word = e >> 3;  // within the stage
+                const int q = e & 7;
+                if constexpr (PARTS != 3) even_sum[i] += v[j][2] + v[j][3];
+                uint16_t bits[4][PARTS];
 #pragma unroll
-              for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[j][u], bits[u]);
-              // Group position: chunk, w = word % 4, q, t = (word % 16) / 4.
-              const int position = ((((word >> 4) * 4 + (word & 3)) * 8 + q) * 4) + ((word & 15) >> 2);
+                for (int u = 0; u < 4; ++u) split_value<MmaT, PARTS>(v[j][u], bits[u]);
+                const int position = group_position(word, q);
 #pragma unroll
-              for (int p = 0; p < PARTS; ++p) {
-                x_stage[(p * MB + r) * kRowStride + position] =
-                    make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
-                               static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+                for (int p = 0; p < PARTS; ++p) {
+                  x_stage[(p * MB + r) * kRowStride + position] =
+                      make_uint2(static_cast<uint32_t>(bits[0][p]) | (static_cast<uint32_t>(bits[1][p]) << 16),
+                                 static_cast<uint32_t>(bits[2][p]) | (static_cast<uint32_t>(bits[3][p]) << 16));
+                }
               }
             }
           }
@@ -440,7 +457,7 @@ __global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB, PREPARED)) voi
       }
       __syncthreads();
     }
-    if (NB > 1 && c + 1 < chunk_end) load_chunk(next, c + 1);
+    if (NB > 1 && !PREPARED && c + 1 < chunk_end) load_chunk(next, c + 1);
 
 #pragma unroll
     for (int s = 0; s < 32; ++s) {
@@ -451,7 +468,7 @@ __global__ __launch_bounds__(kTcThreads, tc_min_blocks(PARTS, NB, PREPARED)) voi
       for (int p = 0; p < PARTS; ++p) {
 #pragma unroll
         for (int j = 0; j < NB; ++j) {
-          const uint2 pair = x_stage[(p * MB + 8 * j + g) * kRowStride + ((local * 4 + w) * 8 + q) * 4 + t];
+          const uint2 pair = x_stage[(p * MB + 8 * j + g) * kRowStride + group_position(local * kTcChunkWords + 4 * t + w, q)];
           b[p][j][0] = pair.x;
           b[p][j][1] = pair.y;
         }
