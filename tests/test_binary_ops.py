@@ -729,6 +729,20 @@ def test_weight_linear_bit_planes(device, dtype, m):
         assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("m", [4, 9, 16])
+def test_weight_linear_split_past_one_wave(device, dtype, m):
+    """N = 12000 (47 blocks of 256 features), K = 4608 (9 chunks of 512): on the H200 the pass kernel splits K 8 ways
+    past one wave of clusters (376 blocks, 2 chunks a block, the last 3 slices without a chunk); M = 9 and 16 on x
+    prepared by x_groups_kernel, fp32 x at 2 blocks an SM."""
+    n, k = 12000, 4608
+    x = random_input((m, k), dtype, device)
+    _, w_packed = packed_weight(n, k, device)
+    scale, bias = scale_and_bias("per_channel", n, device)
+    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+    assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [2, 8, 12, 40])
 def test_weight_linear_non_finite_rows(device, dtype, m):

@@ -552,27 +552,41 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint2* x_groups, 
   const int64_t feature_blocks = ceil_div(n_rows, kTcFeatures);
   const int64_t row_blocks = ceil_div(m_rows, MB);
   if (row_blocks > 65535) return cudaErrorInvalidValue;
-  // Split K until about two blocks an SM (the loads need warps in flight), at most a cluster of 8, rounding
-  // down so that every block is resident at once (one wave: a second, partial wave would cost up to 50%).
-  const int64_t wanted = 2 * static_cast<int64_t>(sm_count) / (feature_blocks * row_blocks);
-  int64_t slices = 1;  // a power of two (cluster shapes 1, 2, 4, 8); trailing slices may get no chunk
-  const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
-  while ((tuning.slices > 0 || slices * 2 <= wanted) && slices * 2 <= most && slices * 2 <= kTcMaxSlices &&
-         slices * 2 <= total_chunks) {
-    slices *= 2;
-  }
-  int64_t slice_chunks = ceil_div(total_chunks, slices);
-  if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
-
   auto kernel = binary_weight_linear_tc_kernel<InT, MmaT, PARTS, NB, STAGE_CHUNKS, VEC, PREPARED>;
   if (smem > 48 * 1024) {
     static unsigned long long smem_devices = 0;
     const cudaError_t error = allow_dynamic_smem(kernel, smem, smem_devices);
     if (error != cudaSuccess) return error;
   }
+  static ClusterRoomCache rooms = {};
+  const ClusterRoom room = cluster_room(kernel, kTcThreads, smem, rooms);
+  // K split over a cluster of `slices` blocks: a power of two up to 8 and up to the chunks (trailing slices may get
+  // no chunk). One row block (M <= 8, or 16 on the 16-row build): the largest split whose grid the device holds at
+  // once in clusters of that size (one wave), or, past one wave, whose blocks still get 2 chunks or more (more
+  // blocks an SM in flight outweigh a second wave there; at one chunk a block the fixed cost, prologue and cluster
+  // reduction, does not). H200, bf16, graph us, the earlier rule (about two blocks an SM, rounded down) -> this,
+  // M = 4 / 8 / 16 (2026-12-02): 16384^2 (4 -> 8 slices, 512 blocks) 39.75 -> 34.65, 41.73 -> 35.79, 51.92 -> 44.51;
+  // 11008 x 4096 (4 -> 8, 344 blocks, one wave) 9.62 -> 8.98, 10.66 -> 9.74, 13.88 -> 12.14; 28672 x 8192 (2 -> 8)
+  // 30.37 -> 29.08, 31.83 -> 30.84, 40.03 -> 38.49. Kept at 4: 14336 x 4096 (8 slices: 448 blocks of one chunk,
+  // 9.93 -> 12.29 at M = 4). fp32 x (2 blocks an SM) takes the same rule, not measured. More row blocks: the earlier
+  // rule (not measured against this one).
+  int64_t slices = 1;
+  const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
+  const int64_t wanted = 2 * static_cast<int64_t>(sm_count) / (feature_blocks * row_blocks);
+  for (int64_t s = 2; s <= most && s <= kTcMaxSlices && s <= total_chunks; s *= 2) {
+    bool take = tuning.slices > 0;
+    if (!take && row_blocks == 1) {
+      take = room.of(s) > 0 && (feature_blocks * s <= room.of(s) || ceil_div(total_chunks, s) >= 2);
+    } else if (!take) {
+      take = s <= wanted;
+    }
+    if (!take) break;
+    slices = s;
+  }
+  int64_t slice_chunks = ceil_div(total_chunks, slices);
+  if (feature_blocks * slices > INT_MAX) return cudaErrorInvalidValue;
   if (slices > 1) {
-    static ClusterRoomCache rooms = {};
-    slices = fitting_cluster(kernel, slices, kTcThreads, smem, rooms);
+    slices = room.largest_within(slices);
     slice_chunks = ceil_div(total_chunks, slices);
   }
   if (slices > 1) {
