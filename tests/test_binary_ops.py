@@ -688,6 +688,15 @@ def test_weight_linear_half_precision_edges(device, dtype, m):
         assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k} scalar scale", magnitude)
 
 
+def check_weight_linear_shape(device, dtype, m, n, k):
+    """binary_weight_linear of random x (m x k) and W (n x k) with per-channel scale and bias against float64."""
+    x = random_input((m, k), dtype, device)
+    _, w_packed = packed_weight(n, k, device)
+    scale, bias = scale_and_bias("per_channel", n, device)
+    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+    assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [256, 257, 259, 272, 273, 385, 513, 1025])
 def test_weight_linear_remainder_rows(device, dtype, m):
@@ -695,12 +704,7 @@ def test_weight_linear_remainder_rows(device, dtype, m):
     blocks) the wgmma tiling of M - r rows costs less at 257, 259, 272, 513 and 1025, so the last r rows (1, 3, 16:
     bit planes or the pass kernel) run in a second launch; 256, 273 (17 past 256) and 385 (384 rows tile as 385)
     stay one launch. Scale and bias reach both parts."""
-    n, k = 8192, 1024
-    x = random_input((m, k), dtype, device)
-    _, w_packed = packed_weight(n, k, device)
-    scale, bias = scale_and_bias("per_channel", n, device)
-    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-    assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
+    check_weight_linear_shape(device, dtype, m, 8192, 1024)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -735,12 +739,7 @@ def test_weight_linear_split_past_one_wave(device, dtype, m):
     """N = 12000 (47 blocks of 256 features), K = 4608 (9 chunks of 512): on the H200 the pass kernel splits K 8 ways
     past one wave of clusters (376 blocks, 2 chunks a block, the last 3 slices without a chunk); M = 9 and 16 on x
     prepared by x_groups_kernel, fp32 x at 2 blocks an SM."""
-    n, k = 12000, 4608
-    x = random_input((m, k), dtype, device)
-    _, w_packed = packed_weight(n, k, device)
-    scale, bias = scale_and_bias("per_channel", n, device)
-    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-    assert_matches(actual, expected, dtype, False, f"binary_weight_linear {dtype} m={m} n={n} k={k}", magnitude)
+    check_weight_linear_shape(device, dtype, m, 12000, 4608)
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
