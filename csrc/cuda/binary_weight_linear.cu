@@ -262,24 +262,39 @@ __global__ __launch_bounds__(kGroupsWarps * 32) void x_groups_kernel(const T* __
   if (c >= chunks) return;
   const int w = lane >> 1;
   const int h = lane & 1;
-  const T* x_word = x + m * k + c * kTcChunkWords * 32 + 32 * w;
-  const int64_t left = k - (c * kTcChunkWords * 32 + 32 * w);  // values of this word inside the row
-  uint16_t bits[4][4];
-#pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const int q = 4 * h + u;
-    const int offsets[4] = {2 * q + 1, 2 * q + 17, 2 * q, 2 * q + 16};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) bits[u][i] = offsets[i] < left ? mma_bits(x_word[offsets[i]]) : uint16_t{0};
-  }
+  const int64_t first = c * kTcChunkWords * 32 + 32 * w;  // k of this word's first value
+  const T* x_word = x + m * k + first;
+  const int64_t left = k - first;  // values of this word inside the row
   float even = 0.f;
   uint2* dst = groups + (m * chunks + c) * kGroupsPerChunk;
+  if (k % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // uniform over the grid
+    // Two 16-byte loads a lane, x[8 h .. 8 h + 7] and x[16 + 8 h ..] of word w (as stage_x_vectors): value u of
+    // pair u is q = 4 h + u's (x[2q], x[2q+1]); k % 8 == 0, so a vector is wholly inside the row or wholly past it.
+    const uint4 lo = 8 * h < left ? __ldg(reinterpret_cast<const uint4*>(x_word + 8 * h)) : make_uint4(0, 0, 0, 0);
+    const uint4 hi = 16 + 8 * h < left ? __ldg(reinterpret_cast<const uint4*>(x_word + 16 + 8 * h)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-  for (int u = 0; u < 4; ++u) {
-    const uint32_t odd_pair = bits[u][0] | (static_cast<uint32_t>(bits[u][1]) << 16);
-    const uint32_t even_pair = bits[u][2] | (static_cast<uint32_t>(bits[u][3]) << 16);
-    even += pair_sum(even_pair, T());
-    dst[group_position(w, 4 * h + u)] = make_uint2(odd_pair, even_pair);
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t l = word_of(lo, u), r = word_of(hi, u);
+      const uint32_t even_pair = __byte_perm(l, r, 0x5410);  // x[2q], x[2q+16]
+      even += pair_sum(even_pair, T());
+      dst[group_position(w, 4 * h + u)] = make_uint2(__byte_perm(l, r, 0x7632), even_pair);  // x[2q+1], x[2q+17]
+    }
+  } else {
+    uint16_t bits[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int q = 4 * h + u;
+      const int offsets[4] = {2 * q + 1, 2 * q + 17, 2 * q, 2 * q + 16};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) bits[u][i] = offsets[i] < left ? mma_bits(x_word[offsets[i]]) : uint16_t{0};
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const uint32_t odd_pair = bits[u][0] | (static_cast<uint32_t>(bits[u][1]) << 16);
+      const uint32_t even_pair = bits[u][2] | (static_cast<uint32_t>(bits[u][3]) << 16);
+      even += pair_sum(even_pair, T());
+      dst[group_position(w, 4 * h + u)] = make_uint2(odd_pair, even_pair);
+    }
   }
   even = warp_sum(even);
   if (lane == 0) even_sums[m * chunks + c] = even;
@@ -574,12 +589,9 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint2* x_groups, 
   const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
   const int64_t wanted = 2 * static_cast<int64_t>(sm_count) / (feature_blocks * row_blocks);
   for (int64_t s = 2; s <= most && s <= kTcMaxSlices && s <= total_chunks; s *= 2) {
-    bool take = tuning.slices > 0;
-    if (!take && row_blocks == 1) {
-      take = room.of(s) > 0 && (feature_blocks * s <= room.of(s) || ceil_div(total_chunks, s) >= 2);
-    } else if (!take) {
-      take = s <= wanted;
-    }
+    const bool take = tuning.slices > 0 ||
+                      (row_blocks == 1 ? room.of(s) > 0 && (feature_blocks * s <= room.of(s) || ceil_div(total_chunks, s) >= 2)
+                                       : s <= wanted);
     if (!take) break;
     slices = s;
   }
