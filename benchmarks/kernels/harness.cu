@@ -32,7 +32,8 @@
 //          scale, bias) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
 //          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
 //          mma.sync kernels, 2 the sm_90a wgmma kernel) bn=0 (wgmma: 128 | 256 output channels a block) tile=0
-//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape)
+//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) pack=0 (1: the input is
+//          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
 //          |x| per row; xoff: x that many elements past an aligned pointer)
@@ -823,11 +824,31 @@ Row run_conv(const Args& args) {
       checked.push_back(index);
     }
   }
-  const size_t input_bytes = x_bits.size() * 4;
+  // pack=1: fp16 activations whose signs are x_bits (magnitudes in [0.5, 1.5)), packed by pack_signs each call
+  const bool pack = args.num("pack", 0) != 0;
+  std::vector<uint8_t> activations;
+  if (pack) {
+    std::vector<float> values(s.batch * s.height * s.width * s.channels);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const size_t pixel = i / s.channels, c = i % s.channels;
+      const float magnitude = 0.5f + static_cast<float>(random.word() % 1024u) / 1024.f;
+      values[i] = (x_bits[pixel * cw + c / 32] >> (c % 32)) & 1u ? magnitude : -magnitude;
+    }
+    activations = encode(values, FloatType::kFloat16, nullptr);
+    row.config = (row.config == "auto" ? std::string() : row.config + " ") + "pack";
+  }
+  const size_t input_bytes = pack ? activations.size() : x_bits.size() * 4;
   const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
-  Copies inputs(x_bits.data(), input_bytes, copies);
+  Copies inputs(pack ? static_cast<const void*>(activations.data()) : x_bits.data(), input_bytes, copies);
+  Buffer packed(pack ? x_bits.size() * 4 : 4);
   constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
-  if (signs) return conv_sign_words(args, row, s, inputs, copies, w_bits, epilogue.ep, want, magnitude, nchw, tuning);
+  if (signs) {
+    if (pack) {
+      row.check = "pack=1 with signs=1: not supported";
+      return row;
+    }
+    return conv_sign_words(args, row, s, inputs, copies, w_bits, epilogue.ep, want, magnitude, nchw, tuning);
+  }
   const size_t size = type_size(out), out_bytes = want.size() * size;
   Buffer weights(w_bits.size() * 4), y(out_bytes + (out_offset + 2 * kGuard) * size);
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
@@ -835,8 +856,15 @@ Row run_conv(const Args& args) {
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
   const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
-    return bk::launch_binary_conv2d(static_cast<const uint32_t*>(inputs[copy]), nullptr, weights.as<uint32_t>(), s, ep,
-                                    out_ptr, out, /*out_channels_last=*/!nchw, stream, &tuning);
+    const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
+    if (pack) {
+      const cudaError_t error = bk::launch_pack_signs(inputs[copy], FloatType::kFloat16, s.batch * s.height * s.width,
+                                                      s.channels, false, packed.as<uint32_t>(), nullptr, nullptr, stream);
+      if (error != cudaSuccess) return error;
+      bits = packed.as<uint32_t>();
+    }
+    return bk::launch_binary_conv2d(bits, nullptr, weights.as<uint32_t>(), s, ep, out_ptr, out,
+                                    /*out_channels_last=*/!nchw, stream, &tuning, /*weights_ready=*/pack);
   };
   // expect=reject: kernel=2 on a shape the wgmma kernel does not take
   const cudaError_t first = launch(0, nullptr);

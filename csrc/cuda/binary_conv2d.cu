@@ -119,36 +119,63 @@ __device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int 
 // One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
 // epilogue's lanes read neighbouring columns of one tap; t, c by a shift, no division), 0 past the last output
 // channel; all_taps_d[c] += D_t by shared atomics (zeroed by the caller before a barrier; read after the main
-// loop's barriers). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte aligned).
-template <int BN, int kThreads, int VW>
+// loop's barriers). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte aligned). A thread takes
+// kBatch (tap, column) entries at a time, all their loads of a channel word in flight before the first is counted.
+// (One entry at a time, as before, was a chain of dependent round trips: B = 1 C = 256 14x14, 288 entries on 64
+// threads, ncu on the H200: 14% of the conv kernel's stall samples on the first count's load.)
+template <int BN, int kThreads, int VW, int kBatch>
 __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, const uint32_t* __restrict__ w_bits,
                                                int64_t n0, int64_t n_rows, int reduction_words, int channel_words,
                                                int channels, int taps, int tid) {
   static_assert((BN & (BN - 1)) == 0, "tap and column by shift and mask");
+  static_assert(VW == 1 || VW == 4, "4- or 16-byte loads");
+  using Vec = typename std::conditional<VW == 4, uint4, uint32_t>::type;
   const int tail = channels - (channel_words - 1) * 32;  // real channels in the last word, 1..32
   const uint32_t last_bits = tail >= 32 ? 0xffffffffu : (1u << tail) - 1u;
-  for (int e = tid; e < BN * taps; e += kThreads) {
-    const int t = static_cast<unsigned>(e) / BN;
-    const int c = static_cast<unsigned>(e) % BN;
-    const int64_t n = n0 + c;
-    int d = 0;
-    if (n < n_rows) {
-      const uint32_t* row = w_bits + n * reduction_words + t * channel_words;
-      int count = 0;
-      for (int cw = 0; cw < channel_words; cw += VW) {
-        if (VW == 4) {
-          uint4 v = __ldg(reinterpret_cast<const uint4*>(row + cw));
-          if (cw + 4 == channel_words) v.w &= last_bits;
-          count += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+  const int entries = BN * taps;
+  for (int e0 = tid; e0 < entries; e0 += kThreads * kBatch) {
+    int count[kBatch];
+    bool live[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * kThreads;
+      live[b] = e < entries && n0 + static_cast<int>(static_cast<unsigned>(e) % BN) < n_rows;
+      count[b] = 0;
+    }
+    for (int cw = 0; cw < channel_words; cw += VW) {
+      Vec v[kBatch];
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int e = e0 + b * kThreads;
+        const int t = static_cast<unsigned>(e) / BN;
+        const int c = static_cast<unsigned>(e) % BN;
+        const uint32_t* word = w_bits + (n0 + c) * reduction_words + t * channel_words + cw;
+        if constexpr (VW == 4) {
+          v[b] = live[b] ? __ldg(reinterpret_cast<const uint4*>(word)) : make_uint4(0, 0, 0, 0);
         } else {
-          const uint32_t v = __ldg(row + cw);
-          count += __popc(cw + 1 == channel_words ? v & last_bits : v);
+          v[b] = live[b] ? __ldg(word) : 0u;
         }
       }
-      d = channels - 2 * count;
-      atomicAdd(&all_taps_d[c], d);
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        if constexpr (VW == 4) {
+          if (cw + 4 == channel_words) v[b].w &= last_bits;
+          count[b] += __popc(v[b].x) + __popc(v[b].y) + __popc(v[b].z) + __popc(v[b].w);
+        } else {
+          count[b] += __popc(cw + 1 == channel_words ? v[b] & last_bits : v[b]);
+        }
+      }
     }
-    tap_d[t * BN + c] = d;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int e = e0 + b * kThreads;
+      if (e < entries) {
+        const int c = static_cast<unsigned>(e) % BN;
+        const int d = live[b] ? channels - 2 * count[b] : 0;
+        if (live[b]) atomicAdd(&all_taps_d[c], d);
+        tap_d[e] = d;  // e = t * BN + c
+      }
+    }
   }
 }
 
@@ -826,13 +853,13 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // scattered 2-byte stores).
 // Resident blocks an SM: three for 8-byte pieces (ResNet's C = 64 layers: 79 registers without spills, ~74 KB of
 // shared memory each), else two (three would spill at 16- and 4-byte pieces).
-constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
+__host__ __device__ constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
     int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
-    bool out_channels_last) {
+    bool out_channels_last, bool weights_ready) {
   static_assert(PW == 1 || PW == 2 || PW == 4, "4-, 8- or 16-byte pieces");
   constexpr int kThreads = WARPS_M * WARPS_N * 32;
   constexpr int kWarpRows = BM / WARPS_M;
@@ -874,7 +901,13 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   const int64_t n_rows = shape.out_channels;
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
   const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
-  wait_for_prerequisite_grid();  // launched dependent: pack_signs' bits (and anything earlier) are now visible
+  // The 128 x 64 three-block build has 80 registers: it reads the weights after the wait (weights_ready ignored) and
+  // tabulates D_t 4 entries at a time (the early copies, or 8 entries, spill there).
+  constexpr bool kTight = BM == 128 && conv_pipelined_blocks_per_sm(PW) == 3;
+  const bool early_weights = weights_ready && !kTight;
+  // launched dependent: pack_signs' bits (and anything earlier) are visible past this wait; with early_weights the
+  // weights are read before it (below)
+  if (!early_weights) wait_for_prerequisite_grid();
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
   if (tid < BM) {
@@ -920,7 +953,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   int tap = vec_word / channel_words;  // of the next stage to issue
   int channel_word = vec_word % channel_words;
 
-  auto issue_stage = [&](int stage) {
+  auto issue_stage = [&](int stage, bool copy_b) {  // copy_b false: B already issued (weights_ready, below)
     if (stage < stages) {
       const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
       const bool in_taps = tap < taps;
@@ -933,7 +966,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
                                      fill ? reinterpret_cast<const uint32_t*>(a_source[i] + offset) : plus_bits, fill);
       }
 #pragma unroll
-      for (int j = 0; j < kLoadsB; ++j) {
+      for (int j = 0; j < kLoadsB && copy_b; ++j) {
         const bool b_fill = b_row_valid[j] && in_taps;
         cp_async_shared<kPieceBytes>(b_dst + slot + j * kPassBytes, b_fill ? w_bits + b_source + j * b_pass_words : w_bits,
                                      b_fill);
@@ -966,15 +999,49 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
 #pragma unroll
   for (int i = 0; i < kPopLoads; ++i) pop[i] = 0;
 
+  // D_t while the first stages are in flight (the loop's barriers order it before the epilogue). weights_ready: the
+  // launch before this one (pack_signs) began after everything but the bits it writes was complete, so the first
+  // stages' B pieces and D_t go out before the wait; commit groups B 0 .. S-2, then A 0 .. S-2, so the loop's
+  // wait_group (all but the S - 2 newest complete) still covers stage s's A and B pieces.
+  if (early_weights) {
+    int b_tap = tap, b_channel_word = channel_word;
+    int64_t b_early = b_source;
 #pragma unroll
-  for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s);
-  // D_t while the first stages are in flight (the loop's barriers order it before the epilogue)
-  tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1>(tap_d, all_taps_d, w_bits, n0, n_rows, reduction_words,
-                                                channel_words, static_cast<int>(shape.channels), taps, tid);
+    for (int s = 0; s < kPipeStages - 1; ++s) {
+      if (s < stages) {
+#pragma unroll
+        for (int j = 0; j < kLoadsB; ++j) {
+          const bool b_fill = b_row_valid[j] && b_tap < taps;
+          cp_async_shared<kPieceBytes>(b_dst + s * kStageBytes + j * kPassBytes,
+                                       b_fill ? w_bits + b_early + j * b_pass_words : w_bits, b_fill);
+        }
+        b_early += kMmaStageWords;
+        b_tap += tap_step;
+        b_channel_word += word_step;
+        if (b_channel_word >= channel_words) {
+          b_channel_word -= channel_words;
+          ++b_tap;
+        }
+      }
+      cp_async_commit();
+    }
+    tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1, kTight ? 4 : 8>(tap_d, all_taps_d, w_bits, n0, n_rows,
+                                                                  reduction_words, channel_words,
+                                                                  static_cast<int>(shape.channels), taps, tid);
+    wait_for_prerequisite_grid();
+#pragma unroll
+    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_b=*/false);
+  } else {
+#pragma unroll
+    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_b=*/true);
+    tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1, kTight ? 4 : 8>(tap_d, all_taps_d, w_bits, n0, n_rows,
+                                                                  reduction_words, channel_words,
+                                                                  static_cast<int>(shape.channels), taps, tid);
+  }
   for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
-    issue_stage(stage + kPipeStages - 1);
+    issue_stage(stage + kPipeStages - 1, /*copy_b=*/true);
     const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kPopLoads; ++i) {
@@ -1012,11 +1079,12 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
 
 // PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
 // BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32. dependent: launched with programmatic
-// dependent launch on pack_signs, which calls launch_dependents (sm_90 devices).
+// dependent launch on pack_signs, which calls launch_dependents (sm_90 devices); weights_ready: see
+// launch_binary_conv2d (read only where dependent).
 template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                          const Epilogue& ep, OutT* out, bool out_channels_last, bool dependent,
-                                         cudaStream_t stream) {
+                                         bool weights_ready, cudaStream_t stream) {
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
@@ -1035,7 +1103,7 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream, dependent);
   return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
-                            out_channels_last);
+                            out_channels_last, dependent && weights_ready);
 }
 
 // The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 (2 warps) where 128 x 64 tiles would fill at most a
@@ -1045,7 +1113,7 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
 template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
-                                           const ConvTuning& tuning) {
+                                           const ConvTuning& tuning, bool weights_ready) {
   constexpr int kBigBM = 128, kBigBN = 64;
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
@@ -1059,10 +1127,10 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   }
   if (small) {
     return binary_conv2d_pipelined_tile<64, 32, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                          dependent, stream);
+                                                          dependent, weights_ready, stream);
   }
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                                dependent, stream);
+                                                                dependent, weights_ready, stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
@@ -1272,7 +1340,8 @@ struct EightOut {
 template <typename OutT>
 __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmma_kernel(
     const __grid_constant__ CUtensorMap map_w, const uint32_t* __restrict__ plus_bits, ConvShape shape, int m_tiles,
-    int stages, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last) {
+    int stages, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last,
+    bool weights_ready) {
 #if BC_WGMMA_ENABLED
   using L = ConvWgLayout;
   constexpr int BN = kCwBN;
@@ -1295,7 +1364,9 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t out_plane = shape.out_height * shape.out_width;
   const int64_t n_rows = shape.out_channels;
-  wait_for_prerequisite_grid();  // launched dependent: pack_signs' bits (and anything earlier) are now visible
+  // launched dependent: pack_signs' bits (and anything earlier) are visible past this wait; with weights_ready the
+  // first stages' B boxes and the row set-up go first (launch_binary_conv2d)
+  if (!weights_ready) wait_for_prerequisite_grid();
   const int channels = static_cast<int>(shape.channels);
 
   if (tid == 0) {
@@ -1320,6 +1391,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   if (tid < taps) rows.tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
   for (int i = tid; i < (taps + 1) * BN; i += kCwThreads) tap_pb[i] = 0;  // tap_pb and all_pb
   __syncthreads();
+  if (weights_ready) wait_for_prerequisite_grid();
 
   const int tap_step = kCwStageWords / channel_words;  // a stage's advance in whole taps and channel words
   const int word_step = kCwStageWords % channel_words;
@@ -1688,7 +1760,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                       const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
+                                       const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
+                                       bool weights_ready) {
   using L = ConvWgLayout;
   constexpr int BN = kCwBN;
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
@@ -1725,7 +1798,7 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
                              stream, /*dependent=*/true);
   return cudaLaunchKernelEx(&launch.config, kernel, map_w, plus_bits, shape, static_cast<int>(m_tiles), stages,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
-                            out_channels_last);
+                            out_channels_last, weights_ready);
 }
 
 // Output pixels from which the op takes the wgmma kernel. H200 harness, 3x3 convolutions, fp16 out, graph us, wgmma /
@@ -1737,7 +1810,8 @@ constexpr int64_t kCwMinPixels = 3072;
 // The wgmma kernel where it applies (cudaErrorNotSupported elsewhere).
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream) {
+                                const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
+                                bool weights_ready) {
   const int64_t channel_words = ceil_div(shape.channels, 32);
   if (shape.kernel_h * shape.kernel_w > kOnePlaneMaxTaps || channel_words % 4 != 0 ||
       reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
@@ -1748,19 +1822,20 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   if (error != cudaSuccess) return error;
   // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only
   if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
-  return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+  return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, weights_ready);
 }
 
 template <typename OutT>
 cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                     const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
-                                    cudaStream_t stream, const ConvTuning& tuning) {
+                                    cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
   if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
     if (minus_bits != nullptr) return cudaErrorNotSupported;
-    const cudaError_t error = binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, stream);
+    const cudaError_t error =
+        binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, weights_ready);
     if (error != cudaErrorNotSupported || tuning.kernel == 2) return error;
     (void)cudaGetLastError();
   }
@@ -1773,12 +1848,17 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   if (!sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps) {
     // one plane: the widest piece that divides the channel words and the operands' alignment
     if (channel_words % 4 == 0 && aligned(16)) {
-      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
+      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+                                                  weights_ready);
     }
     if (channel_words % 2 == 0 && aligned(8)) {
-      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
+      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+                                                  weights_ready);
     }
-    if (aligned(4)) return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning);
+    if (aligned(4)) {
+      return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+                                               weights_ready);
+    }
   }
   // two planes: torch.sign inputs, more than kOnePlaneMaxTaps taps (or words not 4-byte aligned)
   if (channel_words % 4 == 0 && aligned(16)) {
@@ -1814,12 +1894,13 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
   const cudaError_t error = check_conv_launch(shape, chosen, done);
   if (error != cudaSuccess || done) return error;
   return binary_conv2d_typed(plus_bits, nullptr, w_bits, shape, epilogue, reinterpret_cast<SignWords*>(out_words),
-                             /*out_channels_last=*/true, stream, chosen);
+                             /*out_channels_last=*/true, stream, chosen, /*weights_ready=*/false);
 }
 
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning) {
+                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning,
+                                 bool weights_ready) {
   const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
   bool done = false;
   const cudaError_t error = check_conv_launch(shape, chosen, done);
@@ -1827,13 +1908,13 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
-                                     out_channels_last, stream, chosen);
+                                 out_channels_last, stream, chosen, weights_ready);
     case FloatType::kFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
-                                     out_channels_last, stream, chosen);
+                                 out_channels_last, stream, chosen, weights_ready);
     case FloatType::kBFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
-                                     out_channels_last, stream, chosen);
+                                 out_channels_last, stream, chosen, weights_ready);
   }
   return cudaErrorInvalidValue;
 }

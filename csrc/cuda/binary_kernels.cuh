@@ -97,9 +97,14 @@ struct ConvTuning {
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
   int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32
 };
+// weights_ready: the launch just before this one on the stream is the launch_pack_signs that wrote plus_bits (and
+// minus_bits), launched with nothing else in between; it began after all earlier work was complete, so the one-plane
+// kernels, launched dependent on it (sm_90), read the weights (first stages, D_t) before waiting for its bits. False:
+// they wait first (plus_bits from any earlier launch, the weights perhaps from the one just before).
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning = nullptr);
+                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning = nullptr,
+                                 bool weights_ready = false);
 // The same conv of one-plane (pack_signs) input, its output as sign words: bit c % 32 of word c / 32 of output
 // pixel p (out_words[p * ceil(out_channels / 32) + c / 32]) is 1 where the fp32 value of channel c is >= 0, the bits
 // past out_channels 0. The values never reach global memory (the packed activation of a next binary conv).

@@ -258,8 +258,9 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
                                           nullptr, stream),
                op);
-  check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape, inputs.epilogue,
-                      out.mutable_data_ptr(), float_type(out), out_channels_last, stream),
+  check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
+                                             inputs.epilogue, out.mutable_data_ptr(), float_type(out), out_channels_last,
+                                             stream, /*tuning=*/nullptr, /*weights_ready=*/true),
                op);
   return out;
 }
