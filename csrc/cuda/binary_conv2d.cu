@@ -947,19 +947,25 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
 #pragma unroll
   for (int j = 0; j < kLoadsB; ++j) b_row_valid[j] = n0 + piece_row + j * kRowsPerPass < n_rows;
   const int64_t b_pass_words = static_cast<int64_t>(kRowsPerPass) * reduction_words;
-  int64_t b_source = (n0 + piece_row) * reduction_words + vec_word;  // pass 0; read only where b_row_valid
   const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
   const int word_step = kMmaStageWords % channel_words;
-  int tap = vec_word / channel_words;  // of the next stage to issue
-  int channel_word = vec_word % channel_words;
+  int64_t b_source;  // the cursor: B pass 0 (read only where b_row_valid), tap and channel word of the next stage
+  int tap, channel_word;
+  const auto rewind = [&] {
+    b_source = (n0 + piece_row) * reduction_words + vec_word;
+    tap = vec_word / channel_words;
+    channel_word = vec_word % channel_words;
+  };
+  rewind();
 
-  auto issue_stage = [&](int stage, bool copy_b) {  // copy_b false: B already issued (weights_ready, below)
+  // One commit group: stage `stage`'s A pieces (copy_a) and B pieces (copy_b); advances the gather's cursor.
+  auto issue_stage = [&](int stage, bool copy_a, bool copy_b) {
     if (stage < stages) {
       const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
       const bool in_taps = tap < taps;
       const uint64_t offset = static_cast<uint64_t>((tap_offset[min(tap, taps - 1)] + channel_word) * 4);
 #pragma unroll
-      for (int i = 0; i < kLoadsA; ++i) {
+      for (int i = 0; i < kLoadsA && copy_a; ++i) {
         // funnel shift: the shift clamps at 32 (tap may pass 31 in the last stage; then in_taps is false)
         const bool fill = in_taps && (__funnelshift_rc(a_inside[i], 0u, tap) & 1u) != 0;
         cp_async_shared<kPieceBytes>(a_dst + slot + i * kPassBytes,
@@ -1003,45 +1009,28 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   // launch before this one (pack_signs) began after everything but the bits it writes was complete, so the first
   // stages' B pieces and D_t go out before the wait; commit groups B 0 .. S-2, then A 0 .. S-2, so the loop's
   // wait_group (all but the S - 2 newest complete) still covers stage s's A and B pieces.
-  if (early_weights) {
-    int b_tap = tap, b_channel_word = channel_word;
-    int64_t b_early = b_source;
-#pragma unroll
-    for (int s = 0; s < kPipeStages - 1; ++s) {
-      if (s < stages) {
-#pragma unroll
-        for (int j = 0; j < kLoadsB; ++j) {
-          const bool b_fill = b_row_valid[j] && b_tap < taps;
-          cp_async_shared<kPieceBytes>(b_dst + s * kStageBytes + j * kPassBytes,
-                                       b_fill ? w_bits + b_early + j * b_pass_words : w_bits, b_fill);
-        }
-        b_early += kMmaStageWords;
-        b_tap += tap_step;
-        b_channel_word += word_step;
-        if (b_channel_word >= channel_words) {
-          b_channel_word -= channel_words;
-          ++b_tap;
-        }
-      }
-      cp_async_commit();
-    }
+  const auto tabulate = [&] {
     tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1, kTight ? 4 : 8>(tap_d, all_taps_d, w_bits, n0, n_rows,
                                                                   reduction_words, channel_words,
                                                                   static_cast<int>(shape.channels), taps, tid);
-    wait_for_prerequisite_grid();
+  };
+  if (early_weights) {
 #pragma unroll
-    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_b=*/false);
+    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/false, /*copy_b=*/true);
+    tabulate();
+    wait_for_prerequisite_grid();
+    rewind();
+#pragma unroll
+    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/false);
   } else {
 #pragma unroll
-    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_b=*/true);
-    tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1, kTight ? 4 : 8>(tap_d, all_taps_d, w_bits, n0, n_rows,
-                                                                  reduction_words, channel_words,
-                                                                  static_cast<int>(shape.channels), taps, tid);
+    for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
+    tabulate();
   }
   for (int stage = 0; stage < stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
-    issue_stage(stage + kPipeStages - 1, /*copy_b=*/true);
+    issue_stage(stage + kPipeStages - 1, /*copy_a=*/true, /*copy_b=*/true);
     const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
 #pragma unroll
     for (int i = 0; i < kPopLoads; ++i) {
