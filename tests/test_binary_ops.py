@@ -1217,15 +1217,17 @@ def test_conv2d_wgmma_dispatch_cuda():
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_conv2d_pipelined_tile_switch_cuda(dtype):
-    """The one-plane mma.sync kernel takes 64 x 32 tiles while 128 x 64 tiles would fill at most a quarter of the
-    SMs, and 128 x 64 tiles from one block more: both sides of the switch exact (C = 64: two channel words, never the
-    wgmma kernel; 128 output pixels an image, so batch = blocks), and served by the tile the switch names."""
+    """The one-plane mma.sync kernel takes 64 x 32 tiles in two K groups while those blocks are one wave (3 an SM),
+    and 128 x 64 tiles from one block more: both sides of the switch exact (C = OC = 64: two channel words, never the
+    wgmma kernel; 128 output pixels an image, so 4 blocks of 64 x 32 an image), and served by the kernel the switch
+    names (template arguments BM, BN, WARPS_M, WARPS_N, K groups)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     weight = torch.randn(64, 64, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
     args = (64, [3, 3], [1, 1], [1, 1], [1, 1])
-    for batch, tile in ((sms // 4, "binary_conv2d_pipelined_kernel<64, 32"),
-                        (sms // 4 + 1, "binary_conv2d_pipelined_kernel<128, 64")):
+    last_small = 3 * sms // 4
+    for batch, tile in ((last_small, "binary_conv2d_pipelined_kernel<64, 32, 2, 1, 2,"),
+                        (last_small + 1, "binary_conv2d_pipelined_kernel<128, 64, 4, 2, 1,")):
         x = random_input((batch, 64, 16, 8), dtype, "cuda").contiguous(memory_format=torch.channels_last)
         actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1), pad_value=-1.0)
         assert_matches(actual, expected, dtype, True, f"conv batch={batch} {dtype}")

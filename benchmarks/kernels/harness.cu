@@ -753,6 +753,7 @@ Row run_conv(const Args& args) {
   bk::ConvTuning tuning;
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
   tuning.tile = static_cast<int>(args.num("tile", 0));
+  tuning.k_groups = static_cast<int>(args.num("kg", 0));
   const bool stray = args.num("stray", 0) != 0;
   const FloatType out = parse_type(args.str("out", "fp16"));
   const bool nchw = args.num("nchw", 0) != 0;
@@ -779,6 +780,9 @@ Row run_conv(const Args& args) {
   }
   if (tuning.tile != 0) {
     row.config = (row.config == "auto" ? std::string() : row.config) + format("tile%d", tuning.tile);
+  }
+  if (tuning.k_groups != 0) {
+    row.config = (row.config == "auto" ? std::string() : row.config) + format(" kg%d", tuning.k_groups);
   }
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, s.batch * s.height * s.width, s.channels);

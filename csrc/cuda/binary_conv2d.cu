@@ -473,24 +473,28 @@ __device__ __forceinline__ void conv_epilogue_sign_words(const int (&dot)[MT][NT
       });
 }
 
-// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage).
+// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage). A thread
+// with has_values false gives no values (dot unread) and takes its part in the barrier and the stores.
 template <int BM, int BN, int kThreads, int MT, int NT, bool ONE_PLANE, typename OutT>
 __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
                                               int tid, const uint32_t* row_inside, const int* tap_d,
                                               const int* all_taps_d, const int64_t* row_out, int taps, int pad_value,
                                               int64_t m0, int64_t n0, int64_t total_pixels, int64_t n_rows,
                                               int64_t out_plane, const Epilogue& ep, OutT* __restrict__ out,
-                                              bool out_channels_last, OutT* stage) {
+                                              bool out_channels_last, OutT* stage, bool has_values = true) {
   const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
   const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
   if constexpr (std::is_same_v<OutT, SignWords>) {
+    if (!has_values) return;
     conv_epilogue_sign_words<BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
                                                     taps, pad_value, m0, n0, n_rows, rows_valid, cols_valid, ep,
                                                     reinterpret_cast<uint32_t*>(out));
   } else {
-    conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
-                                                   taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
-                                                   out_channels_last, stage);
+    if (has_values) {
+      conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
+                                                     taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
+                                                     out_channels_last, stage);
+    }
     __syncthreads();
     conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
                                           out_channels_last, tid);
@@ -838,49 +842,53 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
   }
 }
 
-// binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps)
-// on the cp.async pipeline of binary_linear_mma_pipelined_kernel, for any channel count. The gather copies
-// pieces of PW words (PW = 4, 2, 1: 16-, 8-, 4-byte cp.async), PW dividing channel_words, so that a piece lies
-// within one tap of one pixel: an in-bounds tap copies PW channel words of the input pixel, a padded tap (P = 0
-// in the one-plane form) and anything past the end are zero-filled. A stage is kMmaStageWords words of K as
-// for PW = 4 (16 / channel_words taps for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight
-// rows take the same piece width (their copies zero-filled past the row's last word). Row popcounts of P read
-// the stage in 16-byte vectors whatever PW (every copy of the stage is visible after the loop's barrier); D_t
-// tabulated while the first stages are in flight; the epilogue is conv_epilogue (one-plane), its output tile in
-// the ring. Main loop, offline SASS (nvcc 13.0, sm_90a), PW = 4: 110 instructions per stage of 16 BMMA (351
-// with per-stage divisions in the gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static
-// instructions (8233 with the per-element epilogue: int64 index division, null checks and taps loop per output,
-// scattered 2-byte stores).
-// Resident blocks an SM: three for 8-byte pieces (ResNet's C = 64 layers: 79 registers without spills, ~74 KB of
-// shared memory each), else two (three would spill at 16- and 4-byte pieces).
+// binary_conv2d_pipelined_kernel: the one-plane implicit GEMM (s(x) in {-1, +1}, at most kOnePlaneMaxTaps taps) on the
+// cp.async pipeline of binary_linear_mma_pipelined_kernel, for any channel count. The gather copies pieces of PW words
+// (PW = 4, 2, 1: 16-, 8-, 4-byte cp.async), PW dividing channel_words, so that a piece lies within one tap of one
+// pixel: an in-bounds tap copies PW channel words of the input pixel, a padded tap (P = 0 in the one-plane form) and
+// anything past the end are zero-filled. A stage is kMmaStageWords words of K as for PW = 4 (16 / channel_words taps
+// for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight rows take the same piece width (their copies
+// zero-filled past the row's last word). Row popcounts of P read the stage in 16-byte vectors whatever PW (every copy
+// of the stage is visible after the loop's barrier); D_t tabulated while the first stages are in flight; the epilogue
+// is conv_epilogue (one-plane), its output tile in the ring. The 64 x 32 tile runs KG = 2 K groups of its 2 warps:
+// group g takes stages g, g + 2, ... into a ring of its own (the barriers shared), the partial sums meet in shared
+// memory and group g takes m tile g through the epilogue (B = 1 C = 512 7x7, ncu: 3424 -> 2470 instructions a warp,
+// 10.8 -> 9.7 us). Main loop, offline SASS (nvcc 13.0, sm_90a), PW = 4: 110 instructions per stage of 16 BMMA (351 with
+// per-stage divisions in the gather and LDS.64 fragments). After the last BMMA (fp16 out): 1497 static instructions
+// (8233 with the per-element epilogue: int64 index division, null checks and taps loop per output, scattered 2-byte
+// stores).
+// Resident blocks an SM: three for 8-byte pieces (ResNet's C = 64 layers: 79 registers without spills, ~74 KB of shared
+// memory each), else two (three would spill at 16- and 4-byte pieces).
 __host__ __device__ constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
-__global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
+template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
+__global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
     int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
     bool out_channels_last, bool weights_ready) {
   static_assert(PW == 1 || PW == 2 || PW == 4, "4-, 8- or 16-byte pieces");
-  constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  constexpr int kGroupThreads = WARPS_M * WARPS_N * 32;  // one K group: the whole tile, every KG-th stage
+  constexpr int kThreads = kGroupThreads * KG;
   constexpr int kWarpRows = BM / WARPS_M;
   constexpr int kWarpCols = BN / WARPS_N;
   constexpr int MT = kWarpRows / 16;
   constexpr int NT = kWarpCols / 8;
   static_assert(MT * 16 * WARPS_M == BM && NT * 8 * WARPS_N == BN, "tile shape");
   constexpr int kPiecesPerRow = kMmaStageWords / PW;
-  constexpr int kRowsPerPass = kThreads / kPiecesPerRow;  // rows of a thread's consecutive copies apart
-  static_assert(kThreads % kPiecesPerRow == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0,
+  constexpr int kRowsPerPass = kGroupThreads / kPiecesPerRow;  // rows of a thread's consecutive copies apart
+  static_assert(kGroupThreads % kPiecesPerRow == 0 && BM % kRowsPerPass == 0 && BN % kRowsPerPass == 0,
                 "whole A and B pieces per thread, one column piece per thread");
   constexpr int kLoadsA = BM / kRowsPerPass;
   constexpr int kLoadsB = BN / kRowsPerPass;
   constexpr int kPopVecsPerRow = kMmaStageWords / 4;  // the row popcounts' 16-byte reads
-  static_assert(kThreads % kPopVecsPerRow == 0 && BM % (kThreads / kPopVecsPerRow) == 0, "whole popcount vectors");
-  constexpr int kPopRowsPerPass = kThreads / kPopVecsPerRow;
+  static_assert(kGroupThreads % kPopVecsPerRow == 0 && BM % (kGroupThreads / kPopVecsPerRow) == 0,
+                "whole popcount vectors");
+  constexpr int kPopRowsPerPass = kGroupThreads / kPopVecsPerRow;
   constexpr int kPopLoads = BM / kPopRowsPerPass;
   constexpr int kStageWordsA = BM * kConvRowStride;
   constexpr int kStageWordsAll = (BM + BN) * kConvRowStride;
 
-  extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [kPipeStages][A rows, B rows][kConvRowStride]
+  extern __shared__ __align__(16) uint32_t conv_pipe_smem[];  // [KG][kPipeStages][A rows, B rows][kConvRowStride]
   __shared__ int64_t row_source[BM];  // word offset of the row's (image, top, left) pixel (may lie outside the input)
   __shared__ uint32_t row_inside[BM];  // the row's taps inside the image (bit t), 0 past the last output pixel
   __shared__ int64_t tap_offset[kOnePlaneMaxTaps];  // word offset of tap t = (kh, kw) from the (top, left) pixel
@@ -890,8 +898,10 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   __shared__ int all_taps_d[BN];
 
   const int tid = threadIdx.x;
+  const int k_group = KG == 1 ? 0 : tid / kGroupThreads;
+  const int gtid = KG == 1 ? tid : tid % kGroupThreads;  // the thread within its K group: gather, popcounts, fragments
   const int lane = tid & 31;
-  const int warp = tid >> 5;
+  const int warp = gtid >> 5;
   const int warp_m = warp / WARPS_N;
   const int warp_n = warp % WARPS_N;
   // blocks <= INT_MAX (the launchers), so m_tiles fits 32 bits
@@ -930,9 +940,10 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   constexpr int kPieceBytes = PW * 4;
   constexpr unsigned kStageBytes = kStageWordsAll * sizeof(uint32_t);
   constexpr unsigned kPassBytes = kRowsPerPass * kConvRowStride * sizeof(uint32_t);
-  const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_pipe_smem));
-  const int piece_row = tid / kPiecesPerRow;
-  const int vec_word = (tid % kPiecesPerRow) * PW;
+  const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_pipe_smem)) +
+                        k_group * kPipeStages * kStageBytes;  // the K group's ring
+  const int piece_row = gtid / kPiecesPerRow;
+  const int vec_word = (gtid % kPiecesPerRow) * PW;
   uint64_t a_source[kLoadsA];  // global byte address of the row's (image, top, left) pixel, integer arithmetic
   uint32_t a_inside[kLoadsA];
 #pragma unroll
@@ -947,20 +958,23 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
 #pragma unroll
   for (int j = 0; j < kLoadsB; ++j) b_row_valid[j] = n0 + piece_row + j * kRowsPerPass < n_rows;
   const int64_t b_pass_words = static_cast<int64_t>(kRowsPerPass) * reduction_words;
-  const int tap_step = kMmaStageWords / channel_words;  // the word advance in whole taps and channel words
-  const int word_step = kMmaStageWords % channel_words;
+  constexpr int kGroupStageWords = kMmaStageWords * KG;  // from one of the group's stages to its next
+  const int tap_step = kGroupStageWords / channel_words;  // the word advance in whole taps and channel words
+  const int word_step = kGroupStageWords % channel_words;
   int64_t b_source;  // the cursor: B pass 0 (read only where b_row_valid), tap and channel word of the next stage
   int tap, channel_word;
   const auto rewind = [&] {
-    b_source = (n0 + piece_row) * reduction_words + vec_word;
-    tap = vec_word / channel_words;
-    channel_word = vec_word % channel_words;
+    const int word = k_group * kMmaStageWords + vec_word;
+    b_source = (n0 + piece_row) * reduction_words + word;
+    tap = word / channel_words;
+    channel_word = word % channel_words;
   };
   rewind();
 
-  // One commit group: stage `stage`'s A pieces (copy_a) and B pieces (copy_b); advances the gather's cursor.
+  // One commit group: the group's stage `stage` (stage * KG + k_group of the block)'s A pieces (copy_a) and B pieces
+  // (copy_b); advances the gather's cursor.
   auto issue_stage = [&](int stage, bool copy_a, bool copy_b) {
-    if (stage < stages) {
+    if (stage * KG + k_group < stages) {
       const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
       const bool in_taps = tap < taps;
       const uint64_t offset = static_cast<uint64_t>((tap_offset[min(tap, taps - 1)] + channel_word) * 4);
@@ -977,7 +991,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
         cp_async_shared<kPieceBytes>(b_dst + slot + j * kPassBytes, b_fill ? w_bits + b_source + j * b_pass_words : w_bits,
                                      b_fill);
       }
-      b_source += kMmaStageWords;
+      b_source += kGroupStageWords;
       tap += tap_step;
       channel_word += word_step;
       if (channel_word >= channel_words) {
@@ -993,7 +1007,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
   const unsigned b_lane =
       smem + (kStageWordsA + (warp_n * kWarpCols + (lane & 7) + (lane >> 4) * 8) * kConvRowStride + ((lane >> 3) & 1) * 4) * 4;
   // the row popcounts' vectors: rows tid / kPopVecsPerRow + i * kPopRowsPerPass, words 4 (tid % kPopVecsPerRow)
-  const unsigned pop_src = smem + ((tid / kPopVecsPerRow) * kConvRowStride + (tid % kPopVecsPerRow) * 4) * 4;
+  const unsigned pop_src = smem + ((gtid / kPopVecsPerRow) * kConvRowStride + (gtid % kPopVecsPerRow) * 4) * 4;
   constexpr unsigned kPopPassBytes = kPopRowsPerPass * kConvRowStride * sizeof(uint32_t);
   int acc[MT][NT][4];
 #pragma unroll
@@ -1027,50 +1041,100 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, conv_pipelined_blocks_per_sm
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
     tabulate();
   }
-  for (int stage = 0; stage < stages; ++stage) {
+  // Every group runs the same number of iterations (the barriers), its stages past the last skipped.
+  const int group_stages = static_cast<int>(ceil_div(stages, KG));
+  for (int stage = 0; stage < group_stages; ++stage) {
     cp_async_wait<kPipeStages - 2>();
     __syncthreads();
     issue_stage(stage + kPipeStages - 1, /*copy_a=*/true, /*copy_b=*/true);
-    const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
+    if (KG == 1 || stage * KG + k_group < stages) {
+      const unsigned slot = (stage & (kPipeStages - 1)) * kStageBytes;
 #pragma unroll
-    for (int i = 0; i < kPopLoads; ++i) {
-      const uint4 v = ld_shared_16(pop_src + slot + i * kPopPassBytes);
-      pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+      for (int i = 0; i < kPopLoads; ++i) {
+        const uint4 v = ld_shared_16(pop_src + slot + i * kPopPassBytes);
+        pop[i] += __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w);
+      }
+      mma_ldmatrix_stage<MT, NT>(acc, a_lane + slot, b_lane + slot);
     }
-    mma_ldmatrix_stage<MT, NT>(acc, a_lane + slot, b_lane + slot);
   }
   cp_async_wait<0>();
 #pragma unroll
-  for (int i = 0; i < kPopLoads; ++i) atomicAdd(&row_pop[tid / kPopVecsPerRow + i * kPopRowsPerPass], pop[i]);
+  for (int i = 0; i < kPopLoads; ++i) atomicAdd(&row_pop[gtid / kPopVecsPerRow + i * kPopRowsPerPass], pop[i]);
   __syncthreads();
 
-  // 4 popc(P & B) - 2 popc(P); the barrier above is also behind the last ldmatrix of the ring, which holds the
-  // output tile from here on.
-  const int group = lane >> 2;
+  // The K groups' sums: every group leaves its tiles in the rings past the first (the output tile's place), then
+  // group g < MT adds up m tiles [g kGroupMT, (g + 1) kGroupMT) of its warps and takes them through the epilogue
+  // (the other groups only store).
+  constexpr int kGroupMT = KG <= MT ? MT / KG : 1;
+  static_assert(MT % KG == 0 || KG % MT == 0, "whole m tiles a group");
+  const bool owner = k_group * kGroupMT < MT;
+  const int first_mt = owner ? k_group * kGroupMT : 0;
+  int dot[kGroupMT][NT][4];
+  if constexpr (KG == 1) {
 #pragma unroll
-  for (int mt = 0; mt < MT; ++mt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int pop = row_pop[warp_m * kWarpRows + mt * 16 + group + 8 * h];
+      for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) dot[mt][nt][j] = acc[mt][nt][j];
+      }
+    }
+  } else {
+    int* partial = reinterpret_cast<int*>(conv_pipe_smem) + kPipeStages * kStageBytes / 4;  // [mt, nt, j][tid]
+    static_assert(MT * NT * 4 * kThreads * 4 <= (KG - 1) * kPipeStages * kStageBytes, "the partial sums fit");
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
-        acc[mt][nt][2 * h] = 4 * acc[mt][nt][2 * h] - 2 * pop;
-        acc[mt][nt][2 * h + 1] = 4 * acc[mt][nt][2 * h + 1] - 2 * pop;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) partial[((mt * NT + nt) * 4 + j) * kThreads + tid] = acc[mt][nt][j];
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < kGroupMT; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int* sums = partial + (((first_mt + mt) * NT + nt) * 4 + j) * kThreads + gtid;
+          int sum = 0;
+#pragma unroll
+          for (int g = 0; g < KG; ++g) sum += sums[g * kGroupThreads];
+          dot[mt][nt][j] = sum;
+        }
+      }
+    }
+  }
+
+  // 4 popc(P & B) - 2 popc(P); the barrier above is also behind the last ldmatrix of the ring, which holds the
+  // output tile from here on (the partial sums lie past it).
+  const int group = lane >> 2;
+  const int warp_row = warp_m * kWarpRows + first_mt * 16;
+#pragma unroll
+  for (int mt = 0; mt < kGroupMT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int pop = row_pop[warp_row + mt * 16 + group + 8 * h];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        dot[mt][nt][2 * h] = 4 * dot[mt][nt][2 * h] - 2 * pop;
+        dot[mt][nt][2 * h + 1] = 4 * dot[mt][nt][2 * h + 1] - 2 * pop;
       }
     }
   }
   static_assert(ConvStagingBytes<BM, BN, OutT>::value <= kPipeStages * kStageBytes, "output tile fits the ring");
-  conv_epilogue<BM, BN, kThreads, MT, NT, true>(acc, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, row_inside,
-                                                tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
-                                                total_pixels, n_rows, out_plane, ep, out, out_channels_last,
-                                                reinterpret_cast<OutT*>(conv_pipe_smem));
+  conv_epilogue<BM, BN, kThreads, kGroupMT, NT, true>(dot, warp_row, warp_n * kWarpCols, lane, tid, row_inside,
+                                                      tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
+                                                      total_pixels, n_rows, out_plane, ep, out, out_channels_last,
+                                                      reinterpret_cast<OutT*>(conv_pipe_smem), owner);
 }
 
 // PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
 // BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32. dependent: launched with programmatic
 // dependent launch on pack_signs, which calls launch_dependents (sm_90 devices); weights_ready: see
 // launch_binary_conv2d (read only where dependent).
-template <int BM, int BN, int WARPS_M, int WARPS_N, int PW, typename OutT>
+template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                          const Epilogue& ep, OutT* out, bool out_channels_last, bool dependent,
                                          bool weights_ready, cudaStream_t stream) {
@@ -1082,43 +1146,55 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
     return cudaErrorInvalidValue;
   }
-  constexpr size_t smem = static_cast<size_t>(kPipeStages) * (BM + BN) * kConvRowStride * sizeof(uint32_t);
-  auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, PW, OutT>;
+  constexpr size_t smem = static_cast<size_t>(KG) * kPipeStages * (BM + BN) * kConvRowStride * sizeof(uint32_t);
+  auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, KG, PW, OutT>;
   static unsigned long long smem_devices = 0;
   // three blocks an SM: the whole unified L1 as shared memory
   const cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
-  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32, smem, 1, stream, dependent);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32 * KG, smem, 1, stream,
+                             dependent);
   return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
                             out_channels_last, dependent && weights_ready);
 }
 
-// The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 (2 warps) where 128 x 64 tiles would fill at most a
-// quarter of the SMs. H200 harness, rotating graph us, 128 x 64 / 64 x 32 (blocks of 128 x 64): C = OC = 256 14x14
-// B = 1 8.09 / 7.65 (8), B = 4 8.34 / 8.31 (28), B = 8 8.72 / 9.12 (52); C = OC = 512 7x7 B = 1 9.59 / 8.58 (8);
-// C = OC = 128 28x28 B = 1 6.78 / 6.69 (14); C = OC = 64 56x56 B = 4 5.92 / 6.53 (98).
+// The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 in two K groups (4 warps) where those blocks are one
+// wave (3 an SM). H200 harness, rotating graph us, pack_signs + conv as the op launches them, 64 x 32 in one
+// / two K groups (blocks of 128 x 64): C = OC = 256 14x14 B = 1 7.76 / 7.24 (8), B = 4 8.40 / 8.16 (28); C = OC =
+// 512 7x7 B = 1 9.82 / 8.85 (8), B = 2 10.03 / 8.87; C = OC = 1024 7x7 B = 1 15.08 / 13.10 (16); C = OC = 64 56x56
+// B = 1 6.58 / 6.17; four K groups were better only at C = 1024 (12.57), worse at the rest. Past the old switch (a
+// quarter of the SMs), 128 x 64 / 64 x 32 in one / two groups: C = OC = 64 56x56 B = 4 10.10 / 8.95 / 8.06 (98), C =
+// OC = 256 14x14 B = 8 10.29 / 10.17 / 10.05 (52); C = OC = 128 28x28 B = 16 (196, wgmma 12.41): 14.13 / 18.90 with
+// 64 x 32 tiles; C = OC = 64 56x56 B = 5 (490 blocks of 64 x 32, two waves) 10.70 / 12.48 (two groups); C = OC =
+// 128 28x28 B = 8 (392, wgmma not taken) 10.74 / 10.33; C = OC = 256 14x14 B = 12 (296) 12.26 / 11.67.
 template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
                                            const ConvTuning& tuning, bool weights_ready) {
   constexpr int kBigBM = 128, kBigBN = 64;
+  constexpr int kSmallTilesAnSm = 3;  // resident 64 x 32 blocks of two K groups: 61 KB of shared memory, 134 registers
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   const bool dependent = device.major >= 9;
   bool small = tuning.tile == 2;
   if (tuning.tile == 0) {
-    const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kBigBM) *
-                               ceil_div(shape.out_channels, kBigBN);
-    small = big_blocks * 4 <= device.sm_count;
+    const int64_t small_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, 64) *
+                                 ceil_div(shape.out_channels, 32);
+    small = small_blocks <= kSmallTilesAnSm * device.sm_count;
+  }
+  if (tuning.k_groups < 0 || tuning.k_groups > 2 || (!small && tuning.k_groups > 1)) return cudaErrorInvalidValue;
+  if (small && tuning.k_groups != 1) {
+    return binary_conv2d_pipelined_tile<64, 32, 2, 1, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
+                                                             dependent, weights_ready, stream);
   }
   if (small) {
-    return binary_conv2d_pipelined_tile<64, 32, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                          dependent, weights_ready, stream);
+    return binary_conv2d_pipelined_tile<64, 32, 2, 1, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
+                                                             dependent, weights_ready, stream);
   }
-  return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
+  return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
                                                                 dependent, weights_ready, stream);
 }
 

@@ -96,6 +96,7 @@ struct ConvTuning {
                    //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
   int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32
+  int k_groups = 0;  // the 64 x 32 tile's K groups (stages dealt out in turn): 0 by the shape (2); 1; 2
 };
 // weights_ready: the launch just before this one on the stream is the launch_pack_signs that wrote plus_bits (and
 // minus_bits), launched with nothing else in between; it began after all earlier work was complete, so the one-plane
