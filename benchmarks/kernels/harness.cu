@@ -32,7 +32,8 @@
 //          scale, bias) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
 //          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
 //          mma.sync kernels, 2 the sm_90a wgmma kernel) bn=0 (wgmma: 128 | 256 output channels a block) tile=0
-//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) pack=0 (1: the input is
+//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) kg=0 (the 64 x 32 tile's K
+//          groups: 1 or 2; 0 by the shape) pack=0 (1: the input is
 //          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
