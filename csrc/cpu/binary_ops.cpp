@@ -10,7 +10,8 @@
 //   padding; each output pixel reads its taps at fixed word offsets in w_packed's [KH, KW, C/32]
 //   order, with no patch matrix.
 // - binary_gemm's rows are padded to an even number of int32 words so its loops run on 64-bit
-//   words; the conv's run on 32-bit words, 16 (8) output channels a vector.
+//   words; the conv's run on 32-bit words, 16 (8) output channels a vector (with AVX2 both operands
+//   in nibble planes, so that an XOR indexes the popcount lookup as it stands).
 // - torch.sign zeros (sign_zero) use a second bit plane `nonzero`; only rows that have a zero take
 //   the masked path. The conv's zero padding reads as -1 and its dots are corrected per pattern of
 //   padded taps.
@@ -772,11 +773,12 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
 #if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
 struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static constexpr int kLanes = 16, kRows = 4, kPanels = 4, kFlushSteps = 0;  // 16 accumulators of 32 zmm
+  static constexpr int kSplit = 1;
   using Vec = __m512i;
   static Vec zero() { return _mm512_setzero_si512(); }
   static Vec load(const uint32_t* p) { return _mm512_loadu_si512(p); }
   static Vec broadcast(uint32_t v) { return _mm512_set1_epi32(int(v)); }
-  static Vec count(Vec acc, Vec diff) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff)); }
+  static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
@@ -806,20 +808,21 @@ inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const in
   }
 }
 #if defined(__AVX2__)
-struct ConvLanes {  // AVX2: 8 outputs a vector, byte counts from nibble lookups widened every 31 steps
+// AVX2: 8 outputs a vector, byte counts from nibble lookups widened every 31 steps. The operands are laid out
+// in nibble planes (kSplit = 2: word w as w & 0x0F0F0F0F, then (w >> 4) & 0x0F0F0F0F), so that the XOR of two
+// planes is a lookup index as it stands: 2 shuffles and 2 adds a vector, no masks or shifts per accumulator.
+struct ConvLanes {
   static constexpr int kLanes = 8, kRows = 2, kPanels = 3, kFlushSteps = 31;  // 31 * 8 < 256 per byte
+  static constexpr int kSplit = 2;
   using Vec = __m256i;
   static Vec zero() { return _mm256_setzero_si256(); }
   static Vec load(const uint32_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static Vec broadcast(uint32_t v) { return _mm256_set1_epi32(int(v)); }
-  static Vec count(Vec acc, Vec diff) {
+  static Vec count(Vec acc, const Vec (&diff)[kSplit]) {
     const __m256i nibble_counts =
         _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
-    const __m256i low_nibble = _mm256_set1_epi8(0x0F);
-    const __m256i low = _mm256_and_si256(diff, low_nibble);
-    const __m256i high = _mm256_and_si256(_mm256_srli_epi16(diff, 4), low_nibble);
-    return _mm256_add_epi8(acc, _mm256_add_epi8(_mm256_shuffle_epi8(nibble_counts, low),
-                                                _mm256_shuffle_epi8(nibble_counts, high)));
+    return _mm256_add_epi8(_mm256_add_epi8(acc, _mm256_shuffle_epi8(nibble_counts, diff[0])),
+                           _mm256_shuffle_epi8(nibble_counts, diff[1]));
   }
   // The 4 byte counts of each 32-bit lane of `bytes` added to `total`.
   static Vec flush(Vec total, Vec bytes) {
@@ -836,11 +839,12 @@ struct ConvLanes {  // AVX2: 8 outputs a vector, byte counts from nibble lookups
 #else
 struct ConvLanes {  // POPCNT: one output a lane
   static constexpr int kLanes = 1, kRows = 2, kPanels = 4, kFlushSteps = 0;  // 8 accumulators of 16 GPRs
+  static constexpr int kSplit = 1;
   using Vec = uint32_t;
   static Vec zero() { return 0; }
   static Vec load(const uint32_t* p) { return *p; }
   static Vec broadcast(uint32_t v) { return v; }
-  static Vec count(Vec acc, Vec diff) { return acc + uint32_t(__builtin_popcount(diff)); }
+  static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return acc + uint32_t(__builtin_popcount(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
   static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
@@ -994,7 +998,7 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
 }
 
 // Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
-// tap_offsets) against NP weight panels, per lane.
+// tap_offsets) against NP weight panels, per lane; every packed word is kSplit words of the layouts.
 template <int MR, int NP, bool MASKED>
 inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
                         int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
@@ -1005,21 +1009,28 @@ inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, con
   const uint32_t* b[NP];
   for (int q = 0; q < NP; ++q) b[q] = panels[q];
   [[maybe_unused]] int steps = 0;
+  constexpr int S = L::kSplit;
   for (int64_t t = 0; t < taps; ++t) {
     const int64_t offset = tap_offsets[t];
-    for (int64_t w = offset; w < offset + tap_words; ++w) {
-      L::Vec bv[NP];
+    for (int64_t w = offset; w < offset + tap_words * S; w += S) {
+      L::Vec bv[NP][S];
       for (int q = 0; q < NP; ++q) {
-        bv[q] = L::load(b[q]);
-        b[q] += L::kLanes;
+        for (int s = 0; s < S; ++s) bv[q][s] = L::load(b[q] + s * L::kLanes);
+        b[q] += L::kLanes * S;
       }
       for (int i = 0; i < MR; ++i) {
-        const L::Vec av = L::broadcast(a[i][w]);
-        [[maybe_unused]] L::Vec mask;
-        if constexpr (MASKED) mask = L::broadcast(nz[i][w]);
+        L::Vec av[S];
+        [[maybe_unused]] L::Vec mask[S];
+        for (int s = 0; s < S; ++s) {
+          av[s] = L::broadcast(a[i][w + s]);
+          if constexpr (MASKED) mask[s] = L::broadcast(nz[i][w + s]);
+        }
         for (int q = 0; q < NP; ++q) {
-          L::Vec diff = av ^ bv[q];
-          if constexpr (MASKED) diff = diff & mask;
+          L::Vec diff[S];
+          for (int s = 0; s < S; ++s) {
+            diff[s] = av[s] ^ bv[q][s];
+            if constexpr (MASKED) diff[s] = diff[s] & mask[s];
+          }
           acc[i][q] = L::count(acc[i][q], diff);
         }
       }
@@ -1038,7 +1049,7 @@ inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, con
 
 struct ConvTile {
   const ConvInput& in;
-  const uint32_t* panels;  // [panels][taps * channel_words][kLanes]
+  const uint32_t* panels;  // [panels][taps * channel_words][kSplit][kLanes]
   int64_t valid, n;        // values a row holds (taps * C), output channels
   const Epilogue& epilogue;
   float* out;              // output channel 0 of pixel 0; pixel m's at out + rows[m].out_offset
@@ -1055,7 +1066,7 @@ struct ConvTile {
   template <int MR, int NP, bool MASKED>
   void compute(int64_t m0, int64_t p0) const {
     using L = ConvLanes;
-    const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words;
+    const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words * L::kSplit;
     const auto* bits = reinterpret_cast<const uint32_t*>(in.bits.data_ptr<int32_t>());
     const auto* nonzero = MASKED ? reinterpret_cast<const uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
     const uint32_t *a[MR], *nz[MR], *panel[NP];
@@ -1083,16 +1094,46 @@ struct ConvTile {
   }
 };
 
-// The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above).
+// Word w of a layout of ConvLanes::kSplit planes: w itself, or its nibble plane s.
+inline uint32_t split_word(uint32_t w, int s) {
+  return ConvLanes::kSplit == 1 ? w : (w >> (4 * s)) & 0x0F0F0F0Fu;
+}
+
+// The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above), each word as
+// kSplit vectors of its planes.
 at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
-  constexpr int64_t lanes = ConvLanes::kLanes;
+  constexpr int64_t lanes = ConvLanes::kLanes, split = ConvLanes::kSplit;
   const int64_t panels = (n + lanes - 1) / lanes;
-  at::Tensor out = at::empty({panels * k_words * lanes}, at::TensorOptions().dtype(at::kInt));
+  at::Tensor out = at::empty({panels * k_words * split * lanes}, at::TensorOptions().dtype(at::kInt));
   auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
   for (int64_t p = 0; p < panels; ++p)  // written in order, read from `lanes` rows at a time
     for (int64_t k = 0; k < k_words; ++k)
-      for (int64_t lane = 0; lane < lanes; ++lane, ++dst) *dst = p * lanes + lane < n ? weight[(p * lanes + lane) * stride + k] : 0;
+      for (int s = 0; s < split; ++s)
+        for (int64_t lane = 0; lane < lanes; ++lane, ++dst)
+          *dst = p * lanes + lane < n ? split_word(weight[(p * lanes + lane) * stride + k], s) : 0;
   return out;
+}
+
+// The padded input (and its nonzero plane) in ConvLanes' layout: each word as kSplit words of its planes, the
+// word offsets scaled to match.
+void split_conv_input(ConvInput& in) {
+  constexpr int split = ConvLanes::kSplit;
+  if constexpr (split > 1) {
+    const auto planes = [](const at::Tensor& words) {
+      at::Tensor out = at::empty({words.size(0), words.size(1) * split}, words.options());
+      const auto* src = reinterpret_cast<const uint32_t*>(words.data_ptr<int32_t>());
+      auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
+      at::parallel_for(0, words.numel(), 4096, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i)
+          for (int s = 0; s < split; ++s) dst[i * split + s] = split_word(src[i], s);
+      });
+      return out;
+    };
+    in.bits = planes(in.bits);
+    if (in.nonzero.defined()) in.nonzero = planes(in.nonzero);
+    for (int64_t& offset : in.tap_offsets) offset *= split;
+    for (ConvRow& row : in.rows) row.offset *= split;
+  }
 }
 
 // The conv of binary_conv2d / binary_conv2d_packed on packed input pixels (one row per input pixel, NHWC order)
@@ -1108,8 +1149,9 @@ void conv_pixels(const PackedRows& pixels, const ConvGeometry& g, const at::Tens
     const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
-    const ConvInput in =
+    ConvInput in =
         conv_input(pixels, g, weight_words, weight.size(1), panels * lanes, pad_value, sign_zero, channels_last);
+    split_conv_input(in);
     const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
     const Epilogue epilogue(scale, bias);
     const ConvTile tile{in, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
