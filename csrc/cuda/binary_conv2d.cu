@@ -1173,7 +1173,7 @@ template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
                                            const ConvTuning& tuning, bool weights_ready) {
-  constexpr int kBigBM = 128, kBigBN = 64;
+  constexpr int kBigBM = 128, kBigBN = 64, kSmallBM = 64, kSmallBN = 32;
   constexpr int kSmallTilesAnSm = 3;  // resident 64 x 32 blocks of two K groups: 61 KB of shared memory, 134 registers
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
@@ -1181,18 +1181,20 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   const bool dependent = device.major >= 9;
   bool small = tuning.tile == 2;
   if (tuning.tile == 0) {
-    const int64_t small_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, 64) *
-                                 ceil_div(shape.out_channels, 32);
+    const int64_t small_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kSmallBM) *
+                                 ceil_div(shape.out_channels, kSmallBN);
     small = small_blocks <= kSmallTilesAnSm * device.sm_count;
   }
   if (tuning.k_groups < 0 || tuning.k_groups > 2 || (!small && tuning.k_groups > 1)) return cudaErrorInvalidValue;
   if (small && tuning.k_groups != 1) {
-    return binary_conv2d_pipelined_tile<64, 32, 2, 1, 2, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                             dependent, weights_ready, stream);
+    return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 2, PW>(plus_bits, w_bits, shape, ep, out,
+                                                                         out_channels_last, dependent, weights_ready,
+                                                                         stream);
   }
   if (small) {
-    return binary_conv2d_pipelined_tile<64, 32, 2, 1, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                             dependent, weights_ready, stream);
+    return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 1, PW>(plus_bits, w_bits, shape, ep, out,
+                                                                         out_channels_last, dependent, weights_ready,
+                                                                         stream);
   }
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
                                                                 dependent, weights_ready, stream);
