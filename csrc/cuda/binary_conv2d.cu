@@ -118,8 +118,8 @@ __device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int 
 
 // One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
 // epilogue's lanes read neighbouring columns of one tap; t, c by a shift, no division), 0 past the last output
-// channel; all_taps_d[c] += D_t by shared atomics (zeroed by the caller before a barrier; read after the main
-// loop's barriers). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte aligned). A thread takes
+// channel, by kThreads threads (tid < kThreads). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte
+// aligned). A thread takes
 // kBatch (tap, column) entries at a time, all their loads of a channel word in flight before the first is counted.
 // (One entry at a time, as before, was a chain of dependent round trips: B = 1 C = 256 14x14, 288 entries on 64
 // threads, ncu on the H200: 14% of the conv kernel's stall samples on the first count's load.)
@@ -170,9 +170,8 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
     for (int b = 0; b < kBatch; ++b) {
       const int e = e0 + b * kThreads;
       if (e < entries) {
-        const int c = static_cast<unsigned>(e) % BN;
         const int d = live[b] ? channels - 2 * count[b] : 0;
-        if (live[b]) atomicAdd(&all_taps_d[c], d);
+        if (all_taps_d != nullptr && live[b]) atomicAdd(&all_taps_d[static_cast<unsigned>(e) % BN], d);
         tap_d[e] = d;  // e = t * BN + c
       }
     }
@@ -920,16 +919,34 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   if (!early_weights) wait_for_prerequisite_grid();
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
+  // D_t is tabulated by the threads past the rows while the rows' pixel math runs (its global loads under it), then
+  // all_taps_d summed from the table after the set-up's barrier (read after the main loop's barriers). H200, pack +
+  // conv in a rotating graph: B = 1 C = 256 14x14 6.78 -> 6.36 us, C = 128 28x28 6.70 -> 6.05, B = 8 C = 128 14x14
+  // 7.26 -> 6.62 (it used to run after the set-up, ~1.5 us on the chain). Where no threads are spare (64 x 32 in one
+  // K group) and in the three-block build (the concurrent form spills 8-16 bytes there) as before: by all threads
+  // after the first stages' copies, all_taps_d by shared atomics.
+  constexpr int kSpareThreads = kTight ? 0 : kThreads - BM;
+  const auto tabulate = [&](auto threads, int index, int* all_d) {
+    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, kTight ? 4 : 8>(
+        tap_d, all_d, w_bits, n0, n_rows, reduction_words, channel_words, static_cast<int>(shape.channels), taps, index);
+  };
   if (tid < BM) {
     const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
     row_source[tid] = row.source;
     row_inside[tid] = row.inside;
     row_out[tid] = row.out_offset;
     row_pop[tid] = 0;
+  } else if constexpr (kSpareThreads > 0) {
+    tabulate(std::integral_constant<int, kSpareThreads>{}, tid - BM, nullptr);
   }
   if (tid < taps) tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
-  if (tid < BN) all_taps_d[tid] = 0;
+  if (kSpareThreads == 0 && tid < BN) all_taps_d[tid] = 0;
   __syncthreads();
+  if (kSpareThreads > 0 && tid < BN) {
+    int sum = 0;
+    for (int t = 0; t < taps; ++t) sum += tap_d[t * BN + tid];
+    all_taps_d[tid] = sum;
+  }
 
   // The gather, per thread: its A pieces are rows tid / kPiecesPerRow + i * kRowsPerPass and its B pieces rows
   // tid / kPiecesPerRow + j * kRowsPerPass, all at the same column piece of every stage, so the stage's word
@@ -1019,19 +1036,13 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
 #pragma unroll
   for (int i = 0; i < kPopLoads; ++i) pop[i] = 0;
 
-  // D_t while the first stages are in flight (the loop's barriers order it before the epilogue). weights_ready: the
-  // launch before this one (pack_signs) began after everything but the bits it writes was complete, so the first
-  // stages' B pieces and D_t go out before the wait; commit groups B 0 .. S-2, then A 0 .. S-2, so the loop's
-  // wait_group (all but the S - 2 newest complete) still covers stage s's A and B pieces.
-  const auto tabulate = [&] {
-    tabulate_tap_d<BN, kThreads, PW == 4 ? 4 : 1, kTight ? 4 : 8>(tap_d, all_taps_d, w_bits, n0, n_rows,
-                                                                  reduction_words, channel_words,
-                                                                  static_cast<int>(shape.channels), taps, tid);
-  };
+  // weights_ready: the launch before this one (pack_signs) began after everything but the bits it writes was
+  // complete, so D_t (above) and the first stages' B pieces go out before the wait; commit groups B 0 .. S-2, then
+  // A 0 .. S-2, so the loop's wait_group (all but the S - 2 newest complete) still covers stage s's A and B pieces.
   if (early_weights) {
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/false, /*copy_b=*/true);
-    tabulate();
+    if constexpr (kSpareThreads == 0) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
     wait_for_prerequisite_grid();
     rewind();
 #pragma unroll
@@ -1039,7 +1050,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   } else {
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
-    tabulate();
+    if constexpr (kSpareThreads == 0) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
   }
   // Every group runs the same number of iterations (the barriers), its stages past the last skipped.
   const int group_stages = static_cast<int>(ceil_div(stages, KG));
