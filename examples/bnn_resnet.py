@@ -3,6 +3,7 @@
     python examples/bnn_resnet.py                           # CUDA: batch 256, 224x224, fp16, channels_last
     python examples/bnn_resnet.py --device cpu --batch 16   # CPU: fp32, channels_last
     python examples/bnn_resnet.py --tiny                    # CPU smoke run for CI (batch 2, 32x32)
+    python examples/bnn_resnet.py --profile                 # and where each model's forward spends its time
 
 What it shows: a ResNet-18 written in plain PyTorch (torchvision's layout: 7x7 stem conv, max-pool,
 four stages of two BasicBlocks, 1x1 downsample convs, average pool, fc; defined below, random
@@ -36,7 +37,11 @@ def parse_args():
     parser.add_argument("--size", type=int, default=224, help="image height and width")
     parser.add_argument("--iters", type=int, default=20, help="timed forwards per model")
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run for CI: batch 2, 32x32, 2 iterations, fp32")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each compiled model's kernels by time a forward (torch.profiler; CUDA)")
     args = parser.parse_args()
+    if args.profile and not args.device.startswith("cuda"):
+        parser.error("--profile times CUDA kernels: it needs --device cuda")
     if args.tiny:
         args.device, args.batch, args.size, args.iters = "cpu", 2, 32, 2
     if args.batch is None:
@@ -118,6 +123,35 @@ def set_batchnorm_statistics(model, images, batches=2):
 # ------------------------------------------------------------------------------------------------
 # Timing
 # ------------------------------------------------------------------------------------------------
+BINARY_KERNELS = ("binary_conv2d", "pack_signs")  # bitcompile's CUDA kernels in a binary forward
+
+
+@torch.no_grad()
+def print_profile(name, forward, images, forwards=5, top=15):
+    """Kernel time a forward by kernel name (torch.profiler, CUDA), the top kernels, and the share of bitcompile's
+    kernels: what is left when they cost nothing bounds the speedup any binary kernel can give."""
+    from torch.profiler import ProfilerActivity, profile
+
+    forward(images)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(forwards):
+            forward(images)
+        torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        us = event.self_device_time_total / forwards
+        if us > 0:
+            times[event.key] = times.get(event.key, 0.0) + us
+    total = sum(times.values())
+    binary = sum(us for key, us in times.items() if any(k in key for k in BINARY_KERNELS))
+    print(f"\n{name}: {total:.0f} us of kernels a forward; bitcompile's binary_conv2d and pack_signs kernels "
+          f"{binary:.0f} us ({100 * binary / max(total, 1e-9):.0f}%)")
+    for key, us in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {us:9.1f} us  {100 * us / total:5.1f}%  {key[:110]}")
+    return total, binary
+
+
+# ------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def seconds_per_forward(forward, images, iters, warmup=3):
     for _ in range(warmup):  # the first call compiles
@@ -176,6 +210,13 @@ def main():
         results[name] = args.batch / seconds
         print(f"{name:>6}: {results[name]:9.1f} images/s ({1000 * seconds:.2f} ms a batch; "
               f"first call, with compilation, {compile_s:.1f} s)", flush=True)
+
+    if args.profile:
+        float_total, _ = print_profile("float, inductor", compiled["float"], images)
+        binary_total, binary_own = print_profile("binary, bitcompile", compiled["binary"], images)
+        rest = binary_total - binary_own
+        print(f"the binary model without bitcompile's kernels: {rest:.0f} us a forward, so no binary kernel can "
+              f"make it more than {float_total / max(rest, 1e-9):.2f}x the float model (profiled times)")
 
     # The compiled binary model against its own eager model (dense float convs on +-1 values).
     # 1. bitcompile's rewrite, the rest of the graph left to eager PyTorch (inner="eager"): every
