@@ -151,7 +151,6 @@ def print_profile(name, forward, images, forwards=5, top=15):
     return total, binary
 
 
-# ------------------------------------------------------------------------------------------------
 @torch.no_grad()
 def seconds_per_forward(forward, images, iters, warmup=3):
     for _ in range(warmup):  # the first call compiles

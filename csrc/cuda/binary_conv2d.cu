@@ -118,9 +118,10 @@ __device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int 
 
 // One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
 // epilogue's lanes read neighbouring columns of one tap; t, c by a shift, no division), 0 past the last output
-// channel, by kThreads threads (tid < kThreads). VW = 4: 16-byte loads (channel_words % 4 == 0 and w_bits 16-byte
-// aligned). A thread takes
-// kBatch (tap, column) entries at a time, all their loads of a channel word in flight before the first is counted.
+// channel, by kThreads threads (tid < kThreads); unless all_taps_d is null, also all_taps_d[c] += D_t by shared
+// atomics (zeroed by the caller before a barrier; read after the main loop's barriers). VW = 4: 16-byte loads
+// (channel_words % 4 == 0 and w_bits 16-byte aligned). A thread takes kBatch (tap, column) entries at a time, all
+// their loads of a channel word in flight before the first is counted.
 // (One entry at a time, as before, was a chain of dependent round trips: B = 1 C = 256 14x14, 288 entries on 64
 // threads, ncu on the H200: 14% of the conv kernel's stall samples on the first count's load.)
 template <int BN, int kThreads, int VW, int kBatch>
