@@ -31,7 +31,8 @@ namespace {
 // one accumulator.
 // At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
 // D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
-// gives pad_value * (-D_t). The block tabulates D_t of its columns; a row takes their sum over all taps less
+// gives pad_value * (-D_t). The block tabulates D_t of its columns (or copies them from a table made once a
+// launch: grids past one wave); a row takes their sum over all taps less
 // the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
 // Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
 // staged in shared memory and stored in coalesced vectors of up to 16 bytes (sign words: from the registers).
@@ -177,6 +178,51 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
       }
     }
   }
+}
+
+// The same D_t for the whole weight, once a launch (the pipelined kernel's grids past one wave: launch_binary_conv2d's
+// tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at table[taps * out_channels + n]. A
+// block: 32 output channels (lane) x the taps (warp). Launched dependent: with weights_ready (the weights were
+// complete when the launch before it began) it counts first and waits last, else waits first; either way its
+// completion implies the previous grid's, so the conv launched dependent on it, which waits for this grid only, also
+// sees pack_signs' bits.
+__global__ void conv_tap_table_kernel(const uint32_t* __restrict__ w_bits, int out_channels, int channels,
+                                      int channel_words, int taps, int* __restrict__ table, bool weights_ready) {
+  __shared__ int column_d[kOnePlaneMaxTaps][32];
+  launch_dependents();
+  if (!weights_ready) wait_for_prerequisite_grid();
+  const int lane = threadIdx.x & 31, t = threadIdx.x >> 5;
+  const int n = blockIdx.x * 32 + lane;
+  const int tail = channels - (channel_words - 1) * 32;  // real channels in the last word, 1..32
+  const uint32_t last_bits = tail >= 32 ? 0xffffffffu : (1u << tail) - 1u;
+  int d = 0;
+  if (n < out_channels) {
+    const uint32_t* word = w_bits + (static_cast<int64_t>(n) * taps + t) * channel_words;
+    int count = __popc(__ldg(word + channel_words - 1) & last_bits);
+#pragma unroll 4
+    for (int w = 0; w + 1 < channel_words; ++w) count += __popc(__ldg(word + w));
+    d = channels - 2 * count;
+    table[static_cast<int64_t>(t) * out_channels + n] = d;
+  }
+  column_d[t][lane] = d;
+  __syncthreads();
+  if (t == 0 && n < out_channels) {
+    int sum = 0;
+    for (int i = 0; i < taps; ++i) sum += column_d[i][lane];
+    table[static_cast<int64_t>(taps) * out_channels + n] = sum;
+  }
+  if (weights_ready) wait_for_prerequisite_grid();
+}
+
+// conv_tap_table_kernel's launch (dependent on the launch before it where `dependent`).
+cudaError_t launch_conv_tap_table(const uint32_t* w_bits, const ConvShape& shape, int* table, bool dependent,
+                                  bool weights_ready, cudaStream_t stream) {
+  const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(shape.out_channels, 32))), 32 * taps, 0, 1, stream,
+                             dependent);
+  return cudaLaunchKernelEx(&launch.config, conv_tap_table_kernel, w_bits, static_cast<int>(shape.out_channels),
+                            static_cast<int>(shape.channels), static_cast<int>(ceil_div(shape.channels, 32)), taps,
+                            table, dependent && weights_ready);
 }
 
 // What an absent scale / row factor (1) and bias (0) read.
@@ -849,7 +895,8 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // anything past the end are zero-filled. A stage is kMmaStageWords words of K as for PW = 4 (16 / channel_words taps
 // for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight rows take the same piece width (their copies
 // zero-filled past the row's last word). Row popcounts of P read the stage in 16-byte vectors whatever PW (every copy
-// of the stage is visible after the loop's barrier); D_t tabulated while the first stages are in flight; the epilogue
+// of the stage is visible after the loop's barrier); D_t tabulated while the first stages are in flight (or copied from
+// the launch's table with the first stage); the epilogue
 // is conv_epilogue (one-plane), its output tile in the ring. The 64 x 32 tile runs KG = 2 K groups of its 2 warps:
 // group g takes stages g, g + 2, ... into a ring of its own (the barriers shared), the partial sums meet in shared
 // memory and group g takes m tile g through the epilogue (B = 1 C = 512 7x7, ncu: 3424 -> 2470 instructions a warp,
@@ -863,9 +910,9 @@ __host__ __device__ constexpr int conv_pipelined_blocks_per_sm(int pw) { return 
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
-    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, ConvShape shape, int64_t m_tiles,
-    int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out,
-    bool out_channels_last, bool weights_ready) {
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, const int* __restrict__ tap_table,
+    ConvShape shape, int64_t m_tiles, int64_t total_pixels, int channel_words, int reduction_words, Epilogue ep,
+    OutT* __restrict__ out, bool out_channels_last, bool weights_ready) {
   static_assert(PW == 1 || PW == 2 || PW == 4, "4-, 8- or 16-byte pieces");
   constexpr int kGroupThreads = WARPS_M * WARPS_N * 32;  // one K group: the whole tile, every KG-th stage
   constexpr int kThreads = kGroupThreads * KG;
@@ -920,12 +967,17 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   if (!early_weights) wait_for_prerequisite_grid();
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
-  // D_t is tabulated by the threads past the rows while the rows' pixel math runs (its global loads under it), then
-  // all_taps_d summed from the table after the set-up's barrier (read after the main loop's barriers). H200, pack +
-  // conv in a rotating graph: B = 1 C = 256 14x14 6.78 -> 6.36 us, C = 128 28x28 6.70 -> 6.05, B = 8 C = 128 14x14
-  // 7.26 -> 6.62 (it used to run after the set-up, ~1.5 us on the chain). Where no threads are spare (64 x 32 in one
-  // K group) and in the three-block build (the concurrent form spills 8-16 bytes there) as before: by all threads
-  // after the first stages' copies, all_taps_d by shared atomics.
+  // D_t of the block's columns. Grids past one wave (tap_table given): copied from the launch's table (written by
+  // conv_tap_table_kernel, the grid this one waits for) by 4-byte copies in the first A stage's commit group, zero
+  // past the last output channel; the epilogue reads them after the main loop's last wait and barrier. H200, pack +
+  // conv in a rotating graph, B = 256 C = OC = 64 56x56: 147.9 -> 139.8 us (ncu: 72.0 M -> 66.2 M instructions, the
+  // table kernel 3 us under the conv's start), B = 64 40.3 -> 38.8, C = 192 B = 64 28x28 40.6 -> 39.1. Otherwise
+  // tabulated by the block: by the threads past the rows while the rows' pixel math runs (its global loads under it),
+  // all_taps_d summed from the table after the set-up's barrier; where no threads are spare (64 x 32 in one K group)
+  // and in the three-block build (the concurrent form spills 8-16 bytes there) by all threads after the first
+  // stages' copies, all_taps_d by shared atomics. (The table kernel's launch is ~0.6-0.9 us more on the chain of a
+  // one-wave conv: B = 1 C = 128 28x28 6.09 -> 6.72, B = 8 C = 128 14x14 6.66 -> 7.30, B = 4 C = 64 56x56 7.62 -> 8.53.)
+  const bool from_table = kTight || tap_table != nullptr;  // the three-block build: always (see the launcher)
   constexpr int kSpareThreads = kTight ? 0 : kThreads - BM;
   const auto tabulate = [&](auto threads, int index, int* all_d) {
     tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, kTight ? 4 : 8>(
@@ -938,16 +990,26 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
     row_out[tid] = row.out_offset;
     row_pop[tid] = 0;
   } else if constexpr (kSpareThreads > 0) {
-    tabulate(std::integral_constant<int, kSpareThreads>{}, tid - BM, nullptr);
+    if (!from_table) tabulate(std::integral_constant<int, kSpareThreads>{}, tid - BM, nullptr);
   }
   if (tid < taps) tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
-  if (kSpareThreads == 0 && tid < BN) all_taps_d[tid] = 0;
+  if (kSpareThreads == 0 && tid < BN && !from_table) all_taps_d[tid] = 0;
   __syncthreads();
-  if (kSpareThreads > 0 && tid < BN) {
+  if (kSpareThreads > 0 && tid < BN && !from_table) {
     int sum = 0;
     for (int t = 0; t < taps; ++t) sum += tap_d[t * BN + tid];
     all_taps_d[tid] = sum;
   }
+  const auto copy_tap_table = [&] {
+    if (!from_table) return;
+    for (int e = tid; e < (taps + 1) * BN; e += kThreads) {
+      const int t = static_cast<unsigned>(e) / BN, c = static_cast<unsigned>(e) % BN;
+      const bool fill = n0 + c < n_rows;
+      int* const dst = t < taps ? &tap_d[e] : &all_taps_d[c];
+      cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
+                         fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c) : w_bits, fill);
+    }
+  };
 
   // The gather, per thread: its A pieces are rows tid / kPiecesPerRow + i * kRowsPerPass and its B pieces rows
   // tid / kPiecesPerRow + j * kRowsPerPass, all at the same column piece of every stage, so the stage's word
@@ -1037,21 +1099,24 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
 #pragma unroll
   for (int i = 0; i < kPopLoads; ++i) pop[i] = 0;
 
-  // weights_ready: the launch before this one (pack_signs) began after everything but the bits it writes was
-  // complete, so D_t (above) and the first stages' B pieces go out before the wait; commit groups B 0 .. S-2, then
-  // A 0 .. S-2, so the loop's wait_group (all but the S - 2 newest complete) still covers stage s's A and B pieces.
+  // weights_ready: the weights were complete when the launches before this one (pack_signs, the D_t table) began, so
+  // D_t (above) and the first stages' B pieces go out before the wait; commit groups B 0 .. S-2, then A 0 .. S-2 (the
+  // first with the D_t table's copies), so the loop's wait_group (all but the S - 2 newest complete) still covers
+  // stage s's A and B pieces.
   if (early_weights) {
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/false, /*copy_b=*/true);
-    if constexpr (kSpareThreads == 0) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
+    if (kSpareThreads == 0 && !from_table) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
     wait_for_prerequisite_grid();
+    copy_tap_table();
     rewind();
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/false);
   } else {
+    copy_tap_table();
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
-    if constexpr (kSpareThreads == 0) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
+    if (kSpareThreads == 0 && !from_table) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
   }
   // Every group runs the same number of iterations (the barriers), its stages past the last skipped.
   const int group_stages = static_cast<int>(ceil_div(stages, KG));
@@ -1143,13 +1208,14 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
 }
 
 // PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
-// BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32. dependent: launched with programmatic
-// dependent launch on pack_signs, which calls launch_dependents (sm_90 devices); weights_ready: see
-// launch_binary_conv2d (read only where dependent).
+// BM x BN pixels x output channels, WARPS_M x WARPS_N warps of 32 x 32. tap_table non-null: two launches, the D_t
+// table into tap_table, then the conv (null: the blocks tabulate D_t). dependent: each launched with programmatic
+// dependent launch on the one before (pack_signs and the table kernel call launch_dependents; sm_90 devices);
+// weights_ready: see launch_binary_conv2d (read only where dependent).
 template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                         const Epilogue& ep, OutT* out, bool out_channels_last, bool dependent,
-                                         bool weights_ready, cudaStream_t stream) {
+                                         const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                         bool dependent, bool weights_ready, cudaStream_t stream) {
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
@@ -1162,12 +1228,17 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, KG, PW, OutT>;
   static unsigned long long smem_devices = 0;
   // three blocks an SM: the whole unified L1 as shared memory
-  const cudaError_t error =
+  cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
+  if (tap_table != nullptr) {
+    error = launch_conv_tap_table(w_bits, shape, tap_table, dependent, weights_ready, stream);
+    if (error != cudaSuccess) return error;
+  }
   const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32 * KG, smem, 1, stream,
                              dependent);
-  return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, shape, m_tiles, total_pixels,
+  return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, static_cast<const int*>(tap_table), shape,
+                            m_tiles, total_pixels,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
                             out_channels_last, dependent && weights_ready);
 }
@@ -1183,8 +1254,8 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
 // 128 28x28 B = 8 (392, wgmma not taken) 10.74 / 10.33; C = OC = 256 14x14 B = 12 (296) 12.26 / 11.67.
 template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                           const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
-                                           const ConvTuning& tuning, bool weights_ready) {
+                                           const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                           cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
   constexpr int kBigBM = 128, kBigBN = 64, kSmallBM = 64, kSmallBN = 32;
   constexpr int kSmallTilesAnSm = 3;  // resident 64 x 32 blocks of two K groups: 61 KB of shared memory, 134 registers
   DeviceFacts device;
@@ -1200,16 +1271,26 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   if (tuning.k_groups < 0 || tuning.k_groups > 2 || (!small && tuning.k_groups > 1)) return cudaErrorInvalidValue;
   if (small && tuning.k_groups != 1) {
     return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 2, PW>(plus_bits, w_bits, shape, ep, out,
-                                                                         out_channels_last, dependent, weights_ready,
-                                                                         stream);
+                                                                         out_channels_last, nullptr, dependent,
+                                                                         weights_ready, stream);
   }
   if (small) {
     return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 1, PW>(plus_bits, w_bits, shape, ep, out,
-                                                                         out_channels_last, dependent, weights_ready,
-                                                                         stream);
+                                                                         out_channels_last, nullptr, dependent,
+                                                                         weights_ready, stream);
   }
+  // D_t from a table made once a launch where the 128 x 64 blocks are more than one wave, and always in the three-block
+  // build (8-byte pieces), whose own tabulation runs after the first stages' copies, on the chain (its one-wave
+  // grids, table / tabulated: B = 5 C = OC = 64 56x56 8.42 / 10.72 us, B = 16 12.55 / 12.20), and which spills
+  // 8 bytes with both forms in it
+  const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kBigBM) *
+                             ceil_div(shape.out_channels, kBigBN);
+  const bool table = conv_pipelined_blocks_per_sm(PW) == 3 ||
+                     big_blocks > static_cast<int64_t>(conv_pipelined_blocks_per_sm(PW)) * device.sm_count;
+  if (table && tap_table == nullptr) return cudaErrorInvalidValue;
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                                dependent, weights_ready, stream);
+                                                                table ? tap_table : nullptr, dependent, weights_ready,
+                                                                stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
@@ -1906,8 +1987,8 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
 
 template <typename OutT>
 cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
-                                    const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
-                                    cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
+                                const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
+                                int* tap_table, cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
@@ -1927,15 +2008,15 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   if (!sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps) {
     // one plane: the widest piece that divides the channel words and the operands' alignment
     if (channel_words % 4 == 0 && aligned(16)) {
-      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
                                                   weights_ready);
     }
     if (channel_words % 2 == 0 && aligned(8)) {
-      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
                                                   weights_ready);
     }
     if (aligned(4)) {
-      return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, tuning,
+      return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
                                                weights_ready);
     }
   }
@@ -1966,20 +2047,20 @@ cudaError_t check_conv_launch(const ConvShape& shape, const ConvTuning& chosen, 
 }  // namespace
 
 cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                       const Epilogue& epilogue, uint32_t* out_words, cudaStream_t stream,
-                                       const ConvTuning* tuning) {
+                                       const Epilogue& epilogue, uint32_t* out_words, int* tap_table,
+                                       cudaStream_t stream, const ConvTuning* tuning) {
   const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
   bool done = false;
   const cudaError_t error = check_conv_launch(shape, chosen, done);
   if (error != cudaSuccess || done) return error;
   return binary_conv2d_typed(plus_bits, nullptr, w_bits, shape, epilogue, reinterpret_cast<SignWords*>(out_words),
-                             /*out_channels_last=*/true, stream, chosen, /*weights_ready=*/false);
+                             /*out_channels_last=*/true, tap_table, stream, chosen, /*weights_ready=*/false);
 }
 
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning,
-                                 bool weights_ready) {
+                                 bool out_channels_last, int* tap_table, cudaStream_t stream,
+                                 const ConvTuning* tuning, bool weights_ready) {
   const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
   bool done = false;
   const cudaError_t error = check_conv_launch(shape, chosen, done);
@@ -1987,13 +2068,13 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
-                                 out_channels_last, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready);
     case FloatType::kFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
-                                 out_channels_last, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready);
     case FloatType::kBFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
-                                 out_channels_last, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready);
   }
   return cudaErrorInvalidValue;
 }

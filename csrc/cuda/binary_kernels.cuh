@@ -98,20 +98,28 @@ struct ConvTuning {
   int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32
   int k_groups = 0;  // the 64 x 32 tile's K groups (stages dealt out in turn): 0 by the shape (2); 1; 2
 };
-// weights_ready: the launch just before this one on the stream is the launch_pack_signs that wrote plus_bits (and
-// minus_bits), launched with nothing else in between; it began after all earlier work was complete, so the one-plane
-// kernels, launched dependent on it (sm_90), read the weights (first stages, D_t) before waiting for its bits. False:
-// they wait first (plus_bits from any earlier launch, the weights perhaps from the one just before).
+// tap_table: device workspace of conv_tap_table_ints(shape) ints (may be null where that is 0, and is for two-plane
+// input), into which the one-plane mma.sync kernel's launch writes the weight's D_t table before the conv reads it
+// where its grid is more than one wave (cudaErrorInvalidValue if it is then null); its contents on return are not
+// part of the interface. weights_ready: the launch just before this one on the stream is the launch_pack_signs that wrote
+// plus_bits (and minus_bits), launched with nothing else in between; it began after all earlier work was complete,
+// so the one-plane kernels, launched dependent on it (sm_90), read the weights (first stages, the D_t table) before
+// waiting for its bits. False: they wait first (plus_bits from any earlier launch, the weights perhaps from the one
+// just before).
+inline int64_t conv_tap_table_ints(const ConvShape& s) {
+  const int64_t taps = s.kernel_h * s.kernel_w;
+  return taps <= 32 ? (taps + 1) * s.out_channels : 0;
+}
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 bool out_channels_last, cudaStream_t stream, const ConvTuning* tuning = nullptr,
-                                 bool weights_ready = false);
+                                 bool out_channels_last, int* tap_table, cudaStream_t stream,
+                                 const ConvTuning* tuning = nullptr, bool weights_ready = false);
 // The same conv of one-plane (pack_signs) input, its output as sign words: bit c % 32 of word c / 32 of output
 // pixel p (out_words[p * ceil(out_channels / 32) + c / 32]) is 1 where the fp32 value of channel c is >= 0, the bits
 // past out_channels 0. The values never reach global memory (the packed activation of a next binary conv).
 cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                       const Epilogue& epilogue, uint32_t* out_words, cudaStream_t stream,
-                                       const ConvTuning* tuning = nullptr);
+                                       const Epilogue& epilogue, uint32_t* out_words, int* tap_table,
+                                       cudaStream_t stream, const ConvTuning* tuning = nullptr);
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):

@@ -114,7 +114,7 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
     shape.out_channels = n;
     check_launch(kernels::launch_binary_conv2d(words(plus), words(minus), words(weight), shape, inputs.epilogue,
                                                out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
-                                               stream),
+                                               /*tap_table=*/nullptr, stream),
                  op);
   }
   return out;
@@ -223,6 +223,14 @@ kernels::ConvShape conv_shape(const char* op, const bitcompile::ConvGeometry& g,
   return shape;
 }
 
+// The one-plane kernels' D_t workspace (launch_binary_conv2d's tap_table): a few KB from the caching allocator (graph
+// capture safe), undefined for two-plane input.
+at::Tensor conv_tap_table(const kernels::ConvShape& shape, const at::TensorOptions& options, bool sign_zero) {
+  const int64_t ints = kernels::conv_tap_table_ints(shape);
+  return sign_zero || ints == 0 ? at::Tensor() : at::empty({ints}, options.dtype(at::kInt));
+}
+int* table_ints(const at::Tensor& table) { return table.defined() ? table.mutable_data_ptr<int>() : nullptr; }
+
 // y = conv2d(pad(s(x), pad_value), s(W)) * scale[OC] + bias, w_packed = pack_signs(W.permute(0, 2, 3, 1))
 // (SPEC 2.4); the output keeps x's memory format (as the fake kernel: suggest_memory_format).
 at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
@@ -258,9 +266,11 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
                                           nullptr, stream),
                op);
+  at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
   check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
                                              inputs.epilogue, out.mutable_data_ptr(), float_type(out), out_channels_last,
-                                             stream, /*tuning=*/nullptr, /*weights_ready=*/true),
+                                             table_ints(tap_table), stream, /*tuning=*/nullptr,
+                                             /*weights_ready=*/true),
                op);
   return out;
 }
@@ -287,16 +297,17 @@ at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor&
   EpilogueInputs inputs(scale, bias);
   const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor tap_table = conv_tap_table(shape, x_bits.options(), /*sign_zero=*/false);
   if (signs) {
     check_launch(kernels::launch_binary_conv2d_signs(words(pixels), words(weight), shape, inputs.epilogue,
-                                                     mutable_words(out), stream),
+                                                     mutable_words(out), table_ints(tap_table), stream),
                  op);
     return out;
   }
   // channels_last (also where size-1 dimensions make the tensor contiguous too: both layouts address the same memory)
   check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
                                              out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
-                                             stream),
+                                             table_ints(tap_table), stream),
                op);
   return out;
 }
