@@ -31,8 +31,8 @@ namespace {
 // one accumulator.
 // At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
 // D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
-// gives pad_value * (-D_t). The block tabulates D_t of its columns (or copies them from a table made once a
-// launch: grids past one wave); a row takes their sum over all taps less
+// gives pad_value * (-D_t). The block tabulates D_t of its columns (64 x 32 tiles) or copies them from a table
+// made once a launch (128 x 64 tiles); a row takes their sum over all taps less
 // the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
 // Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
 // staged in shared memory and stored in coalesced vectors of up to 16 bytes (sign words: from the registers).
@@ -180,7 +180,7 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
   }
 }
 
-// The same D_t for the whole weight, once a launch (the pipelined kernel's grids past one wave: launch_binary_conv2d's
+// The same D_t for the whole weight, once a launch (the pipelined kernel's 128 x 64 tile: launch_binary_conv2d's
 // tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at table[taps * out_channels + n]. A
 // block: 32 output channels (lane) x the taps (warp). Launched dependent: with weights_ready (the weights were
 // complete when the launch before it began) it counts first and waits last, else waits first; either way its
@@ -895,8 +895,8 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // anything past the end are zero-filled. A stage is kMmaStageWords words of K as for PW = 4 (16 / channel_words taps
 // for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight rows take the same piece width (their copies
 // zero-filled past the row's last word). Row popcounts of P read the stage in 16-byte vectors whatever PW (every copy
-// of the stage is visible after the loop's barrier); D_t tabulated while the first stages are in flight (or copied from
-// the launch's table with the first stage); the epilogue
+// of the stage is visible after the loop's barrier); D_t tabulated under the set-up or the first stages (64 x 32) or
+// copied from the launch's table with the first stage (128 x 64); the epilogue
 // is conv_epilogue (one-plane), its output tile in the ring. The 64 x 32 tile runs KG = 2 K groups of its 2 warps:
 // group g takes stages g, g + 2, ... into a ring of its own (the barriers shared), the partial sums meet in shared
 // memory and group g takes m tile g through the epilogue (B = 1 C = 512 7x7, ncu: 3424 -> 2470 instructions a warp,
@@ -958,8 +958,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   const int64_t n_rows = shape.out_channels;
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
   const int stages = static_cast<int>(ceil_div(reduction_words, kMmaStageWords));
-  // The 128 x 64 three-block build has 80 registers: it reads the weights after the wait (weights_ready ignored) and
-  // tabulates D_t 4 entries at a time (the early copies, or 8 entries, spill there).
+  // The 128 x 64 three-block build has 80 registers: it reads the weights after the wait (weights_ready ignored; the
+  // early copies spill there).
   constexpr bool kTight = BM == 128 && conv_pipelined_blocks_per_sm(PW) == 3;
   const bool early_weights = weights_ready && !kTight;
   // launched dependent: pack_signs' bits (and anything earlier) are visible past this wait; with early_weights the
@@ -967,20 +967,21 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   if (!early_weights) wait_for_prerequisite_grid();
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
-  // D_t of the block's columns. Grids past one wave (tap_table given): copied from the launch's table (written by
-  // conv_tap_table_kernel, the grid this one waits for) by 4-byte copies in the first A stage's commit group, zero
-  // past the last output channel; the epilogue reads them after the main loop's last wait and barrier. H200, pack +
-  // conv in a rotating graph, B = 256 C = OC = 64 56x56: 147.9 -> 139.8 us (ncu: 72.0 M -> 66.2 M instructions, the
-  // table kernel 3 us under the conv's start), B = 64 40.3 -> 38.8, C = 192 B = 64 28x28 40.6 -> 39.1. Otherwise
-  // tabulated by the block: by the threads past the rows while the rows' pixel math runs (its global loads under it),
-  // all_taps_d summed from the table after the set-up's barrier; where no threads are spare (64 x 32 in one K group)
-  // and in the three-block build (the concurrent form spills 8-16 bytes there) by all threads after the first
-  // stages' copies, all_taps_d by shared atomics. (The table kernel's launch is ~0.6-0.9 us more on the chain of a
-  // one-wave conv: B = 1 C = 128 28x28 6.09 -> 6.72, B = 8 C = 128 14x14 6.66 -> 7.30, B = 4 C = 64 56x56 7.62 -> 8.53.)
-  const bool from_table = kTight || tap_table != nullptr;  // the three-block build: always (see the launcher)
-  constexpr int kSpareThreads = kTight ? 0 : kThreads - BM;
+  // D_t of the block's columns. The 128 x 64 tile (kTable: grids of many blocks, up to many waves) copies them from the
+  // launch's table (written by conv_tap_table_kernel, the grid this one waits for) by 4-byte copies in the first A
+  // stage's commit group, zero past the last output channel; the epilogue reads them after the main loop's last wait
+  // and barrier. H200, pack + conv in a rotating graph, block-tabulated -> table: B = 256 C = OC = 64 56x56 147.6 ->
+  // 140.3 us (ncu: 72.0 M -> 66.2 M instructions; the table kernel, 3 us, runs under the conv's start), B = 64 40.5
+  // -> 39.1, B = 5 10.7 -> 8.4, B = 16 12.2 -> 12.6 (one wave), C = 192 B = 64 28x28 40.8 -> 39.0. The 64 x 32 tile
+  // (one wave at most: latency-bound convs) tabulates them itself, the table launch being ~0.3-0.9 us more on its
+  // chain (B = 1 C = 128 28x28 6.1 -> 6.7, B = 8 C = 128 14x14 6.7 -> 7.3): by the threads past the rows while the
+  // rows' pixel math runs (its global loads under it), all_taps_d summed from the table after the set-up's barrier;
+  // where no threads are spare (one K group), by all threads after the first stages' copies, all_taps_d by shared
+  // atomics.
+  constexpr bool kTable = BM == 128;
+  constexpr int kSpareThreads = kThreads - BM;
   const auto tabulate = [&](auto threads, int index, int* all_d) {
-    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, kTight ? 4 : 8>(
+    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, 8>(
         tap_d, all_d, w_bits, n0, n_rows, reduction_words, channel_words, static_cast<int>(shape.channels), taps, index);
   };
   if (tid < BM) {
@@ -989,25 +990,30 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
     row_inside[tid] = row.inside;
     row_out[tid] = row.out_offset;
     row_pop[tid] = 0;
-  } else if constexpr (kSpareThreads > 0) {
-    if (!from_table) tabulate(std::integral_constant<int, kSpareThreads>{}, tid - BM, nullptr);
+  } else if constexpr (kSpareThreads > 0 && !kTable) {
+    tabulate(std::integral_constant<int, kSpareThreads>{}, tid - BM, nullptr);
   }
   if (tid < taps) tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
-  if (kSpareThreads == 0 && tid < BN && !from_table) all_taps_d[tid] = 0;
+  if constexpr (kSpareThreads == 0 && !kTable) {
+    if (tid < BN) all_taps_d[tid] = 0;
+  }
   __syncthreads();
-  if (kSpareThreads > 0 && tid < BN && !from_table) {
-    int sum = 0;
-    for (int t = 0; t < taps; ++t) sum += tap_d[t * BN + tid];
-    all_taps_d[tid] = sum;
+  if constexpr (kSpareThreads > 0 && !kTable) {
+    if (tid < BN) {
+      int sum = 0;
+      for (int t = 0; t < taps; ++t) sum += tap_d[t * BN + tid];
+      all_taps_d[tid] = sum;
+    }
   }
   const auto copy_tap_table = [&] {
-    if (!from_table) return;
-    for (int e = tid; e < (taps + 1) * BN; e += kThreads) {
-      const int t = static_cast<unsigned>(e) / BN, c = static_cast<unsigned>(e) % BN;
-      const bool fill = n0 + c < n_rows;
-      int* const dst = t < taps ? &tap_d[e] : &all_taps_d[c];
-      cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
-                         fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c) : w_bits, fill);
+    if constexpr (kTable) {
+      for (int e = tid; e < (taps + 1) * BN; e += kThreads) {
+        const int t = static_cast<unsigned>(e) / BN, c = static_cast<unsigned>(e) % BN;
+        const bool fill = n0 + c < n_rows;
+        int* const dst = t < taps ? &tap_d[e] : &all_taps_d[c];
+        cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
+                           fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c) : w_bits, fill);
+      }
     }
   };
 
@@ -1106,7 +1112,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   if (early_weights) {
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/false, /*copy_b=*/true);
-    if (kSpareThreads == 0 && !from_table) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
+    if constexpr (kSpareThreads == 0 && !kTable) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
     wait_for_prerequisite_grid();
     copy_tap_table();
     rewind();
@@ -1116,7 +1122,7 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
     copy_tap_table();
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
-    if (kSpareThreads == 0 && !from_table) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
+    if constexpr (kSpareThreads == 0 && !kTable) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
   }
   // Every group runs the same number of iterations (the barriers), its stages past the last skipped.
   const int group_stages = static_cast<int>(ceil_div(stages, KG));
@@ -1279,18 +1285,9 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
                                                                          out_channels_last, nullptr, dependent,
                                                                          weights_ready, stream);
   }
-  // D_t from a table made once a launch where the 128 x 64 blocks are more than one wave, and always in the three-block
-  // build (8-byte pieces), whose own tabulation runs after the first stages' copies, on the chain (its one-wave
-  // grids, table / tabulated: B = 5 C = OC = 64 56x56 8.42 / 10.72 us, B = 16 12.55 / 12.20), and which spills
-  // 8 bytes with both forms in it
-  const int64_t big_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kBigBM) *
-                             ceil_div(shape.out_channels, kBigBN);
-  const bool table = conv_pipelined_blocks_per_sm(PW) == 3 ||
-                     big_blocks > static_cast<int64_t>(conv_pipelined_blocks_per_sm(PW)) * device.sm_count;
-  if (table && tap_table == nullptr) return cudaErrorInvalidValue;
+  if (tap_table == nullptr) return cudaErrorInvalidValue;  // the 128 x 64 tile reads D_t from a table (see the kernel)
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                                table ? tap_table : nullptr, dependent, weights_ready,
-                                                                stream);
+                                                                tap_table, dependent, weights_ready, stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
