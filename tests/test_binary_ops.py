@@ -1236,26 +1236,27 @@ def test_conv2d_pipelined_tile_switch_cuda(dtype):
 
 
 @requires_cuda
-@pytest.mark.parametrize("channels", [32, 80])
-def test_conv2d_tap_table_switch_cuda(channels):
-    """The 128 x 64 tile's blocks tabulate D_t themselves while they are one wave (2 an SM for 4- and 16-byte pieces)
-    and read it from a table made once a launch (conv_tap_table_kernel) from one block more: both sides exact, with
-    stray weight bits past the channels (the table masks them), padded taps (pad_value -1, +1, 0) and an output
-    channel count past one 32-column block of the table kernel; the three-block build (8-byte pieces, C = 64: the test
-    above) always takes the table. 128 output pixels an image, OC = 64: one 128 x 64 block an image (and the 64 x 32
-    tile's blocks are 4 an image, past its one wave)."""
+@pytest.mark.parametrize("channels", [48, 80])
+def test_conv2d_tap_table_cuda(channels):
+    """The 128 x 64 tile's three-block build (8-byte pieces: 2 channel words here) reads D_t from a table made once a
+    launch (conv_tap_table_kernel); the other builds (4-byte pieces: 3 words) tabulate it in each block. Both exact
+    just past the 64 x 32 tile's wave (100 images on 132 SMs) and past one wave of their own, with stray weight bits past the channels
+    (the table masks them), padded taps of every pad value and OC = 70 (past one 32-column block of the table
+    kernel, not a multiple of 64). 128 output pixels an image."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    weight = torch.randn(64, channels, 3, 3, device="cuda")
+    weight = torch.randn(70, channels, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
-    w_packed[..., -1] |= torch.tensor(-1 << (channels % 32), dtype=torch.int32) if channels % 32 else 0
+    w_packed[..., -1] |= torch.tensor(-1 << (channels % 32), dtype=torch.int32)
     args = (channels, [3, 3], [1, 1], [1, 1], [1, 1])
-    for batch, table, pad_value in ((2 * sms, False, -1.0), (2 * sms + 1, True, 1.0), (2 * sms + 1, True, 0.0)):
+    table = channels <= 64
+    for batch, pad_value in ((3 * sms // 4 + 1, -1.0), (3 * sms + 1, 1.0), (3 * sms + 1, 0.0)):
         x = random_input((batch, channels, 16, 8), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
         actual = ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)
         expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, None, None, pad_value=pad_value)
         assert_matches(actual, expected, torch.float16, True, f"conv batch={batch} C={channels} pad {pad_value}")
         names = profiled_kernels(lambda: ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value), ("conv2d",))
-        assert any("binary_conv2d_pipelined_kernel<128, 64, 4, 2, 1, 1," in name for name in names), names
+        tile = f"binary_conv2d_pipelined_kernel<128, 64, 4, 2, 1, {2 if table else 1},"
+        assert any(tile in name for name in names), f"batch {batch}: no {tile} in {names}"
         assert any("conv_tap_table_kernel" in name for name in names) == table, f"batch {batch}: {names}"
 
 

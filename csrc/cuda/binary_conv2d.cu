@@ -31,8 +31,8 @@ namespace {
 // one accumulator.
 // At an in-bounds tap N = ~P over the C real channels, so with pb_t = popc(B_t) over real channels and
 // D_t = C - 2 pb_t (= -sum_c s(w)):  sum_c s(x) s(w) = 4 popc(P & B_t) - 2 popc(P) + D_t, and a padded tap
-// gives pad_value * (-D_t). The block tabulates D_t of its columns (64 x 32 tiles) or copies them from a table
-// made once a launch (128 x 64 tiles); a row takes their sum over all taps less
+// gives pad_value * (-D_t). The block tabulates D_t of its columns or copies them from a table made once a
+// launch (the 128 x 64 three-block build); a row takes their sum over all taps less
 // the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
 // Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
 // staged in shared memory and stored in coalesced vectors of up to 16 bytes (sign words: from the registers).
@@ -180,8 +180,8 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
   }
 }
 
-// The same D_t for the whole weight, once a launch (the pipelined kernel's 128 x 64 tile: launch_binary_conv2d's
-// tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at table[taps * out_channels + n]. A
+// The same D_t for the whole weight, once a launch (the pipelined kernel's 128 x 64 three-block build:
+// launch_binary_conv2d's tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at table[taps * out_channels + n]. A
 // block: 32 output channels (lane) x the taps (warp). Launched dependent: with weights_ready (the weights were
 // complete when the launch before it began) it counts first and waits last, else waits first; either way its
 // completion implies the previous grid's, so the conv launched dependent on it, which waits for this grid only, also
@@ -895,8 +895,8 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // anything past the end are zero-filled. A stage is kMmaStageWords words of K as for PW = 4 (16 / channel_words taps
 // for 1 or 2 words a pixel), with the same ldmatrix fragments. The weight rows take the same piece width (their copies
 // zero-filled past the row's last word). Row popcounts of P read the stage in 16-byte vectors whatever PW (every copy
-// of the stage is visible after the loop's barrier); D_t tabulated under the set-up or the first stages (64 x 32) or
-// copied from the launch's table with the first stage (128 x 64); the epilogue
+// of the stage is visible after the loop's barrier); D_t tabulated under the set-up or the first stages, or copied
+// from the launch's table with the first stage (the three-block build); the epilogue
 // is conv_epilogue (one-plane), its output tile in the ring. The 64 x 32 tile runs KG = 2 K groups of its 2 warps:
 // group g takes stages g, g + 2, ... into a ring of its own (the barriers shared), the partial sums meet in shared
 // memory and group g takes m tile g through the epilogue (B = 1 C = 512 7x7, ncu: 3424 -> 2470 instructions a warp,
@@ -967,21 +967,23 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   if (!early_weights) wait_for_prerequisite_grid();
 
   static_assert(kThreads >= BM && kThreads >= BN && kThreads >= kOnePlaneMaxTaps, "one row, column, tap per thread");
-  // D_t of the block's columns. The 128 x 64 tile (kTable: grids of many blocks, up to many waves) copies them from the
-  // launch's table (written by conv_tap_table_kernel, the grid this one waits for) by 4-byte copies in the first A
-  // stage's commit group, zero past the last output channel; the epilogue reads them after the main loop's last wait
-  // and barrier. H200, pack + conv in a rotating graph, block-tabulated -> table: B = 256 C = OC = 64 56x56 147.6 ->
-  // 140.3 us (ncu: 72.0 M -> 66.2 M instructions; the table kernel, 3 us, runs under the conv's start), B = 64 40.5
-  // -> 39.1, B = 5 10.7 -> 8.4, B = 16 12.2 -> 12.6 (one wave), C = 192 B = 64 28x28 40.8 -> 39.0. The 64 x 32 tile
-  // (one wave at most: latency-bound convs) tabulates them itself, the table launch being ~0.3-0.9 us more on its
-  // chain (B = 1 C = 128 28x28 6.1 -> 6.7, B = 8 C = 128 14x14 6.7 -> 7.3): by the threads past the rows while the
-  // rows' pixel math runs (its global loads under it), all_taps_d summed from the table after the set-up's barrier;
-  // where no threads are spare (one K group), by all threads after the first stages' copies, all_taps_d by shared
-  // atomics.
-  constexpr bool kTable = BM == 128;
-  constexpr int kSpareThreads = kThreads - BM;
+  // D_t of the block's columns. The 128 x 64 three-block build (kTable; 8-byte pieces: C = 64, 192, 320, ...; ResNet's
+  // layer1) copies them from the launch's table (written by conv_tap_table_kernel, the grid this one waits for) by
+  // 4-byte copies in the first A stage's commit group, zero past the last output channel; the epilogue reads them after
+  // the main loop's last wait and barrier. H200, pack + conv in a rotating graph, block-tabulated -> table: B = 256 C
+  // = OC = 64 56x56 147.6 -> 140.3 us (ncu: 72.0 M -> 66.2 M instructions; the table kernel, 3 us, runs under the
+  // conv's start), sign words 116.3 -> 108.6, B = 64 40.5 -> 39.1, B = 5 10.7 -> 8.4, B = 16 12.2 -> 12.6 (one full
+  // wave), C = 192 B = 64 28x28 40.8 -> 39.0. The other builds tabulate them themselves (the table launch is ~0.3-0.9
+  // us more on the chain of a latency-bound conv: 64 x 32 tiles, B = 1 C = 128 28x28 6.1 -> 6.7, B = 8 C = 128 14x14
+  // 6.7 -> 7.3; the other 128 x 64 builds past one wave were not measured on the table): by the threads past the rows
+  // while the rows' pixel math runs (its global loads under it), all_taps_d summed from the table after the set-up's
+  // barrier; where no threads are spare (64 x 32 in one K group), by all threads after the first stages' copies,
+  // all_taps_d by shared atomics. (The three-block build's own tabulation ran after the first stages' copies, on the
+  // chain: the concurrent form spilled there.)
+  constexpr bool kTable = kTight;
+  constexpr int kSpareThreads = kTight ? 0 : kThreads - BM;
   const auto tabulate = [&](auto threads, int index, int* all_d) {
-    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, 8>(
+    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, kTight ? 4 : 8>(
         tap_d, all_d, w_bits, n0, n_rows, reduction_words, channel_words, static_cast<int>(shape.channels), taps, index);
   };
   if (tid < BM) {
@@ -1285,9 +1287,12 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
                                                                          out_channels_last, nullptr, dependent,
                                                                          weights_ready, stream);
   }
-  if (tap_table == nullptr) return cudaErrorInvalidValue;  // the 128 x 64 tile reads D_t from a table (see the kernel)
+  // the three-block build (8-byte pieces) reads D_t from a table made once a launch (see the kernel)
+  constexpr bool kTable = conv_pipelined_blocks_per_sm(PW) == 3;
+  if (kTable && tap_table == nullptr) return cudaErrorInvalidValue;
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
-                                                                tap_table, dependent, weights_ready, stream);
+                                                                kTable ? tap_table : nullptr, dependent, weights_ready,
+                                                                stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
