@@ -1240,9 +1240,9 @@ def test_conv2d_pipelined_tile_switch_cuda(dtype):
 def test_conv2d_tap_table_cuda(channels):
     """The 128 x 64 tile's three-block build (8-byte pieces: 2 channel words here) reads D_t from a table made once a
     launch (conv_tap_table_kernel); the other builds (4-byte pieces: 3 words) tabulate it in each block. Both exact
-    just past the 64 x 32 tile's wave (100 images on 132 SMs) and past one wave of their own, with stray weight bits past the channels
-    (the table masks them), padded taps of every pad value and OC = 70 (past one 32-column block of the table
-    kernel, not a multiple of 64). 128 output pixels an image."""
+    just past the 64 x 32 tile's wave (100 images on 132 SMs) and past one wave of their own, with stray weight bits
+    past the channels (the table masks them), padded taps of every pad value and OC = 70 (past one 32-column block of
+    the table kernel, not a multiple of 64). 128 output pixels an image."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     weight = torch.randn(70, channels, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))

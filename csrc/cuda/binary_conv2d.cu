@@ -181,11 +181,11 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
 }
 
 // The same D_t for the whole weight, once a launch (the pipelined kernel's 128 x 64 three-block build:
-// launch_binary_conv2d's tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at table[taps * out_channels + n]. A
-// block: 32 output channels (lane) x the taps (warp). Launched dependent: with weights_ready (the weights were
-// complete when the launch before it began) it counts first and waits last, else waits first; either way its
-// completion implies the previous grid's, so the conv launched dependent on it, which waits for this grid only, also
-// sees pack_signs' bits.
+// launch_binary_conv2d's tap_table): D_t of output channel n at table[t * out_channels + n], sum_t D_t at
+// table[taps * out_channels + n]. A block: 32 output channels (lane) x the taps (warp). Launched dependent: with
+// weights_ready (the weights were complete when the launch before it began) it counts first and waits last, else
+// waits first; either way its completion implies the previous grid's, so the conv launched dependent on it, which
+// waits for this grid only, also sees pack_signs' bits.
 __global__ void conv_tap_table_kernel(const uint32_t* __restrict__ w_bits, int out_channels, int channels,
                                       int channel_words, int taps, int* __restrict__ table, bool weights_ready) {
   __shared__ int column_d[kOnePlaneMaxTaps][32];
@@ -2010,16 +2010,16 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   if (!sign_zero && shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps) {
     // one plane: the widest piece that divides the channel words and the operands' alignment
     if (channel_words % 4 == 0 && aligned(16)) {
-      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
-                                                  weights_ready);
+      return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
+                                               stream, tuning, weights_ready);
     }
     if (channel_words % 2 == 0 && aligned(8)) {
-      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
-                                                  weights_ready);
+      return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
+                                               stream, tuning, weights_ready);
     }
     if (aligned(4)) {
-      return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, tuning,
-                                               weights_ready);
+      return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
+                                               stream, tuning, weights_ready);
     }
   }
   // two planes: torch.sign inputs, more than kOnePlaneMaxTaps taps (or words not 4-byte aligned)
