@@ -981,9 +981,9 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
   // all_taps_d by shared atomics. (The three-block build's own tabulation ran after the first stages' copies, on the
   // chain: the concurrent form spilled there.)
   constexpr bool kTable = kTight;
-  constexpr int kSpareThreads = kTight ? 0 : kThreads - BM;
+  constexpr int kSpareThreads = kThreads - BM;
   const auto tabulate = [&](auto threads, int index, int* all_d) {
-    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, kTight ? 4 : 8>(
+    tabulate_tap_d<BN, decltype(threads)::value, PW == 4 ? 4 : 1, 8>(
         tap_d, all_d, w_bits, n0, n_rows, reduction_words, channel_words, static_cast<int>(shape.channels), taps, index);
   };
   if (tid < BM) {
@@ -1246,9 +1246,8 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), WARPS_M * WARPS_N * 32 * KG, smem, 1, stream,
                              dependent);
   return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, static_cast<const int*>(tap_table), shape,
-                            m_tiles, total_pixels,
-                            static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
-                            out_channels_last, dependent && weights_ready);
+                            m_tiles, total_pixels, static_cast<int>(channel_words), static_cast<int>(reduction_words),
+                            ep, out, out_channels_last, dependent && weights_ready);
 }
 
 // The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 in two K groups (4 warps) where those blocks are one
