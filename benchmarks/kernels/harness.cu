@@ -706,7 +706,7 @@ Row conv_sign_words(const Args& args, Row& row, const bk::ConvShape& s, Copies& 
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(out.ptr, 0xa5, out.bytes));
   uint32_t* const words_out = out.as<uint32_t>() + kGuard;
-  Buffer table(std::max<int64_t>(bk::conv_tap_table_ints(s), 1) * 4);  // the D_t workspace
+  Buffer table(bk::conv_tap_table_ints(s) * 4);  // the D_t workspace (Buffer allocates 16 bytes for 0)
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_conv2d_signs(static_cast<const uint32_t*>(inputs[copy]), weights.as<uint32_t>(), s, ep,
                                           words_out, table.as<int>(), stream, &tuning);
@@ -860,7 +860,7 @@ Row run_conv(const Args& args) {
   CHECK_CUDA(cudaMemcpy(weights.ptr, w_bits.data(), weights.bytes, cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
-  Buffer table(std::max<int64_t>(bk::conv_tap_table_ints(s), 1) * 4);  // the D_t workspace
+  Buffer table(bk::conv_tap_table_ints(s) * 4);  // the D_t workspace (Buffer allocates 16 bytes for 0)
   const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
