@@ -41,6 +41,9 @@ inline const char* training_form(const std::string& op) {
       {"apot_linear", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_linear_int", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_conv2d", "bitcompile.nn.APoTConv2d (fake quantization with an STE)"},
+      {"linear_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
+      {"conv2d_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
+      {"packed_conv2d_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
   };
   for (const auto& form : forms) {
     if (op == form.first) return form.second;

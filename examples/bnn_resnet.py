@@ -39,6 +39,7 @@ def parse_args():
     parser.add_argument("--tiny", action="store_true", help="CPU smoke run for CI: batch 2, 32x32, 2 iterations, fp32")
     parser.add_argument("--profile", action="store_true",
                         help="print each compiled model's kernels by time a forward (torch.profiler; CUDA)")
+    parser.add_argument("--top", type=int, default=15, help="kernels --profile prints a model")
     args = parser.parse_args()
     if args.profile and not args.device.startswith("cuda"):
         parser.error("--profile times CUDA kernels: it needs --device cuda")
@@ -211,8 +212,8 @@ def main():
               f"first call, with compilation, {compile_s:.1f} s)", flush=True)
 
     if args.profile:
-        float_total, _ = print_profile("float, inductor", compiled["float"], images)
-        binary_total, binary_own = print_profile("binary, bitcompile", compiled["binary"], images)
+        float_total, _ = print_profile("float, inductor", compiled["float"], images, top=args.top)
+        binary_total, binary_own = print_profile("binary, bitcompile", compiled["binary"], images, top=args.top)
         rest = binary_total - binary_own
         print(f"the binary model without bitcompile's kernels: {rest:.0f} us a forward, so no binary kernel can "
               f"make it more than {float_total / max(rest, 1e-9):.2f}x the float model (profiled times)")

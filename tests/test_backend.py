@@ -539,6 +539,37 @@ def test_weight_cache_keys_on_version_and_storage():
     assert_close(y, x @ torch.where(w >= 0, 1.0, -1.0).T)
 
 
+def _signs_of(converted, w):
+    return torch.equal(converted.packed, torch.ops.bitcompile.pack_signs(w.detach()))
+
+
+def test_weight_cache_short_check_sees_swapped_data():
+    """The same tensor object (the cache's short check) with new data by every route a model can take: in place,
+    `.data =` (module.to / half / float: the version counter stays), set_, a transposed view of the same storage."""
+    w = torch.nn.Parameter(torch.randn(8, 8))
+    assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
+    first_storage = w.data_ptr()
+    w.data = -w.data  # a new storage, _version unchanged
+    assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
+    with torch.no_grad():
+        w.data = w.data.half()
+        w.data = -w.data.float()  # float -> half -> float: the caching allocator may hand back an old address
+    assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w), f"stale ({first_storage}, {w.data_ptr()})"
+    with torch.no_grad():
+        w.set_(torch.randn(8, 8))
+    assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
+    with torch.no_grad():
+        w.data = w.data.t()  # same storage and shape, other strides
+    assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
+    conversions = weight_ops.weight_cache.conversions
+    for _ in range(3):
+        assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
+    assert weight_ops.weight_cache.conversions == conversions, "an unchanged weight was converted again"
+    twin = w.detach()  # another object, same storage and version: the full key finds it, no conversion
+    assert weight_ops.cached_kernel_weight(twin, "ste_sign") is weight_ops.cached_kernel_weight(w, "ste_sign")
+    assert weight_ops.weight_cache.conversions == conversions
+
+
 # ----------------------------------------------------------------------------------------------
 # options={"quantize": scheme}: plain float layers, numerics exactly as bitcompile.quantize_
 # ----------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import bitcompile
-from bitcompile import ops
+from bitcompile import ops, weight_ops
 from bitcompile.quantize import convert_conv2d_weight, convert_linear_weight, quantize_
 
 K, N = 128, 24  # K a multiple of 128: the CUDA b1 tensor-core GEMM takes it above 64 rows
@@ -115,20 +115,24 @@ def test_inference_op_with_inputs_that_require_grad(op, path, requires_grad, dev
             actual.sum().backward()
 
 
-KERNEL_CASES = [op for op in CASES if op in ops.KERNEL_OPS]
+# The kernel ops and the backend's weight ops without a Tensor[] input take the C++ Autograd kernel.
+CPP_AUTOGRAD = {**ops._TRAINING_FORMS, **{op: weight_ops.TRAINING_FORM for op in weight_ops.CPP_AUTOGRAD_OPS}}
 
 
-@pytest.mark.parametrize("op", [op for op in KERNEL_CASES if not op.startswith("pack")])
+@pytest.mark.parametrize("op", [op for op in CASES if op in CPP_AUTOGRAD and not op.startswith("pack")])
 def test_backward_error_is_the_python_kernels(op, device):
     """Once a device's library is loaded, its C++ Autograd kernel (csrc/inference_autograd.h, with its own copy of
     the training forms) serves the op: a backward raises word for word what ops.py's not_differentiable says."""
     call, float_args = CASES[op](op, BATCH["small"] if CASES[op] is _conv_case else ROWS["small"], device)
+    torch.ops.bitcompile.pack_signs(torch.ones(1, 32, device=device))  # the device's library loaded
     inputs = {name: t.detach().clone().requires_grad_() for name, t in float_args.items()}
     with pytest.raises(RuntimeError) as from_backward:
         call(inputs).sum().backward()
     with pytest.raises(RuntimeError) as from_python:
-        ops._not_differentiable_impl(None, [], None, op, ops._TRAINING_FORMS[op])
+        ops._not_differentiable_impl(None, [], None, op, CPP_AUTOGRAD[op])
     assert str(from_backward.value) == str(from_python.value)
+    if op in weight_ops.CPP_AUTOGRAD_OPS:  # the C++ kernel's backward is a torch::autograd::Function
+        assert "CppFunction" in type(call(inputs).grad_fn).__name__
 
 
 def test_backward_error_under_compiled_autograd(device):
