@@ -46,9 +46,8 @@ _lib = torch.library.Library("bitcompile", "FRAGMENT")
 # CUDA graphs (mode="reduce-overhead"): a replay reads the cached tensor in place, with no copy
 # per call, and, as with inductor's freezing, does not see an in-place weight update made after
 # capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
-# such an update. Open: on torch 2.11 + CUDA the conversion runs during cudagraph warm-up, lands
-# in the graph's private pool, and cudagraph trees refuse to record
-# (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking, xfail).
+# such an update (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking: passes on
+# the H200 with torch 2.11 + CUDA 13.0).
 #
 # Weight forms (the `weight_form` argument): how the float weight W becomes kernel operands.
 #   "ste_sign"       s(W) (+1 at 0): always packed signs.

@@ -115,6 +115,7 @@ def test_inference_op_with_inputs_that_require_grad(op, path, requires_grad, dev
             actual.sum().backward()
 
 
+KERNEL_CASES = [op for op in CASES if op in ops.KERNEL_OPS]
 # The kernel ops and the backend's weight ops without a Tensor[] input take the C++ Autograd kernel.
 CPP_AUTOGRAD = {**ops._TRAINING_FORMS, **{op: weight_ops.TRAINING_FORM for op in weight_ops.CPP_AUTOGRAD_OPS}}
 
@@ -155,8 +156,14 @@ def test_no_python_between_the_call_and_the_kernel(grad, device):
     key = {"cpu": "AutogradCPU", "cuda": "AutogradCUDA"}[device]
     for name in ops.KERNEL_OPS:
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"bitcompile::{name}", key), name
-    watched = (str(Path(bitcompile.__file__).parent), str(Path(torch.__file__).parent / "_library"))
-    for op in KERNEL_CASES:
+    for name in weight_ops.CPP_AUTOGRAD_OPS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"bitcompile::{name}", key), name
+    library = str(Path(torch.__file__).parent / "_library")
+    watched = (str(Path(bitcompile.__file__).parent), library)
+    # The weight ops' kernels are Python (weight_ops.py), but no Python of torch.library's autograd runs before them.
+    for op in KERNEL_CASES + [op for op in CASES if op in weight_ops.CPP_AUTOGRAD_OPS]:
+        if op in weight_ops.CPP_AUTOGRAD_OPS:
+            watched = (library,)
         call, float_args = CASES[op](op, 1, device)
         call(float_args)  # anything a first call does once
         entered = []
