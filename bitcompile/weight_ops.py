@@ -11,7 +11,6 @@ fake kernels and implementations of these five ops are all in this file.
 from __future__ import annotations
 
 import threading
-import weakref
 from typing import Optional, Sequence
 
 import torch
@@ -145,15 +144,10 @@ class _KernelWeightCache:
     """Converted weights keyed by (form, storage, view geometry), valid for one `_version`.
 
     A weak reference to the storage tells a live entry from one whose storage was freed (its
-    address may be reused by a new tensor, whose version count starts again at 0). A call with the
-    same tensor objects as an earlier one takes a shorter check (`_recent`): those objects, their
-    versions, data pointers and geometry unchanged, their storages alive. The run-time weight ops
-    call this once per layer per forward, where host time counts: a binary ResNet-18 forward on the
-    H200 machine was host-bound with the full key (8 us of its 62 a call on a 2-core CPU)."""
+    address may be reused by a new tensor, whose version count starts again at 0)."""
 
     def __init__(self):
         self.entries: dict = {}
-        self._recent: dict = {}  # (tag, id of each input) -> (tensor refs, storage refs, stamps, converted)
         self.lock = threading.Lock()
         self.conversions = 0  # how many times a weight was converted (tests assert on it)
 
@@ -161,10 +155,6 @@ class _KernelWeightCache:
     def _key(weight: Tensor):
         return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
                 tuple(weight.shape), tuple(weight.stride()))
-
-    @staticmethod
-    def _stamp(weight: Tensor):
-        return (weight._version, weight.data_ptr(), weight.dtype, weight.shape, weight.stride())
 
     def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
         return self.get_for([weight], weight_form, lambda: kernel_weight(weight, weight_form))
@@ -176,35 +166,24 @@ class _KernelWeightCache:
         if any(t.is_inference() for t in inputs):  # no version counter: convert every call
             self.conversions += 1
             return build()
-        recent_key = (tag,) + tuple(map(id, inputs))
-        recent = self._recent.get(recent_key)
-        # Same objects (so the same TensorImpls), same versions and pointers, storages alive: while a storage
-        # lives, no other storage holds its address, so a tensor at the same data pointer still views it.
-        if (recent is not None and all(ref() is t for ref, t in zip(recent[0], inputs))
-                and recent[2] == tuple(self._stamp(t) for t in inputs) and not any(r.expired() for r in recent[1])):
-            return recent[3]
         key = (tag,) + tuple(self._key(t) for t in inputs)
         versions = tuple(t._version for t in inputs)
         with self.lock:
             entry = self.entries.get(key)
-        if entry is None or entry[1] != versions or any(ref.expired() for ref in entry[0]):
-            entry = (tuple(StorageWeakRef(t.untyped_storage()) for t in inputs), versions, build())
-            with self.lock:
-                self.conversions += 1
-                if len(self.entries) >= 256:
-                    self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
-                self.entries[key] = entry
+            if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
+                return entry[2]
+        converted = build()
         with self.lock:
-            if len(self._recent) >= 256:
-                self._recent = {k: r for k, r in self._recent.items() if all(ref() is not None for ref in r[0])}
-            self._recent[recent_key] = (tuple(weakref.ref(t) for t in inputs), entry[0],
-                                        tuple(self._stamp(t) for t in inputs), entry[2])
-        return entry[2]
+            self.conversions += 1
+            if len(self.entries) >= 256:
+                self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
+            refs = tuple(StorageWeakRef(t.untyped_storage()) for t in inputs)
+            self.entries[key] = (refs, versions, converted)
+        return converted
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
-            self._recent.clear()
 
 
 weight_cache = _KernelWeightCache()

@@ -543,9 +543,10 @@ def _signs_of(converted, w):
     return torch.equal(converted.packed, torch.ops.bitcompile.pack_signs(w.detach()))
 
 
-def test_weight_cache_short_check_sees_swapped_data():
-    """The same tensor object (the cache's short check) with new data by every route a model can take: in place,
-    `.data =` (module.to / half / float: the version counter stays), set_, a transposed view of the same storage."""
+def test_weight_cache_sees_swapped_data():
+    """The same tensor object with new data by every route a model can take (in place, `.data =` as module.to /
+    half / float do, keeping the version counter, set_, a transposed view of the same storage) is converted
+    again; an unchanged one, or another view of the same storage and version, is not."""
     w = torch.nn.Parameter(torch.randn(8, 8))
     assert _signs_of(weight_ops.cached_kernel_weight(w, "ste_sign"), w)
     first_storage = w.data_ptr()
