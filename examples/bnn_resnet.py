@@ -4,6 +4,7 @@
     python examples/bnn_resnet.py --device cpu --batch 16   # CPU: fp32, channels_last
     python examples/bnn_resnet.py --tiny                    # CPU smoke run for CI (batch 2, 32x32)
     python examples/bnn_resnet.py --profile                 # and where each model's forward spends its time
+    python examples/bnn_resnet.py --mode reduce-overhead    # both models in CUDA graphs (no host time a forward)
 
 What it shows: a ResNet-18 written in plain PyTorch (torchvision's layout: 7x7 stem conv, max-pool,
 four stages of two BasicBlocks, 1x1 downsample convs, average pool, fc; defined below, random
@@ -40,6 +41,8 @@ def parse_args():
     parser.add_argument("--profile", action="store_true",
                         help="print each compiled model's kernels by time a forward (torch.profiler; CUDA)")
     parser.add_argument("--top", type=int, default=15, help="kernels --profile prints a model")
+    parser.add_argument("--mode", default=None, choices=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+                        help="torch.compile mode of both models (reduce-overhead: CUDA graphs, no host time a forward)")
     args = parser.parse_args()
     if args.profile and not args.device.startswith("cuda"):
         parser.error("--profile times CUDA kernels: it needs --device cuda")
@@ -198,8 +201,8 @@ def main():
     if rewritten != binary_convs or any(e.op != "binary_conv2d" for e in report.rewritten):
         raise SystemExit("bitcompile did not rewrite exactly the binary convs")
 
-    compiled = {"float": torch.compile(models["float"]),                         # inductor
-                "binary": torch.compile(models["binary"], backend="bitcompile")}  # bitcompile, then inductor
+    compiled = {"float": torch.compile(models["float"], mode=args.mode),                         # inductor
+                "binary": torch.compile(models["binary"], backend="bitcompile", mode=args.mode)}  # bitcompile, inductor
     results = {}
     for name, forward in compiled.items():
         start = time.perf_counter()
