@@ -195,12 +195,13 @@ def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
 
 
 _lib.define(
-    "linear_of_weight(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, *, str weight_form, "
-    "str x_form=\"float\", bool row_scale=False) -> Tensor"
+    "linear_of_weight(Tensor x, Tensor weight, Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, "
+    "str epilogue_fn=\"\", *, str weight_form, str x_form=\"float\", bool row_scale=False) -> Tensor"
 )
 _lib.define(
     "conv2d_of_weight(Tensor x, Tensor weight, SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, "
-    "Tensor? scale=None, Tensor? bias=None, *, str weight_form, str x_form=\"float\", float pad_value=0.0) -> Tensor"
+    "Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, str epilogue_fn=\"\", *, str weight_form, "
+    "str x_form=\"float\", float pad_value=0.0) -> Tensor"
 )
 
 
@@ -209,9 +210,36 @@ _lib.define(
 # int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv.
 _lib.define(
     "packed_conv2d_of_weight(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
-    "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, str weight_form, ScalarType out_dtype, "
-    "float pad_value=0.0) -> Tensor"
+    "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, str epilogue_fn=\"\", "
+    "*, str weight_form, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
 )
+
+
+# The epilogue's scale and bias as a function of parameters (passes/epilogue_params.py): epilogue_fn names a
+# function registered below (register_weight_function) of the epilogue_inputs that returns (scale, bias); the op
+# runs it once per version of those inputs, in its own cache, instead of taking scale and bias computed in the
+# graph on every call (XNOR-Net's alpha = mean|W| and a folded BatchNorm: a reduction kernel or two a layer a
+# forward, and their launches, where the forward is host-bound).
+epilogue_cache = _KernelWeightCache()
+
+
+def _epilogue(op: str, scale, bias, inputs, fn: str):
+    if not fn:
+        return scale, bias
+    function = _weight_functions.get(fn)
+    _check(function is not None, op, lambda: f"epilogue function {fn} is not registered in this process "
+           "(graphs using it come from the bitcompile backend; compile again)")
+
+    def build():
+        with torch.no_grad():
+            return tuple(function(*inputs))
+
+    return epilogue_cache.get_for(list(inputs or ()), f"epilogue:{fn}", build)
+
+
+def _check_epilogue(op: str, scale, bias, fn: str) -> None:
+    _check(not fn or (scale is None and bias is None), op,
+           "scale and bias must be None where epilogue_fn computes them")
 
 
 def _per_output(scale: Optional[Tensor]) -> Optional[Tensor]:
@@ -272,15 +300,19 @@ def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form
 
 
 @torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
-def _linear_of_weight_impl(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
+def _linear_of_weight_impl(x, weight, scale=None, bias=None, epilogue_inputs=None, epilogue_fn="", *, weight_form,
+                           x_form="float", row_scale=False):
+    scale, bias = _epilogue("linear_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
     converted = cached_kernel_weight(weight, weight_form)
     return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
                        x_form, row_scale)
 
 
 @torch.library.register_fake("bitcompile::linear_of_weight")
-def _linear_of_weight_fake(x, weight, scale=None, bias=None, *, weight_form, x_form="float", row_scale=False):
+def _linear_of_weight_fake(x, weight, scale=None, bias=None, epilogue_inputs=None, epilogue_fn="", *, weight_form,
+                           x_form="float", row_scale=False):
     op = "linear_of_weight"
+    _check_epilogue(op, scale, bias, epilogue_fn)
     _check_float_input(op, x)
     _check_forms(op, weight_form, x_form)
     _check(weight.dim() == 2, op, lambda: f"weight must be 2-D, got {weight.dim()}-D")
@@ -324,8 +356,9 @@ def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, 
 
 
 @torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
-def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                           x_form="float", pad_value=0.0):
+def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, epilogue_inputs=None,
+                           epilogue_fn="", *, weight_form, x_form="float", pad_value=0.0):
+    scale, bias = _epilogue("conv2d_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
     converted = cached_kernel_weight(weight, weight_form)
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
     return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
@@ -333,9 +366,10 @@ def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bia
 
 
 @torch.library.register_fake("bitcompile::conv2d_of_weight")
-def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                           x_form="float", pad_value=0.0):
+def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bias=None, epilogue_inputs=None,
+                           epilogue_fn="", *, weight_form, x_form="float", pad_value=0.0):
     op = "conv2d_of_weight"
+    _check_epilogue(op, scale, bias, epilogue_fn)
     _check_float_input(op, x)
     _check_forms(op, weight_form, x_form)
     _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
@@ -356,8 +390,9 @@ def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
 
 
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
-def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                                  out_dtype, pad_value=0.0):
+def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
+                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
+    scale, bias = _epilogue("packed_conv2d_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
     converted = cached_kernel_weight(weight, weight_form)
     channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
     if converted.kind == "binary":
@@ -375,9 +410,10 @@ def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, sca
 
 
 @torch.library.register_fake("bitcompile::packed_conv2d_of_weight")
-def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None, *, weight_form,
-                                  out_dtype, pad_value=0.0):
+def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
+                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
     op = "packed_conv2d_of_weight"
+    _check_epilogue(op, scale, bias, epilogue_fn)
     _check_forms(op, weight_form, "ste_sign")
     _check(weight.dim() == 4, op, lambda: f"weight must be 4-D, got {weight.dim()}-D")
     _check_same_device(op, x_bits, weight=weight)

@@ -97,6 +97,11 @@ inline void inference_op_autograd(const c10::OperatorHandle& handle, c10::Dispat
   if (at::GradMode::is_enabled()) {
     for (const c10::IValue& argument : torch::jit::last(*stack, handle.schema().arguments().size())) {
       if (argument.isTensor() && argument.toTensor().requires_grad()) needs_grad.push_back(argument.toTensor());
+      if (argument.isTensorList()) {  // the weight ops' epilogue_inputs
+        for (const at::Tensor input : argument.toTensorList()) {
+          if (input.requires_grad()) needs_grad.push_back(input);
+        }
+      }
     }
   }
   if (needs_grad.empty()) return run();

@@ -7,6 +7,7 @@
   binary.py   decide and emit the bitcompile op of each layer
   batchnorm.py  fold an eval BatchNorm into the epilogue of the op in front of it (inner="inductor" only)
   packed_input.py  binary convs read activations packed by aten ops that inductor fuses (inner="inductor" only)
+  epilogue_params.py  scale / bias computed from parameters only, once per their version inside the op (the same)
   context.py  what a run knows (graph kind, options, real weights) and its report entries
 
 `run_passes(gm, ctx)` is the pipeline used by the backend (bitcompile.backend), by
@@ -20,7 +21,7 @@ import logging
 import torch
 import torch.fx as fx
 
-from bitcompile.passes import batchnorm, binary, ir, layers, packed_input
+from bitcompile.passes import batchnorm, binary, epilogue_params, ir, layers, packed_input
 from bitcompile.passes.context import Entry, PassContext
 
 __all__ = ["run_passes", "PassContext", "Entry"]
@@ -110,6 +111,8 @@ def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
             remove_dead_nodes(graph)  # the rewrites' leftovers (binarizers): they would count as readers below
             batchnorm.fold_batchnorms(graph, ctx.fake_mode)
             packed_input.pack_activations(graph, ctx.fake_mode)
+            if ctx.mode == "backend":
+                epilogue_params.cache_epilogues(graph, ctx)
         remove_dead_nodes(graph)
         graph.lint()
         gm.recompile()

@@ -45,9 +45,15 @@ def _side_effect_free(node: fx.Node) -> bool:
     return False
 
 
-def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
-    """The function of parameters that computes `weight`, or None if it reads anything else."""
-    needed, inputs, stack = set(), [], [weight]
+def _function_of(outputs: list, ctx: PassContext):
+    """(GraphModule of the parameters and buffers, its input placeholders in call order) that computes the nodes of
+    `outputs` (a single node: returns it; a list: returns a tuple, None entries as None), or None where it reads
+    anything else (a run-time input, a side effect) or takes more than MAX_NODES nodes."""
+    single = isinstance(outputs, fx.Node)
+    targets = [outputs] if single else [n for n in outputs if n is not None]
+    if not all(isinstance(n, fx.Node) for n in targets):
+        return None
+    needed, inputs, stack = set(), [], list(targets)
     while stack:
         node = stack.pop()
         if node in needed:
@@ -65,7 +71,7 @@ def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
         stack.extend(n for n in node.all_input_nodes)
     if not inputs:
         return None
-    order = {n: i for i, n in enumerate(weight.graph.nodes)}
+    order = {n: i for i, n in enumerate(targets[0].graph.nodes)}
     inputs.sort(key=order.get)
     graph = fx.Graph()
     env = {}
@@ -73,10 +79,28 @@ def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
         env[node] = graph.placeholder(node.name)
     for node in sorted(needed - set(inputs), key=order.get):
         env[node] = graph.node_copy(node, lambda n: env[n])
-    graph.output(env[weight])
-    function = fx.GraphModule(torch.nn.Module(), graph)
+    graph.output(env[outputs] if single else tuple(None if n is None else env[n] for n in outputs))
+    return fx.GraphModule(torch.nn.Module(), graph), inputs
+
+
+def extract(weight: fx.Node, ctx: PassContext) -> Optional[ComputedWeight]:
+    """The function of parameters that computes `weight`, or None if it reads anything else."""
+    found = _function_of(weight, ctx)
+    if found is None:
+        return None
+    function, inputs = found
     with torch.no_grad():
         value = function(*[ctx.real_value(n) for n in inputs])
     if not isinstance(value, torch.Tensor):
         return None
     return ComputedWeight(weight_ops.register_weight_function(function), inputs, value)
+
+
+def extract_values(values: list, ctx: PassContext) -> Optional[tuple]:
+    """(registry key, input placeholders) of the function of parameters that computes the nodes of `values` as a
+    tuple (None entries stay None), or None if one reads anything else (epilogue_params.py)."""
+    found = _function_of(values, ctx)
+    if found is None:
+        return None
+    function, inputs = found
+    return weight_ops.register_weight_function(function), inputs

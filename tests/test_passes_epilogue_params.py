@@ -1,0 +1,111 @@
+"""bitcompile.passes.epilogue_params: a scale / bias computed from parameters only (XNOR-Net's alpha, a folded
+BatchNorm) moves into the run-time op, which computes it once per version of those parameters: the same results,
+no per-forward computation, and an in-place update of any of them is seen at the next call."""
+
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch._dynamo.utils import counters
+
+import bitcompile
+from bitcompile import weight_ops
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_backend import _fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and the counters reset around each test)
+from test_passes_batchnorm import BinaryLinearBN, XnorConvBN, _random_statistics  # noqa: E402
+
+
+class TwoXnorConvs(nn.Module):
+    """conv -> BatchNorm -> conv: the first conv's output read only by the second's sign (packed_conv2d_of_weight
+    with sign-word output), the second with its BatchNorm (a float output)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.a, self.b = XnorConvBN(seed=1), XnorConvBN(seed=2)
+        self.b.conv = nn.Conv2d(40, 40, 3, padding=1, bias=False)
+        self.b.bn = nn.BatchNorm2d(40, eps=1e-3)
+        _random_statistics(self.b.bn, 5)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def _compiled(model):
+    return torch.compile(model, backend="bitcompile")
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("case", ["conv", "conv_bias", "two_convs", "linear"])
+def test_epilogue_moves_into_the_op_and_matches_eager(case):
+    model, x = {
+        "conv": (XnorConvBN(), torch.randn(2, 24, 9, 11)),
+        "conv_bias": (XnorConvBN(bias=True), torch.randn(2, 24, 9, 11)),
+        "two_convs": (TwoXnorConvs(), torch.randn(2, 24, 9, 11)),
+        "linear": (BinaryLinearBN(), torch.randn(5, 70)),
+    }[case]
+    model.eval()
+    compiled = _compiled(model)
+    out = compiled(x)
+    expected = model(x)
+    layers = 2 if case == "two_convs" else 1
+    assert counters["bitcompile"]["epilogue_cached"] == layers
+    assert counters["bitcompile"]["batchnorm_folded"] == layers
+    if case != "two_convs":  # a second binary layer turns last-bit differences into sign flips
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+    computed = weight_ops.epilogue_cache.conversions
+    for _ in range(3):
+        compiled(x)
+    assert weight_ops.epilogue_cache.conversions == computed, "the epilogue was computed again for unchanged parameters"
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("update", ["running_var", "bn_weight", "conv_weight"])
+def test_epilogue_follows_in_place_updates(update):
+    model = XnorConvBN().eval()
+    x = torch.randn(2, 24, 9, 11)
+    compiled = _compiled(model)
+    compiled(x)
+    target = {"running_var": model.bn.running_var, "bn_weight": model.bn.weight, "conv_weight": model.conv.weight}
+    target[update].mul_(2.5)  # alpha = mean|W| follows the weight; BatchNorm's g its statistics and gamma
+    torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counters["bitcompile"]["epilogue_cached"] == 1, "recompiled instead of computing the values again"
+
+
+def test_epilogue_only_with_inductor_and_parameters():
+    """inner="eager" keeps the graph's own math (the exact-equality runs); a scale that reads a run-time input
+    (a row scale of x) stays in the graph."""
+    model = XnorConvBN().eval()
+    x = torch.randn(2, 24, 9, 11)
+    with torch.no_grad():
+        torch.compile(model, backend="bitcompile", options={"inner": "eager"})(x)
+    assert counters["bitcompile"]["epilogue_cached"] == 0
+
+    class RowScaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 16, bias=False)
+
+        def forward(self, x):
+            alpha = self.fc.weight.abs().mean(1)
+            return F.linear(bitcompile.ste_sign(x), bitcompile.ste_sign(self.fc.weight)) * alpha * x.abs().mean(-1, True)
+
+    model, x = RowScaled(), torch.randn(3, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(_compiled(model)(x), model(x), rtol=1e-4, atol=1e-4)
+
+
+def test_epilogue_op_arguments_checked():
+    x, w = torch.randn(1, 8, 5, 5), torch.randn(4, 8, 3, 3)
+    with pytest.raises(RuntimeError, match="conv2d_of_weight.*not registered"):
+        torch.ops.bitcompile.conv2d_of_weight(x, w, [1, 1], [1, 1], [1, 1], None, None, [w], "no-such-function",
+                                              weight_form="ste_sign", x_form="ste_sign")
+    with torch._subclasses.FakeTensorMode():
+        fx_, fw = torch.empty(1, 8, 5, 5), torch.empty(4, 8, 3, 3)
+        with pytest.raises(RuntimeError, match="conv2d_of_weight.*scale and bias must be None"):
+            torch.ops.bitcompile.conv2d_of_weight(fx_, fw, [1, 1], [1, 1], [1, 1], torch.empty(4), None, [fw], "key",
+                                                  weight_form="ste_sign", x_form="ste_sign")
