@@ -51,7 +51,7 @@ def _function_of(outputs: list, ctx: PassContext):
     anything else (a run-time input, a side effect) or takes more than MAX_NODES nodes."""
     single = isinstance(outputs, fx.Node)
     targets = [outputs] if single else [n for n in outputs if n is not None]
-    if not all(isinstance(n, fx.Node) for n in targets):
+    if not targets or not all(isinstance(n, fx.Node) for n in targets):
         return None
     needed, inputs, stack = set(), [], list(targets)
     while stack:

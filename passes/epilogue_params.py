@@ -51,8 +51,8 @@ def cache_epilogues(graph: fx.Graph, ctx: PassContext) -> int:
             continue
         scale_at, bias_at, inputs_at, fn_at = ops[node.target]
         scale, bias = _arg(node, scale_at, "scale"), _arg(node, bias_at, "bias")
-        if (scale is None and bias is None) or _arg(node, fn_at, "epilogue_fn"):
-            continue
+        if _arg(node, fn_at, "epilogue_fn") or all(v is None or v.op == "placeholder" for v in (scale, bias)):
+            continue  # nothing computed: a parameter passed as it is costs nothing a call
         found = computed_weight.extract_values([scale, bias], ctx)
         if found is None:
             continue

@@ -99,6 +99,23 @@ def test_epilogue_only_with_inductor_and_parameters():
         torch.testing.assert_close(_compiled(model)(x), model(x), rtol=1e-4, atol=1e-4)
 
 
+@torch.no_grad()
+def test_plain_parameter_bias_stays_an_argument():
+    """A bias that is a parameter as it is (nothing computed) is passed to the op as before: no cache lookup."""
+
+    class SignLinear(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(64, 16)
+
+        def forward(self, x):
+            return F.linear(bitcompile.ste_sign(x), bitcompile.ste_sign(self.fc.weight), self.fc.bias)
+
+    model, x = SignLinear(), torch.randn(3, 64)
+    torch.testing.assert_close(_compiled(model)(x), model(x), rtol=1e-4, atol=1e-4)
+    assert counters["bitcompile"]["epilogue_cached"] == 0
+
+
 def test_epilogue_op_arguments_checked():
     x, w = torch.randn(1, 8, 5, 5), torch.randn(4, 8, 3, 3)
     with pytest.raises(RuntimeError, match="conv2d_of_weight.*not registered"):
