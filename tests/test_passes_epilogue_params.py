@@ -126,3 +126,35 @@ def test_epilogue_op_arguments_checked():
         with pytest.raises(RuntimeError, match="conv2d_of_weight.*scale and bias must be None"):
             torch.ops.bitcompile.conv2d_of_weight(fx_, fw, [1, 1], [1, 1], [1, 1], torch.empty(4), None, [fw], "key",
                                                   weight_form="ste_sign", x_form="ste_sign")
+
+
+def _registered_epilogue():
+    """A registered (alpha, bn) -> (scale, bias) function, as the pass registers one."""
+
+    class Epilogue(nn.Module):
+        def forward(self, weight, gamma, shift):
+            return weight.abs().flatten(1).mean(1) * gamma, shift * 2
+
+    return weight_ops.register_weight_function(torch.fx.symbolic_trace(Epilogue()))
+
+
+@pytest.mark.parametrize("op", ["linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight"])
+def test_epilogue_ops_opcheck_and_match_explicit_scale(op):
+    key = _registered_epilogue()
+    if op == "linear_of_weight":
+        x, w = torch.randn(5, 37), torch.randn(11, 37)
+        head, kwargs = (x, w), {"weight_form": "ste_sign", "x_form": "ste_sign"}
+    else:
+        x, w = torch.randn(2, 40, 7, 7), torch.randn(6, 40, 3, 3)
+        geometry = ([1, 2], [1, 1], [1, 1])
+        if op == "packed_conv2d_of_weight":
+            head = (torch.ops.bitcompile.pack_signs(x.permute(0, 2, 3, 1)), w, *geometry)
+            kwargs = {"weight_form": "ste_sign", "out_dtype": torch.float32, "pad_value": -1.0}
+        else:
+            head, kwargs = (x, w, *geometry), {"weight_form": "ste_sign", "x_form": "ste_sign", "pad_value": -1.0}
+    gamma, shift = torch.rand(w.shape[0]), torch.randn(w.shape[0])
+    target = getattr(torch.ops.bitcompile, op)
+    args = head + (None, None, [w, gamma, shift], key)
+    torch.library.opcheck(target.default, args, kwargs)
+    alpha = w.abs().mean(dim=tuple(range(1, w.dim())))
+    torch.testing.assert_close(target(*args, **kwargs), target(*head, alpha * gamma, shift * 2, **kwargs))
