@@ -158,3 +158,22 @@ def test_epilogue_ops_opcheck_and_match_explicit_scale(op):
     torch.library.opcheck(target.default, args, kwargs)
     alpha = w.abs().mean(dim=tuple(range(1, w.dim())))
     torch.testing.assert_close(target(*args, **kwargs), target(*head, alpha * gamma, shift * 2, **kwargs))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.no_grad()
+def test_cuda_epilogue_under_reduce_overhead():
+    """CUDA graphs: the values are computed at the first call (cudagraph warm-up) and the replays read them."""
+    model = TwoXnorConvs().cuda().eval()
+    x = torch.randn(2, 24, 9, 11, device="cuda")
+    compiled = torch.compile(model, backend="bitcompile", mode="reduce-overhead")
+    for _ in range(4):  # warm-up, record, replays
+        out = compiled(x)
+    assert counters["bitcompile"]["epilogue_cached"] == 2
+    computed = weight_ops.epilogue_cache.conversions
+    for _ in range(3):
+        out = compiled(x)
+    torch.cuda.synchronize()
+    assert weight_ops.epilogue_cache.conversions == computed
+    torch.testing.assert_close(out.clone(), torch.compile(model, backend="bitcompile")(x), rtol=1e-4, atol=1e-4)
