@@ -15,6 +15,7 @@ from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from bitcompile import apot, quantize
 from bitcompile.ops import (
@@ -153,25 +154,23 @@ class _KernelWeightCache:
 
     @staticmethod
     def _key(weight: Tensor):
+        # torch.Size and stride() are tuples already (this runs on every call of a weight op: host time counts)
         return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
-                tuple(weight.shape), tuple(weight.stride()))
+                weight.shape, weight.stride())
 
     def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
-        return self.get_for([weight], weight_form, lambda: kernel_weight(weight, weight_form))
+        return self.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form))
 
     def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
         """build() once per version of `inputs` (the tensors the converted weight depends on)."""
-        from torch.multiprocessing.reductions import StorageWeakRef
-
         if any(t.is_inference() for t in inputs):  # no version counter: convert every call
             self.conversions += 1
             return build()
-        key = (tag,) + tuple(self._key(t) for t in inputs)
+        key = (tag, *map(self._key, inputs))
         versions = tuple(t._version for t in inputs)
-        with self.lock:
-            entry = self.entries.get(key)
-            if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
-                return entry[2]
+        entry = self.entries.get(key)  # a dict read is atomic; the lock guards the writes
+        if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
+            return entry[2]
         converted = build()
         with self.lock:
             self.conversions += 1
