@@ -225,6 +225,8 @@ epilogue_cache = _KernelWeightCache()
 def _epilogue(op: str, scale, bias, inputs, fn: str):
     if not fn:
         return scale, bias
+    _check_epilogue(op, scale, bias, fn)
+    inputs = inputs or ()
     function = _weight_functions.get(fn)
     _check(function is not None, op, lambda: f"epilogue function {fn} is not registered in this process "
            "(graphs using it come from the bitcompile backend; compile again)")
@@ -233,7 +235,7 @@ def _epilogue(op: str, scale, bias, inputs, fn: str):
         with torch.no_grad():
             return tuple(function(*inputs))
 
-    return epilogue_cache.get_for(list(inputs or ()), f"epilogue:{fn}", build)
+    return epilogue_cache.get_for(inputs, f"epilogue:{fn}", build)
 
 
 def _check_epilogue(op: str, scale, bias, fn: str) -> None:

@@ -28,9 +28,10 @@
 
 namespace bitcompile {
 
-// What to train with instead, as ops.py's _TRAINING_FORMS says (tests/test_requires_grad.py checks that the C++
-// and Python kernels give the same error).
+// What to train with instead, as ops.py's _TRAINING_FORMS and weight_ops.py's TRAINING_FORM say
+// (tests/test_requires_grad.py checks that the C++ and Python kernels give the same error).
 inline const char* training_form(const std::string& op) {
+  static constexpr const char* weight_ops = "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)";
   static const std::pair<const char*, const char*> forms[] = {
       {"pack_signs", "a float weight (pack_signs gives integers)"},
       {"pack_codes", "a float weight (pack_codes gives integers)"},
@@ -41,9 +42,9 @@ inline const char* training_form(const std::string& op) {
       {"apot_linear", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_linear_int", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_conv2d", "bitcompile.nn.APoTConv2d (fake quantization with an STE)"},
-      {"linear_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
-      {"conv2d_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
-      {"packed_conv2d_of_weight", "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"},
+      {"linear_of_weight", weight_ops},
+      {"conv2d_of_weight", weight_ops},
+      {"packed_conv2d_of_weight", weight_ops},
   };
   for (const auto& form : forms) {
     if (op == form.first) return form.second;

@@ -20,48 +20,32 @@ from __future__ import annotations
 import torch
 import torch.fx as fx
 from torch._dynamo.utils import counters
+from torch.fx.operator_schemas import normalize_function
 
 from bitcompile.passes import computed_weight
 from bitcompile.passes.context import PassContext
 
 bc = torch.ops.bitcompile
-
-
-def _epilogue_args() -> dict:
-    """Op overload -> positional index of scale, of bias, of epilogue_inputs, of epilogue_fn."""
-    return {
-        bc.linear_of_weight.default: (2, 3, 4, 5),
-        bc.conv2d_of_weight.default: (5, 6, 7, 8),
-        bc.packed_conv2d_of_weight.default: (5, 6, 7, 8),
-    }
-
-
-def _arg(node: fx.Node, index: int, name: str):
-    if index < len(node.args):
-        return node.args[index]
-    return node.kwargs.get(name)
+_OPS = (bc.linear_of_weight.default, bc.conv2d_of_weight.default, bc.packed_conv2d_of_weight.default)
 
 
 def cache_epilogues(graph: fx.Graph, ctx: PassContext) -> int:
     """Move every parameter-only scale / bias into its op (in place); returns how many ops changed."""
-    ops = _epilogue_args()
     moved = 0
     for node in list(graph.nodes):
-        if node.op != "call_function" or node.target not in ops:
+        if node.op != "call_function" or node.target not in _OPS:
             continue
-        scale_at, bias_at, inputs_at, fn_at = ops[node.target]
-        scale, bias = _arg(node, scale_at, "scale"), _arg(node, bias_at, "bias")
-        if _arg(node, fn_at, "epilogue_fn") or all(v is None or v.op == "placeholder" for v in (scale, bias)):
+        # every argument by name, defaults filled in (the op's schema says where each one sits)
+        kwargs = normalize_function(node.target, node.args, node.kwargs, normalize_to_only_use_kwargs=True).kwargs
+        scale, bias = kwargs["scale"], kwargs["bias"]
+        if kwargs["epilogue_fn"] or all(v is None or v.op == "placeholder" for v in (scale, bias)):
             continue  # nothing computed: a parameter passed as it is costs nothing a call
         found = computed_weight.extract_values([scale, bias], ctx)
         if found is None:
             continue
         key, inputs = found
-        args = list(node.args) + [None] * (fn_at + 1 - len(node.args))
-        args[scale_at], args[bias_at], args[inputs_at], args[fn_at] = None, None, list(inputs), key
-        node.args = tuple(args)
-        node.kwargs = {k: v for k, v in node.kwargs.items() if k not in ("scale", "bias", "epilogue_inputs",
-                                                                        "epilogue_fn")}
+        kwargs.update(scale=None, bias=None, epilogue_inputs=list(inputs), epilogue_fn=key)
+        node.args, node.kwargs = (), kwargs
         moved += 1
         counters["bitcompile"]["epilogue_cached"] += 1
     return moved

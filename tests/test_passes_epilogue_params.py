@@ -92,7 +92,8 @@ def test_epilogue_only_with_inductor_and_parameters():
 
         def forward(self, x):
             alpha = self.fc.weight.abs().mean(1)
-            return F.linear(bitcompile.ste_sign(x), bitcompile.ste_sign(self.fc.weight)) * alpha * x.abs().mean(-1, True)
+            y = F.linear(bitcompile.ste_sign(x), bitcompile.ste_sign(self.fc.weight))
+            return y * alpha * x.abs().mean(-1, True)
 
     model, x = RowScaled(), torch.randn(3, 64)
     with torch.no_grad():
@@ -121,6 +122,9 @@ def test_epilogue_op_arguments_checked():
     with pytest.raises(RuntimeError, match="conv2d_of_weight.*not registered"):
         torch.ops.bitcompile.conv2d_of_weight(x, w, [1, 1], [1, 1], [1, 1], None, None, [w], "no-such-function",
                                               weight_form="ste_sign", x_form="ste_sign")
+    with pytest.raises(RuntimeError, match="conv2d_of_weight.*scale and bias must be None"):  # eager, as fake
+        torch.ops.bitcompile.conv2d_of_weight(x, w, [1, 1], [1, 1], [1, 1], torch.ones(4), None, [w],
+                                              _registered_epilogue(), weight_form="ste_sign", x_form="ste_sign")
     with torch._subclasses.FakeTensorMode():
         fx_, fw = torch.empty(1, 8, 5, 5), torch.empty(4, 8, 3, 3)
         with pytest.raises(RuntimeError, match="conv2d_of_weight.*scale and bias must be None"):
