@@ -43,8 +43,9 @@ _lib = torch.library.Library("bitcompile", "FRAGMENT")
 # `_version`, so the next call converts again. The converted weight never leaves the op, so no
 # compiler can alias, reuse or copy it (inductor may hand the memory of an op's output to a
 # later buffer: a cached tensor returned as an output could be overwritten that way).
-# CUDA graphs (mode="reduce-overhead"): a replay reads the cached tensor in place, with no copy
-# per call, and, as with inductor's freezing, does not see an in-place weight update made after
+# CUDA graphs (mode="reduce-overhead"): conversions run outside the graphs' memory pool (see
+# _build_outside_graph_pools; none is made while a graph is captured), a replay reads the cached
+# tensor in place, with no copy per call, and, as with inductor's freezing, does not see an in-place weight update made after
 # capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
 # such an update (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking: passes on
 # the H200 with torch 2.11 + CUDA 13.0).
@@ -171,7 +172,13 @@ class _KernelWeightCache:
         entry = self.entries.get(key)  # a dict read is atomic; the lock guards the writes
         if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
             return entry[2]
-        converted = build()
+        device = inputs[0].device if inputs else None
+        if device is not None and device.type == "cuda":
+            if torch.cuda.is_current_stream_capturing():  # memory of the graph being captured: not cached
+                return build()
+            converted = _build_outside_graph_pools(build, device)
+        else:
+            converted = build()
         with self.lock:
             self.conversions += 1
             if len(self.entries) >= 256:
@@ -186,6 +193,32 @@ class _KernelWeightCache:
 
 
 weight_cache = _KernelWeightCache()
+
+
+# CUDA graph trees (mode="reduce-overhead") route every allocation of the calling thread to the graphs' private
+# pool while they warm a graph up, and fail the warm-up on finding a live tensor there that is not an output: a
+# converted weight kept in the cache. A conversion on CUDA therefore runs on a helper thread (allocations there go
+# to the ordinary pool), on the caller's stream, so it is ordered with the caller's kernels as before.
+_helper = None
+_helper_lock = threading.Lock()
+
+
+def _build_outside_graph_pools(build, device: torch.device):
+    global _helper
+    if threading.current_thread().name.startswith("bitcompile-weights"):  # a conversion inside a conversion
+        return build()
+    if _helper is None:
+        with _helper_lock:
+            if _helper is None:
+                from concurrent.futures import ThreadPoolExecutor
+                _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitcompile-weights")
+    stream = torch.cuda.current_stream(device)
+
+    def run():
+        with torch.cuda.device(device), torch.cuda.stream(stream), torch.no_grad():
+            return build()
+
+    return _helper.submit(run).result()
 
 
 def cached_kernel_weight(weight: Tensor, weight_form: str) -> KernelWeight:
