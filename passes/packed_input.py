@@ -42,11 +42,13 @@ def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -
         nhwc = emit(aten.constant_pad_nd.default, (nhwc, [0, words * 32 - channels], -1.0))
     signs = emit(aten.ge.Scalar, (nhwc, 0))
     grouped = emit(aten.unflatten.int, (signs, -1, [words, 32]))
-    wide = emit(aten._to_copy.default, (grouped,), {"dtype": torch.int64})
-    shifts = emit(aten.arange.default, (32,), {"dtype": torch.int64, "device": device})
+    # int32 throughout: distinct bits add without carries, so the wrapping int32 sum is the word (bit 31 included).
+    # H200, inductor, B = 256 C = 64 56x56 fp16: 35.5 us (2.9 TB/s, as the pack_signs kernel) against 51.3 us for
+    # the int64 shift and sum this replaced (twenty-sixth session).
+    wide = emit(aten._to_copy.default, (grouped,), {"dtype": torch.int32})
+    shifts = emit(aten.arange.default, (32,), {"dtype": torch.int32, "device": device})
     bits = emit(aten.bitwise_left_shift.Tensor, (wide, shifts))
-    summed = emit(aten.sum.dim_IntList, (bits, [-1]))
-    return emit(aten._to_copy.default, (summed,), {"dtype": torch.int32})  # the low 32 bits: the word
+    return emit(aten.sum.dim_IntList, (bits, [-1]), {"dtype": torch.int32})
 
 
 def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
