@@ -36,6 +36,14 @@ bc = torch.ops.bitcompile
 def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -> fx.Node:
     """Nodes computing pack_signs(x.permute(0, 2, 3, 1)) of a 4-D float x with `channels` channels."""
     emit = lambda target, args, kwargs=None: ir.emit(graph, target, args, kwargs, fake_mode)  # noqa: E731
+    if len(x.users) > 1:
+        # An x that other nodes read too is stored, and inductor lays out such an intermediate (a pool's or an
+        # add's output that no consumer asks a layout of) contiguous: the packing then gathers each word's 32
+        # channels 2 * H * W bytes apart, and the other readers mix layouts (H200 ResNet-18: the max-pool's output,
+        # 103 MB, packed in 92 us; pack_signs reads it in 36). So x keeps its channels_last strides (eager's). An x
+        # read by the packing alone is left to fuse into it.
+        from torch._inductor import inductor_prims  # noqa: F401  (registers prims.inductor_force_stride_order)
+        x = emit(torch.ops.prims.inductor_force_stride_order.default, (x, list(ir.value(x).stride())))
     nhwc = emit(aten.permute.default, (x, [0, 2, 3, 1]))
     words = (channels + 31) // 32
     if words * 32 != channels:  # -1 fills the last word: sign bit 0, as pack_signs leaves it

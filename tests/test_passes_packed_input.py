@@ -2,6 +2,7 @@
 aten ops in the graph (for inductor to fuse into their producer), with the same results bit for bit, and only
 where that holds (channels_last x, ste_sign x)."""
 
+import operator
 import os
 import sys
 
@@ -101,6 +102,35 @@ def test_conv_feeding_a_conv_outputs_sign_words(monkeypatch):
     out = gm(*inputs)[0]
     unpacked = _passes(captured, inputs, pack=False, monkeypatch=monkeypatch)
     assert torch.equal(out, unpacked(*inputs)[0])  # fp32: the signs of the same fp32 values
+
+
+class XnorResidual(XnorBlock):
+    """XnorBlock whose residual sum is also an output: the activation packed for conv2 has another reader."""
+
+    def forward(self, x, skip):
+        a1 = self.conv1.weight.abs().mean(dim=(1, 2, 3))
+        y = F.conv2d(bitcompile.ste_sign(x), bitcompile.ste_sign(self.conv1.weight), None, 1, 1) * a1.view(1, -1, 1, 1)
+        y = y + skip
+        return F.conv2d(bitcompile.ste_sign(y), bitcompile.ste_sign(self.conv2.weight), None, 2, 1), y
+
+
+@torch.no_grad()
+def test_shared_activation_keeps_channels_last(monkeypatch):
+    """An activation read by the packing and by another node is pinned to its eager (channels_last) strides for
+    inductor; one read by the packing alone (x here) is not."""
+    model = XnorResidual().eval()
+    x, skip = _inputs()
+    captured, inputs = dynamo_graph(model, x, skip)
+    gm = _passes(captured, inputs)
+    forced = [n for n in gm.graph.nodes if n.target is torch.ops.prims.inductor_force_stride_order.default]
+    assert len(forced) == 1
+    assert forced[0].args[0].target in (operator.add, torch.add, torch.ops.aten.add.Tensor)  # y
+    assert tuple(forced[0].args[1]) == skip.stride()
+    out, y = gm(*inputs)
+    unpacked = _passes(captured, inputs, pack=False, monkeypatch=monkeypatch)
+    expected = unpacked(*inputs)
+    assert torch.equal(out, expected[0]) and torch.equal(y, expected[1])
+    assert y.is_contiguous(memory_format=torch.channels_last)
 
 
 @pytest.mark.parametrize("case", ["nchw", "torch_sign"])
