@@ -184,6 +184,8 @@ def load_kernels(device: str = "cpu") -> list[str]:
 # Shape checks shared by the fake kernels (the C++ kernels check the same in csrc/checks.h)
 # ----------------------------------------------------------------------------------------------
 def _check(cond, op: str, message) -> None:
+    if cond is True:  # the common case, without torch._check's call (host time: the weight ops run it per call)
+        return
     torch._check(cond, lambda: f"bitcompile::{op}: {message() if callable(message) else message}")
 
 

@@ -153,25 +153,26 @@ class _KernelWeightCache:
         self.lock = threading.Lock()
         self.conversions = 0  # how many times a weight was converted (tests assert on it)
 
-    @staticmethod
-    def _key(weight: Tensor):
-        # torch.Size and stride() are tuples already (this runs on every call of a weight op: host time counts)
-        return (weight.device, weight.dtype, weight.untyped_storage().data_ptr(), weight.storage_offset(),
-                weight.shape, weight.stride())
-
     def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
         return self.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form))
 
     def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
         """build() once per version of `inputs` (the tensors the converted weight depends on)."""
-        if any(t.is_inference() for t in inputs):  # no version counter: convert every call
-            self.conversions += 1
-            return build()
-        key = (tag, *map(self._key, inputs))
-        versions = tuple(t._version for t in inputs)
+        key, versions = [tag], []
+        for t in inputs:  # one loop, no generators: this runs on every call of a weight op (host time counts)
+            if t.is_inference():  # no version counter: convert every call
+                self.conversions += 1
+                return build()
+            key.append((t.device, t.dtype, t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride()))
+            versions.append(t._version)
+        key = tuple(key)
         entry = self.entries.get(key)  # a dict read is atomic; the lock guards the writes
-        if entry is not None and entry[1] == versions and not any(ref.expired() for ref in entry[0]):
-            return entry[2]
+        if entry is not None and entry[1] == versions:
+            for ref in entry[0]:
+                if ref.expired():
+                    break
+            else:
+                return entry[2]
         device = inputs[0].device if inputs else None
         if device is not None and device.type == "cuda":
             if torch.cuda.is_current_stream_capturing():  # memory of the graph being captured: not cached
