@@ -250,26 +250,27 @@ _lib.define(
 
 # The epilogue's scale and bias as a function of parameters (passes/epilogue_params.py): epilogue_fn names a
 # function registered below (register_weight_function) of the epilogue_inputs that returns (scale, bias); the op
-# runs it once per version of those inputs, in its own cache, instead of taking scale and bias computed in the
-# graph on every call (XNOR-Net's alpha = mean|W| and a folded BatchNorm: a reduction kernel or two a layer a
-# forward, and their launches, where the forward is host-bound).
-epilogue_cache = _KernelWeightCache()
-
-
-def _epilogue(op: str, scale, bias, inputs, fn: str):
+# runs it once per version of those inputs instead of taking scale and bias computed in the graph on every call
+# (XNOR-Net's alpha = mean|W| and a folded BatchNorm: a reduction kernel or two a layer a forward, and their
+# launches, where the forward is host-bound). The values share one cache entry with the converted weight, keyed by
+# the weight and the function's inputs: one lookup a call (host time), the weight listed once where it is also an
+# input of the function (alpha = mean|W|).
+def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale, bias, epilogue_inputs, fn: str):
+    """(converted weight, scale, bias) of a weight op's call."""
     if not fn:
-        return scale, bias
+        return cached_kernel_weight(weight, weight_form), scale, bias
     _check_epilogue(op, scale, bias, fn)
-    inputs = inputs or ()
     function = _weight_functions.get(fn)
     _check(function is not None, op, lambda: f"epilogue function {fn} is not registered in this process "
            "(graphs using it come from the bitcompile backend; compile again)")
+    fn_inputs = tuple(epilogue_inputs or ())
 
     def build():
         with torch.no_grad():
-            return tuple(function(*inputs))
+            return (kernel_weight(weight, weight_form), *function(*fn_inputs))
 
-    return epilogue_cache.get_for(inputs, f"epilogue:{fn}", build)
+    inputs = (weight, *(t for t in fn_inputs if t is not weight))
+    return weight_cache.get_for(inputs, f"{weight_form}|epilogue:{fn}", build)
 
 
 def _check_epilogue(op: str, scale, bias, fn: str) -> None:
@@ -337,8 +338,8 @@ def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form
 @torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
 def _linear_of_weight_impl(x, weight, scale=None, bias=None, epilogue_inputs=None, epilogue_fn="", *, weight_form,
                            x_form="float", row_scale=False):
-    scale, bias = _epilogue("linear_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
-    converted = cached_kernel_weight(weight, weight_form)
+    converted, scale, bias = _kernel_weight_and_epilogue("linear_of_weight", weight, weight_form, scale, bias,
+                                                         epilogue_inputs, epilogue_fn)
     return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
                        x_form, row_scale)
 
@@ -393,8 +394,8 @@ def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, 
 @torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
 def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, epilogue_inputs=None,
                            epilogue_fn="", *, weight_form, x_form="float", pad_value=0.0):
-    scale, bias = _epilogue("conv2d_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
-    converted = cached_kernel_weight(weight, weight_form)
+    converted, scale, bias = _kernel_weight_and_epilogue("conv2d_of_weight", weight, weight_form, scale, bias,
+                                                         epilogue_inputs, epilogue_fn)
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
     return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
                        pad_value)
@@ -427,8 +428,8 @@ def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
 def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
                                   epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
-    scale, bias = _epilogue("packed_conv2d_of_weight", scale, bias, epilogue_inputs, epilogue_fn)
-    converted = cached_kernel_weight(weight, weight_form)
+    converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight", weight, weight_form, scale, bias,
+                                                         epilogue_inputs, epilogue_fn)
     channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
     if converted.kind == "binary":
         return torch.ops.bitcompile.binary_conv2d_packed(

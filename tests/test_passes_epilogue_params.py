@@ -57,10 +57,10 @@ def test_epilogue_moves_into_the_op_and_matches_eager(case):
     assert counters["bitcompile"]["batchnorm_folded"] == layers
     if case != "two_convs":  # a second binary layer turns last-bit differences into sign flips
         torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
-    computed = weight_ops.epilogue_cache.conversions
+    computed = weight_ops.weight_cache.conversions
     for _ in range(3):
         compiled(x)
-    assert weight_ops.epilogue_cache.conversions == computed, "the epilogue was computed again for unchanged parameters"
+    assert weight_ops.weight_cache.conversions == computed, "the epilogue was computed again for unchanged parameters"
 
 
 @torch.no_grad()
@@ -175,9 +175,9 @@ def test_cuda_epilogue_under_reduce_overhead():
     for _ in range(4):  # warm-up, record, replays
         out = compiled(x)
     assert counters["bitcompile"]["epilogue_cached"] == 2
-    computed = weight_ops.epilogue_cache.conversions
+    computed = weight_ops.weight_cache.conversions
     for _ in range(3):
         out = compiled(x)
     torch.cuda.synchronize()
-    assert weight_ops.epilogue_cache.conversions == computed
+    assert weight_ops.weight_cache.conversions == computed
     torch.testing.assert_close(out.clone(), torch.compile(model, backend="bitcompile")(x), rtol=1e-4, atol=1e-4)
