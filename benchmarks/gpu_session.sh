@@ -7,6 +7,8 @@
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 8 workers, failures in $OUT/failures.txt
 #     bench     benchmarks/bench_ops.py --quick
+#     resnet    examples/bnn_resnet.py in CUDA graphs with its kernel profile, then in the default mode (both models)
+#     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times)
 # Logs go under $OUT (the device tool brings them back), or ./.out here.
 set -o pipefail
 OUT=${OUT:-.out}
@@ -57,6 +59,15 @@ for stage in "$@"; do
       stamp bench
       timeout 300 python3 benchmarks/bench_ops.py --quick --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/bench.log" | tail -32 || status=1
       cp benchmarks/speedup_vs_m.png "$OUT/" 2>/dev/null ;;
+    resnet)
+      stamp resnet
+      timeout 300 python3 examples/bnn_resnet.py --mode reduce-overhead --profile --top 30 > "$OUT/bnn_graphs.txt" 2>&1 || status=1
+      grep -E "images/s|us a forward|x$|exact" "$OUT/bnn_graphs.txt"
+      timeout 200 python3 examples/bnn_resnet.py > "$OUT/bnn_default.txt" 2>&1 || status=1
+      grep -E "images/s|x$|exact" "$OUT/bnn_default.txt" ;;
+    host)
+      stamp host
+      timeout 150 python3 benchmarks/host_time.py 2>&1 | tee "$OUT/host_time.txt" || status=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
