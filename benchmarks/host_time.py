@@ -76,10 +76,10 @@ def main():
         "pack_signs": lambda: torch.ops.bitcompile.pack_signs(x.permute(0, 2, 3, 1)),
         "torch.add (for scale)": lambda: torch.add(scale, 1),
     }
+    count = 2000 if device.type == "cuda" else 20
     for name, fn in calls.items():
-        calls = 2000 if device.type == "cuda" else 20
-        per_call(fn, device, calls // 40)
-        host, wall = per_call(fn, device, calls)
+        per_call(fn, device, max(1, count // 40))  # warm-up
+        host, wall = per_call(fn, device, count)
         print(f"{name:>34}: host {host:6.1f} us a call, wall {wall:6.1f} us (B = 8, C = 512, 7x7)")
 
 

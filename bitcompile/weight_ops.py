@@ -45,10 +45,12 @@ _lib = torch.library.Library("bitcompile", "FRAGMENT")
 # later buffer: a cached tensor returned as an output could be overwritten that way).
 # CUDA graphs (mode="reduce-overhead"): conversions run outside the graphs' memory pool (see
 # _build_outside_graph_pools; none is made while a graph is captured), a replay reads the cached
-# tensor in place, with no copy per call, and, as with inductor's freezing, does not see an in-place weight update made after
-# capture (the replay skips the Python cache lookup); re-capture (torch._dynamo.reset()) after
-# such an update (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking: passes on
-# the H200 with torch 2.11 + CUDA 13.0).
+# tensor in place, with no copy per call, and, as with inductor's freezing, does not see an
+# in-place weight update made after capture (the replay skips the Python cache lookup);
+# re-capture (torch._dynamo.reset()) after such an update
+# (tests/test_backend.py::test_cuda_reduce_overhead_replays_without_repacking and
+# tests/test_passes_epilogue_params.py::test_cuda_epilogue_under_reduce_overhead: pass on the
+# H200 with torch 2.11 + CUDA 13.0).
 #
 # Weight forms (the `weight_form` argument): how the float weight W becomes kernel operands.
 #   "ste_sign"       s(W) (+1 at 0): always packed signs.
@@ -202,17 +204,18 @@ weight_cache = _KernelWeightCache()
 # to the ordinary pool), on the caller's stream, so it is ordered with the caller's kernels as before.
 _helper = None
 _helper_lock = threading.Lock()
+_HELPER_NAME = "bitcompile-weights"
 
 
 def _build_outside_graph_pools(build, device: torch.device):
     global _helper
-    if threading.current_thread().name.startswith("bitcompile-weights"):  # a conversion inside a conversion
+    if threading.current_thread().name.startswith(_HELPER_NAME):  # a conversion inside a conversion
         return build()
     if _helper is None:
         with _helper_lock:
             if _helper is None:
                 from concurrent.futures import ThreadPoolExecutor
-                _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bitcompile-weights")
+                _helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix=_HELPER_NAME)
     stream = torch.cuda.current_stream(device)
 
     def run():
@@ -544,8 +547,9 @@ def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, s
 
 # Inference graphs only (the passes emit them when grad is off); with inputs that require grad they
 # still run, below autograd, and have no gradient (ops.py, "Inference ops under autograd").
-# Once a device's binary library is loaded, the three ops without a Tensor[] input take its C++ Autograd kernel
-# instead (csrc/inference_autograd.h, which repeats TRAINING_FORM): fewer host microseconds a call.
+# Once a device's binary library is loaded, the three weight ops take its C++ Autograd kernel instead
+# (csrc/inference_autograd.h, which repeats TRAINING_FORM and also looks into their Tensor[] epilogue_inputs): fewer
+# host microseconds a call. The two computed-weight ops keep this Python one.
 TRAINING_FORM = "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"
 CPP_AUTOGRAD_OPS = ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight")
 for _name in CPP_AUTOGRAD_OPS + ("linear_of_computed_weight", "conv2d_of_computed_weight"):

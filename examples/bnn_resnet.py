@@ -157,10 +157,10 @@ def print_profile(name, forward, images, forwards=5, top=15):
 
 @torch.no_grad()
 def seconds_per_forward(forward, images, iters, warmup=3):
-    for _ in range(warmup):  # the first call compiles
-        forward(images)
     """(wall seconds a forward, host seconds a forward to enqueue it). Where the two are equal on CUDA, the GPU
     waited for the host (Python, dispatch, launches): --mode reduce-overhead removes that time."""
+    for _ in range(warmup):  # the first call compiles
+        forward(images)
     if images.is_cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()

@@ -326,9 +326,6 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
   bitcompile::register_inference_autograd(
       m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
-  // The backend's weight ops (bitcompile/weight_ops.py: a Python kernel below autograd) take the same C++ Autograd
-  // kernel: their Python one (torch.library.register_autograd) cost more host time a call than a small conv's GPU
-  // time (H200 machine: packed_conv2d_of_weight 61.8 us a call against binary_conv2d_packed's 22.7; the binary
-  // ResNet-18 forward was host-bound). The computed-weight ops (a Tensor[] input) keep the Python one.
+  // The backend's weight ops take the same C++ Autograd kernel, as on the CPU (csrc/cpu/binary_ops.cpp says why).
   bitcompile::register_inference_autograd(m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight"});
 }
