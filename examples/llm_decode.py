@@ -4,6 +4,7 @@
     python examples/llm_decode.py --device cuda --dim 4096 --layers 4 --tokens 128   # GPU (bf16)
     python examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile      # + CUDA graphs
     python examples/llm_decode.py --tiny                            # a seconds-long smoke run
+    python examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile --profile  # kernels a token
 
 What it shows: a Llama-style decoder (RMSNorm, rotary attention with a KV cache, SwiGLU MLP;
 random weights, defined below) whose linear layers are converted in place with
@@ -42,7 +43,12 @@ def parse_args():
     parser.add_argument("--compile", action="store_true",
                         help="torch.compile each model (mode='reduce-overhead' on CUDA)")
     parser.add_argument("--tiny", action="store_true", help="a seconds-long smoke run")
+    parser.add_argument("--profile", action="store_true",
+                        help="print each model's kernels by time a decoded token (torch.profiler; CUDA)")
+    parser.add_argument("--top", type=int, default=12, help="kernels --profile prints a model")
     args = parser.parse_args()
+    if args.profile and not args.device.startswith("cuda"):
+        parser.error("--profile times CUDA kernels: it needs --device cuda")
     if args.tiny:
         args.dim, args.layers, args.heads, args.vocab, args.prompt, args.tokens = 128, 2, 2, 512, 4, 8
     if args.heads is None:
@@ -172,14 +178,36 @@ def greedy_decode(forward, prompt, n_tokens):
     prompt_logits = logits.clone()
     token = logits.argmax(-1, keepdim=True)
     generated = [token]
+    # Every step's position made on the device up front: torch.tensor([p], device=...) a step is a copy from pageable
+    # host memory, which the driver may stage by waiting for the stream, and then the host never runs ahead of the GPU.
+    positions = torch.arange(length, length + n_tokens, device=device)
     synchronize(device)
     start = time.perf_counter()
     for i in range(n_tokens - 1):
-        position = torch.tensor([length + i], device=device)
-        token = forward(token, position).argmax(-1, keepdim=True)
+        token = forward(token, positions[i:i + 1]).argmax(-1, keepdim=True)
         generated.append(token)
     synchronize(device)
     return torch.cat(generated, dim=1), prompt_logits, time.perf_counter() - start
+
+
+def print_profile(name, forward, prompt, n_tokens, top):
+    """Kernel time a decoded token by kernel name (torch.profiler, CUDA) against the wall time a token: where the
+    kernels take much less than the wall time, the GPU waits for the host between them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        _, _, seconds = greedy_decode(forward, prompt, n_tokens)
+    steps = n_tokens - 1
+    times = {}
+    for event in prof.key_averages():
+        if event.self_device_time_total > 0:
+            times[event.key] = times.get(event.key, 0.0) + event.self_device_time_total / steps
+    # the prompt's forward ran inside the profile too: its kernels are spread over the steps (a few percent)
+    total = sum(times.values())
+    print(f"\n{name}: {total:.0f} us of kernels a token (prompt included), {1e6 * seconds / steps:.0f} us wall a token "
+          f"(profiled)")
+    for key, us in sorted(times.items(), key=lambda kv: -kv[1])[:top]:
+        print(f"  {us:8.1f} us  {100 * us / total:5.1f}%  {key[:100]}")
 
 
 def state_bytes(module):
@@ -230,6 +258,8 @@ def main():
         }
         print(f"{name:>13}: {results[name]['tokens/s']:8.1f} tokens/s, first tokens {tokens[0, :8].tolist()}",
               flush=True)
+        if args.profile:
+            print_profile(name, forward, prompt, args.tokens, args.top)
 
     reference = results["float"]
     print("\nsummary (batch-1 greedy decoding)")
