@@ -19,6 +19,7 @@ import sys
 import time
 
 import torch
+from torch._dynamo.utils import counters
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
 import llm_decode  # noqa: E402
@@ -45,6 +46,7 @@ def gaps(forward, token, position, steps=10):
 
 
 def main():
+    torch._logging.set_logs(perf_hints=True)  # CUDA graph skip reasons, on stderr
     parser = argparse.ArgumentParser()
     parser.add_argument("--scheme", default="binary_weight")
     parser.add_argument("--tokens", type=int, default=128)
@@ -62,6 +64,7 @@ def main():
     for name, backend, merging in (("inductor", "inductor", False), ("bitcompile, pass off", "bitcompile", False),
                                    ("bitcompile, pass on", "bitcompile", True)):
         torch._dynamo.reset()
+        counters.clear()
         sibling_linears.merge_sibling_linears = merge if merging else (lambda graph, fake_mode=None: 0)
         forward = torch.compile(model, backend=backend, mode="reduce-overhead" if cuda else None, fullgraph=True)
         with torch.no_grad():
@@ -81,6 +84,8 @@ def main():
         print(f"{name:>22}: {(args.tokens - 1) / seconds:7.1f} tokens/s; host {1e6 * host:5.0f} us a step, wall "
               f"{1e6 * wall:5.0f}; kernels {busy:5.0f} us, GPU idle {idle:5.0f} us, {kernels:.0f} kernels a step",
               flush=True)
+        print(f"{'':>22}  inductor counters: {dict((k, v) for k, v in counters['inductor'].items() if 'graph' in k)}, "
+              f"bitcompile: {dict(counters['bitcompile'])}", flush=True)
     sibling_linears.merge_sibling_linears = merge
 
 
