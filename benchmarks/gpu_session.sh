@@ -9,6 +9,7 @@
 #     bench     benchmarks/bench_ops.py --quick
 #     resnet    examples/bnn_resnet.py in CUDA graphs with its kernel profile, then in the default mode (both models)
 #     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times)
+#     decode    examples/llm_decode.py dim 4096, 4 layers, CUDA graphs: tokens/s, then each model's kernels a token
 # Logs go under $OUT (the device tool brings them back), or ./.out here.
 set -o pipefail
 OUT=${OUT:-.out}
@@ -68,6 +69,14 @@ for stage in "$@"; do
     host)
       stamp host
       timeout 150 python3 benchmarks/host_time.py 2>&1 | tee "$OUT/host_time.txt" || status=1 ;;
+    decode)
+      stamp decode
+      timeout 200 python3 examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile --tokens 128 \
+        > "$OUT/decode.txt" 2>&1 || status=1
+      tail -5 "$OUT/decode.txt"
+      timeout 250 python3 examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile --profile --top 12 \
+        > "$OUT/decode_profile.txt" 2>&1 || status=1
+      grep -E "wall a token" "$OUT/decode_profile.txt" ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
