@@ -740,8 +740,8 @@ def _host_launches(step, steps):
 def test_cuda_decoder_under_reduce_overhead_replays_graphs(scheme):
     """examples/llm_decode.py's decoder (a KV cache written in place, a prompt then one token a step), quantize_'d,
     under the backend in CUDA graphs: the decode steps replay a graph instead of launching their ~40 kernels from
-    the host, and the prompt's logits are the eager model's. (Twenty-seventh session: the binary decode under the backend
-    looked host-bound on the H200; this tells a skipped or re-recorded graph from a slow replay.)"""
+    the host, and the prompt's logits are the eager model's. (Twenty-seventh session: the binary decode under the
+    backend looked host-bound on the H200; this tells a skipped or re-recorded graph from a slow replay.)"""
     from bitcompile.quantize import quantize_
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -766,7 +766,8 @@ def test_cuda_decoder_under_reduce_overhead_replays_graphs(scheme):
     assert graphs >= 6, f"{graphs} graph launches in 6 steps"
     assert kernels <= 6 * 8, f"{kernels} kernel launches from the host in 6 steps: the graph did not replay"
     # inductor's fused norms and rotary round differently from eager in bf16: the prompt's logits agree to that
-    torch.testing.assert_close(logits.float(), eager_logits.float(), rtol=0.05, atol=0.05 * eager_logits.abs().max().item())
+    torch.testing.assert_close(logits.float(), eager_logits.float(), rtol=0.05,
+                               atol=0.05 * eager_logits.abs().max().item())
 
 
 @requires_cuda
