@@ -21,12 +21,17 @@ from bitcompile import apot, quantize
 from bitcompile.ops import (
     _binary_conv2d_packed_fake,
     _check,
+    _check_alpha,
+    _check_code_table,
     _check_conv_geometry,
     _check_float_input,
+    _check_packed_linear,
     _check_same_device,
     _check_scale_bias,
     _conv_output,
     _sign,
+    packed_code_bytes,
+    packed_words,
     register_not_differentiable,
 )
 
@@ -545,12 +550,87 @@ def _conv2d_of_computed_weight_fake(x, weight_inputs, weight_fn, weight_shape, s
     return _conv_output(op, x, weight_shape[0], kernel_size, stride, padding, dilation)
 
 
+# ---- Sibling linears in one call (passes/sibling_linears.py) ------------------------------------------------------
+# Packed linears that read the same x (attention's q / k / v, SwiGLU's w1 / w3) as one kernel call on their weights
+# stacked along the outputs, made once per version of the members' tensors (the cache above): at batch 1 each such
+# GEMV is latency-bound, so one call on 3N rows costs little more than one on N, and the launches (two a call at
+# M = 1) go too. bits 0: binary_weight_linear (int32 signs, scale an optional per-member scalar or vector); bits
+# > 0: apot_linear of that width (uint8 codes, scale = alpha, code_values one table a member). The output is every member's
+# output side by side along the last dim, in member order. Members whose APoT tables differ run one call each.
+_lib.define(
+    "packed_linear_group(Tensor x, Tensor[] w_packed, SymInt in_features, Tensor[] scale, Tensor[] bias, "
+    "Tensor[] code_values, *, int bits=0) -> Tensor"
+)
+
+
+def _rows(values: Sequence[Tensor], sizes: Sequence[int]) -> Tensor:
+    """Per-member scalars or vectors as one vector over the stacked rows (float32, as the kernels read them)."""
+    return torch.cat([v.reshape(-1).to(torch.float32).expand(n) if v.numel() == 1 else v.reshape(-1).to(torch.float32)
+                      for v, n in zip(values, sizes)])
+
+
+def _check_group(op, x, w_packed, in_features, scale, bias, code_values, bits) -> None:
+    signs = bits == 0
+    _check(len(w_packed) >= 1, op, "w_packed must hold at least one weight")
+    _check(len(scale) in ((0, len(w_packed)) if signs else (len(w_packed),)), op,
+           lambda: f"scale must hold one tensor a weight{' or none' if signs else ''}, got {len(scale)}")
+    _check(len(bias) in (0, len(w_packed)), op, lambda: f"bias must hold one tensor a weight or none, got {len(bias)}")
+    _check(len(code_values) == (0 if signs else len(w_packed)), op,
+           lambda: f"code_values must hold {0 if signs else len(w_packed)} tables, got {len(code_values)}")
+    _check_float_input(op, x)
+    width, dtype = ((packed_words(in_features), torch.int32) if signs
+                    else (packed_code_bytes(in_features, bits), torch.uint8))
+    for i, w in enumerate(w_packed):
+        _check_packed_linear(op, x, w, in_features, width, dtype)
+        _check_scale_bias(op, x, w.shape[0], scale[i] if signs and scale else None, bias[i] if bias else None)
+        if not signs:
+            _check_alpha(op, x, scale[i], w.shape[0])
+            _check_code_table(op, bits, code_values[i], "code_values", x)
+            _check(code_values[i].dtype == torch.float32, op,
+                   lambda: f"code_values must be float32, got {code_values[i].dtype}")
+
+
+def _stacked(w_packed, scale, bias, code_values, bits):
+    """(packed, scale, bias) of the members stacked along the outputs, or None where their APoT tables differ."""
+    if any(not torch.equal(c, code_values[0]) for c in code_values[1:]):
+        return None
+    sizes = [w.shape[0] for w in w_packed]
+    same_dtype = all(b.dtype == bias[0].dtype for b in bias)
+    return (torch.cat(list(w_packed)),
+            _rows(scale, sizes) if scale else None,
+            (torch.cat(list(bias)) if same_dtype else _rows(bias, sizes)) if bias else None)
+
+
+@torch.library.impl(_lib, "packed_linear_group", "CompositeExplicitAutograd")
+def _packed_linear_group_impl(x, w_packed, in_features, scale, bias, code_values, *, bits=0):
+    def build():  # the members' checks once per version: a hit has the same shapes, dtypes and devices
+        _check_group("packed_linear_group", x, w_packed, in_features, scale, bias, code_values, bits)
+        return _stacked(w_packed, scale, bias, code_values, bits)
+
+    # x itself is checked by the member op against the stacked weight (dtype, features, device)
+    stacked = weight_cache.get_for([*w_packed, *scale, *bias, *code_values], f"group:{bits}", build)
+    bc = torch.ops.bitcompile
+    if stacked is None:  # APoT members with different tables: a call each
+        return torch.cat([bc.apot_linear(x, w, in_features, bits, c, a, bias[i] if bias else None)
+                          for i, (w, c, a) in enumerate(zip(w_packed, code_values, scale))], dim=-1)
+    packed, total_scale, total_bias = stacked
+    if bits == 0:
+        return bc.binary_weight_linear(x, packed, in_features, total_scale, total_bias)
+    return bc.apot_linear(x, packed, in_features, bits, code_values[0], total_scale, total_bias)
+
+
+@torch.library.register_fake("bitcompile::packed_linear_group")
+def _packed_linear_group_fake(x, w_packed, in_features, scale, bias, code_values, *, bits=0):
+    _check_group("packed_linear_group", x, w_packed, in_features, scale, bias, code_values, bits)
+    return x.new_empty((*x.shape[:-1], sum(w.shape[0] for w in w_packed)))
+
+
 # Inference graphs only (the passes emit them when grad is off); with inputs that require grad they
 # still run, below autograd, and have no gradient (ops.py, "Inference ops under autograd").
-# Once a device's binary library is loaded, the three weight ops take its C++ Autograd kernel instead
-# (csrc/inference_autograd.h, which repeats TRAINING_FORM and also looks into their Tensor[] epilogue_inputs): fewer
-# host microseconds a call. The two computed-weight ops keep this Python one.
+# Once a device's binary library is loaded, the three weight ops and packed_linear_group take its C++ Autograd
+# kernel instead (csrc/inference_autograd.h, which repeats TRAINING_FORM and also looks into their Tensor[]
+# inputs): fewer host microseconds a call. The two computed-weight ops keep this Python one.
 TRAINING_FORM = "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"
-CPP_AUTOGRAD_OPS = ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight")
+CPP_AUTOGRAD_OPS = ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group")
 for _name in CPP_AUTOGRAD_OPS + ("linear_of_computed_weight", "conv2d_of_computed_weight"):
     register_not_differentiable(_name, TRAINING_FORM)

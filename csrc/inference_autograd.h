@@ -45,6 +45,7 @@ inline const char* training_form(const std::string& op) {
       {"linear_of_weight", weight_ops},
       {"conv2d_of_weight", weight_ops},
       {"packed_conv2d_of_weight", weight_ops},
+      {"packed_linear_group", weight_ops},
   };
   for (const auto& form : forms) {
     if (op == form.first) return form.second;

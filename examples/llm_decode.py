@@ -12,8 +12,9 @@ random weights, defined below) whose linear layers are converted in place with
 (4-bit APoT codes). The token embedding and the output head stay float. For each model it measures
 greedy decoding of --tokens tokens after a short prompt, one token a step (batch 1, after a
 warm-up), and prints tokens/s and the weight memory (bytes of the state dict: parameters and
-buffers, not the KV cache). With --compile every model's forward runs under
-torch.compile(mode="reduce-overhead") on CUDA (CUDA graphs), the default mode on CPU.
+buffers, not the KV cache). With --compile every model's forward runs under torch.compile with
+mode="reduce-overhead" on CUDA (CUDA graphs), the default mode on CPU: the float model with inductor, the
+quantized ones with backend="bitcompile" (which merges the packed linears that read the same input into one call).
 
 The weights are random, so the generated tokens mean nothing; they only show that each model decodes.
 """
@@ -246,7 +247,10 @@ def main():
         forward = model
         if args.compile:
             mode = "reduce-overhead" if device.type == "cuda" else None
-            forward = torch.compile(model, mode=mode, fullgraph=True)
+            # The quantized models under the bitcompile backend: its passes call the packed linears that read the
+            # same x (q / k / v, w1 / w3) as one kernel call (passes/sibling_linears.py); the rest goes to inductor.
+            backend = "inductor" if name == "float" else "bitcompile"
+            forward = torch.compile(model, backend=backend, mode=mode, fullgraph=True)
         greedy_decode(forward, prompt, min(args.tokens, 4))  # warm-up (and compilation)
         greedy_decode(forward, prompt, min(args.tokens, 4))
         tokens, _, seconds = greedy_decode(forward, prompt, args.tokens)

@@ -1236,5 +1236,6 @@ TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {
   // kernel: their Python one (torch.library.register_autograd) cost more host time a call than a small conv's GPU
   // time (H200 machine: packed_conv2d_of_weight 61.8 us a call against binary_conv2d_packed's 22.7; the binary
   // ResNet-18 forward was host-bound). The computed-weight ops keep the Python one.
-  bitcompile::register_inference_autograd(m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight"});
+  bitcompile::register_inference_autograd(
+      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group"});
 }

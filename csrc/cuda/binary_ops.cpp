@@ -327,5 +327,6 @@ TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
   bitcompile::register_inference_autograd(
       m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
   // The backend's weight ops take the same C++ Autograd kernel, as on the CPU (csrc/cpu/binary_ops.cpp says why).
-  bitcompile::register_inference_autograd(m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight"});
+  bitcompile::register_inference_autograd(
+      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group"});
 }

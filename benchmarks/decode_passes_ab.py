@@ -1,15 +1,15 @@
-"""Why the binary decode got slower under backend="bitcompile" with sibling_linears.patch (twenty-seventh session).
+"""The decoder's CUDA-graph step with and without the sibling-linear pass, in one process (twenty-seventh and
+twenty-eighth sessions: the pass's win showed only against this control; across machines the host time a step varies
+by 2x).
 
-Run on the GPU from a checkout with the patch applied (git apply benchmarks/kernels/pending/sibling_linears.patch),
-after the extension build:
-    python benchmarks/kernels/pending/sibling_diag.py [--scheme binary_weight] [--tokens 128]
-Same process, same quantized model (examples/llm_decode.py's Llama, dim 4096, 4 layers, bf16, CUDA graphs):
-  1. inductor                        (quantize_'s ops called one by one: what main's llm_decode measures)
-  2. bitcompile, sibling pass off    (the control the twenty-seventh session lacked)
-  3. bitcompile, sibling pass on
+    python benchmarks/decode_passes_ab.py [--scheme binary_weight|apot4] [--tokens 128]
+Same quantized model (examples/llm_decode.py's Llama, dim 4096, 4 layers, bf16, CUDA graphs):
+  1. inductor                        (quantize_'s ops called one by one)
+  2. bitcompile, sibling pass off
+  3. bitcompile, sibling pass on     (what llm_decode runs)
 For each: tokens/s; host us a step to enqueue 20 steps against wall us a step (host-bound where they are equal);
-kernel us a step and the GPU's idle us a step between consecutive kernels of one replay (torch.profiler
-timestamps): GPU-side gaps, not the host, where idle is large while host << wall.
+kernel us a step and the GPU's idle us a step between consecutive kernels (torch.profiler timestamps); the host's
+top events over 20 replays (a bitcompile op there means a step ran outside its graph).
 """
 
 import argparse
@@ -21,7 +21,7 @@ import time
 import torch
 from torch._dynamo.utils import counters
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import llm_decode  # noqa: E402
 from bitcompile.passes import sibling_linears  # noqa: E402
 from bitcompile.quantize import quantize_  # noqa: E402
@@ -43,6 +43,21 @@ def gaps(forward, token, position, steps=10):
             idle += e.time_range.start - end
         end = e.time_range.end if end is None else max(end, e.time_range.end)
     return busy / steps, idle / steps, len(events) / steps
+
+
+def host_events(forward, token, position, steps=20, top=14):
+    """What the host does in `steps` replays (torch.profiler CPU events): a bitcompile op or many kernel launches
+    here mean the step did not (only) replay its graph."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            forward(token, position)
+        torch.cuda.synchronize()
+    rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:top]
+    for e in rows:
+        print(f"{'':>24}{e.self_cpu_time_total / steps:8.1f} us self CPU a step  {e.count / steps:5.1f} calls  "
+              f"{e.key[:90]}", flush=True)
 
 
 def main():
@@ -81,6 +96,8 @@ def main():
             llm_decode.synchronize(device)
             wall = (time.perf_counter() - start) / 20
             busy, idle, kernels = gaps(forward, token, position) if cuda else (0.0, 0.0, 0)
+            if cuda:
+                host_events(forward, token, position)
         print(f"{name:>22}: {(args.tokens - 1) / seconds:7.1f} tokens/s; host {1e6 * host:5.0f} us a step, wall "
               f"{1e6 * wall:5.0f}; kernels {busy:5.0f} us, GPU idle {idle:5.0f} us, {kernels:.0f} kernels a step",
               flush=True)
