@@ -778,12 +778,6 @@ struct SmallBatchPlan {
 // M = 4: 12.4 / 16.7, 19.0 / 25.8; the same plan at 11008 x 4096, 8192^2, 16384^2, 28672 x 8192, 8192 x 28672.
 // Left: (2, 1) beat the plan's (4, 2) at M = 1 by 7-12% on 8192^2 and 28672 x 8192, but lost at M = 4 on
 // 8192 x 28672 and at 11008 x 4096: no rule found yet).
-// Past one wave a part-filled last wave counts whole (twenty-eighth session, H200, apot4 table=scheme, alpha vector,
-// us in a rotating graph, new / old plan): 22016 x 4096 (llm_decode's w1 / w3 stacked) (3, 1) 25.6 / (3, 2) 31.1
-// (M = 4: 26.6 / 32.3), 28672 x 8192 (4, 1) 52.3 / (4, 2) 58.0 (M = 4: 55.1 / 59.9). Every other shape of that
-// session's grid and of the fits above keeps its plan (a host replica of this function, 28 shapes). Counting waves
-// within the first wave as well (blocks an SM rounded up to `full` everywhere) picked 1-tile plans at small N that
-// lost: 1280 x 5120 (1, 3) 11.2 against (2, 3) 7.7, 4096 x 1024 (1, 1) 5.4 / (2, 1) 5.0.
 SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max_tiles, int sms, int blocks_per_sm,
                                 unsigned split_sizes, bool finish_kernel) {
   SmallBatchPlan best;
@@ -796,11 +790,9 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
       const int64_t blocks = (n + 16 * tiles - 1) / (16 * tiles) * splits;
       if (blocks > INT_MAX) continue;
       const int64_t per_sm = (blocks + sms - 1) / sms;
-      // Past one wave (`full` blocks an SM at once), a part-filled last wave costs as much as a whole one.
-      const int64_t busy = per_sm > full ? (per_sm + full - 1) / full * full : per_sm;
       const int64_t per_warp = (chunks + kGemvWarps * splits - 1) / (kGemvWarps * splits);
-      double cost = double(busy) * (16.0 * tiles * kGemvWarps * per_warp * row_chunk +
-                                    kGemvWarps * per_warp * x_chunk + table);
+      double cost = double(per_sm) * (16.0 * tiles * kGemvWarps * per_warp * row_chunk +
+                                      kGemvWarps * per_warp * x_chunk + table);
       if (per_sm < full) cost *= 1.25;
       if (splits > 1 && finish_kernel) cost += 4000;
       for (int size = 2; size < splits; size *= 2) cost *= 1.25;  // 3 and 4: x1.25, 5-8: x1.25^2
