@@ -18,6 +18,7 @@ import torch
 import torch.fx as fx
 
 from bitcompile import weight_ops
+from bitcompile.passes import ir
 from bitcompile.passes.context import PassContext
 
 MAX_NODES = 400
@@ -28,21 +29,6 @@ class ComputedWeight:
     key: str                 # weight_ops.py registry key of the function
     inputs: list             # the parameter / buffer placeholders it reads, in call order
     value: torch.Tensor      # its value now (real tensors)
-
-
-def _side_effect_free(node: fx.Node) -> bool:
-    if node.op == "call_method":
-        return not node.target.endswith("_")
-    if node.op == "call_function":
-        if isinstance(node.target, torch._ops.OpOverload):
-            return not node.target._schema.is_mutable
-        if isinstance(node.target, torch._ops.HigherOrderOperator):
-            return False
-        name = getattr(node.target, "__name__", "")
-        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
-            return not name.startswith(("i", "__i", "set", "del")) or name in ("index", "is_", "is_not", "inv", "invert")
-        return not name.endswith("_")
-    return False
 
 
 def _function_of(outputs: list, ctx: PassContext):
@@ -66,7 +52,7 @@ def _function_of(outputs: list, ctx: PassContext):
                 return None  # a run-time input
             inputs.append(node)
             continue
-        if not _side_effect_free(node):
+        if not ir.side_effect_free(node):
             return None
         stack.extend(n for n in node.all_input_nodes)
     if not inputs:

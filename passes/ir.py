@@ -251,3 +251,20 @@ def emit(graph: fx.Graph, target, args: tuple, kwargs: Optional[dict] = None, fa
             key = "val" if any("val" in n.meta for n in graph.nodes if n.op == "placeholder") else "example_value"
             node.meta[key] = result
     return node
+
+
+def side_effect_free(node: fx.Node) -> bool:
+    """Whether a call node is known not to write anything in place (no mutable schema, no in-place method or operator,
+    no higher-order op); False for every other kind of node."""
+    if node.op == "call_method":
+        return not node.target.endswith("_")
+    if node.op == "call_function":
+        if isinstance(node.target, torch._ops.OpOverload):
+            return not node.target._schema.is_mutable
+        if isinstance(node.target, torch._ops.HigherOrderOperator):
+            return False
+        name = getattr(node.target, "__name__", "")
+        if getattr(node.target, "__module__", None) in ("_operator", "operator"):
+            return not name.startswith(("i", "__i", "set", "del")) or name in ("index", "is_", "is_not", "inv", "invert")
+        return not name.endswith("_")
+    return False

@@ -80,19 +80,6 @@ def _member(node: fx.Node):
     return key, a
 
 
-def _writes_any(node: fx.Node, tensors: set) -> bool:
-    """Whether `node` may write one of `tensors` in place (a mutable op or an in-place method on it)."""
-    if node.op == "call_method":
-        return node.target.endswith("_") and bool(tensors & set(node.all_input_nodes))
-    if node.op != "call_function":
-        return False
-    schema = getattr(node.target, "_schema", None)
-    if schema is None:
-        name = getattr(node.target, "__name__", "")
-        return name.endswith("_") and bool(tensors & set(node.all_input_nodes))
-    return schema.is_mutable and bool(tensors & set(node.all_input_nodes))
-
-
 def merge_sibling_linears(graph: fx.Graph, fake_mode=None) -> int:
     """Rewrite every group of sibling packed linears into one packed_linear_group call; returns the members merged."""
     groups: dict = {}
@@ -111,7 +98,7 @@ def merge_sibling_linears(graph: fx.Graph, fake_mode=None) -> int:
         while node is not members[-1][0]:
             span.append(node)
             node = node.next
-        if any(_writes_any(n, tensors) for n in span):
+        if any(not ir.side_effect_free(n) and tensors & set(n.all_input_nodes) for n in span):
             continue
         apot = name == "apot_linear"
         scales = [] if no_scale else [a["alpha"] if apot else a["scale"] for _, a in members]
