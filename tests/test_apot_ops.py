@@ -276,6 +276,24 @@ def test_apot_linear_wgmma_wide_range_and_misaligned_cuda(dtype):
 
 
 @requires_cuda
+@pytest.mark.parametrize("bits, dtype, k", [(4, torch.float32, 12288), (4, torch.float32, 12289),
+                                            (5, torch.bfloat16, 6144), (5, torch.bfloat16, 6208)])
+def test_apot_linear_small_batch_split_edges_cuda(bits, dtype, k):
+    """Both sides of plan_small_batch's short-K rule (apot_kernels.cu) at N = 6144 on a 132-SM H200: past one wave a
+    warp holding 12 chunks of the unsplit K drops the K split (apot4 fp32 x k = 12288, apot5 k = 6144), 13 chunks keep
+    it (k = 12289, 6208); m = 1 and 4 rows, per-output alpha and bias."""
+    n = 6144
+    _, packed, table = make_weight(n, k, bits, "cuda", "scheme")
+    alpha = make_alpha(n, True, "cuda")
+    bias = torch.randn(n, device="cuda")
+    for m in (1, 4):
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, dtype, f"m={m} k={k} bits={bits}")
+
+
+@requires_cuda
 def test_apot_linear_wgmma_dispatch_cuda():
     """On a 9.0 GPU with sm_90a code the op takes the wgmma kernel from 17 rows to kWgmmaMaxRows and not beyond; 16 rows
     stay on the small-batch kernel."""

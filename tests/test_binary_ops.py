@@ -733,6 +733,47 @@ def test_weight_linear_bit_planes(device, dtype, m):
         assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
 
 
+@requires_cuda
+@pytest.mark.parametrize("m", [1, 2])
+def test_weight_linear_bit_planes_weight_written_just_before_cuda(m):
+    """The bit-plane path at M = 1 launches x_planes_kernel dependent on the kernel before it, and the weight kernel,
+    dependent on x_planes_kernel, loads W before it waits: W written by the kernel just before the call (here a pack
+    of a new float weight into the same buffer, then x_planes_kernel's own input made by another kernel) must be
+    read as written. Eagerly and in a CUDA graph replayed with a new weight each time."""
+    n, k = 8192, 4096
+    w = torch.randn(n, k, device="cuda")
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w_packed = ops.pack_signs(w)
+
+    def step():
+        w_packed.copy_(ops.pack_signs(w))
+        return ops.binary_weight_linear(x * 1.0, w_packed, k)
+
+    def expected():
+        return (x.double() @ torch.where(w >= 0, 1.0, -1.0).double().T).cpu()
+
+    def check(actual, what):
+        error = (actual.double().cpu() - expected()).abs()
+        allowed = torch.finfo(torch.bfloat16).eps * expected().abs() + 1e-4 * x.double().norm().item()
+        assert (error <= allowed).all(), f"{what}: worst {(error / allowed).max().item():.3g} of allowed"
+
+    for i in range(3):
+        w.copy_(torch.randn(n, k, device="cuda"))
+        check(step(), f"eager {i}")
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    for i in range(5):
+        w.copy_(torch.randn(n, k, device="cuda"))
+        graph.replay()
+        check(out, f"graph replay {i}")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("m", [4, 9, 16])
 def test_weight_linear_split_past_one_wave(device, dtype, m):

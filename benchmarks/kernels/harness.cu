@@ -5,7 +5,7 @@
 //   harness FAMILY key=value ...        one row       (harness w1a16 m=1 n=8192 k=8192 slices=4)
 //   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
 //
-// Families and keys (every family: reps=20 graph=1 plant=0 seed=1):
+// Families and keys (every family: reps=20 graph=1 rotate=1 plant=0 seed=1; rotate=0: the graph replays one copy):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
 //          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
 //          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
@@ -36,6 +36,8 @@
 //          groups: 1 or 2; 0 by the shape) pack=0 (1: the input is
 //          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
+//   read   n k blocks=0 threads=128 unroll=8 cluster=1 pdl=0   the read floor: n x k bits read and XORed, nothing
+//          else (blocks=0: one per 64 rows, times cluster; clusters sync twice before leaving, as store_tile)
 //   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
 //          |x| per row; xoff: x that many elements past an aligned pointer)
 // Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
@@ -47,6 +49,7 @@
 // error caught); the exit status counts such a row as failed only if the mismatch went unseen.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -203,7 +206,10 @@ struct HarnessEpilogue {
   HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random& random);
 };
 
-int rotating_copies(size_t bytes) {
+// Copies of the streamed operand the graph cycles over: enough for >= 192 MiB, or one (graph=0, or rotate=0: the
+// graph replays one copy, which L2 may then serve: what a prefetch into L2 would buy).
+int rotating_copies(const Args& args, size_t bytes) {
+  if (args.num("graph", 1) == 0 || args.num("rotate", 1) == 0) return 1;
   return static_cast<int>(std::min<size_t>(2048, std::max<size_t>(1, (kRotateBytes + bytes - 1) / std::max<size_t>(bytes, 1))));
 }
 
@@ -506,7 +512,7 @@ Row run_w1a16(const Args& args, bool apot) {
   }
 
   const size_t weight_bytes = apot ? codes.size() : w_bits.size() * 4;
-  const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
+  const int copies = rotating_copies(args, weight_bytes);
   // apot offset=B: W starts B bytes into its buffer (B % 16 != 0: no 16-byte loads).
   const size_t offset = apot ? static_cast<size_t>(std::max<int64_t>(0, args.num("offset", 0))) : 0;
   std::vector<uint8_t> shifted;
@@ -643,7 +649,7 @@ Row run_w1a1(const Args& args) {
     }
   }
   const size_t weight_bytes = w_bits.size() * 4;
-  const int copies = args.num("graph", 1) != 0 ? rotating_copies(weight_bytes) : 1;
+  const int copies = rotating_copies(args, weight_bytes);
   Copies weights(w_bits.data(), weight_bytes, copies);
   constexpr int64_t kGuard = 128;  // poisoned elements before and after the output (256-byte aligned start)
   const size_t size = type_size(out), out_bytes = static_cast<size_t>(m * n) * size;
@@ -844,7 +850,7 @@ Row run_conv(const Args& args) {
     row.config = (row.config == "auto" ? std::string() : row.config + " ") + "pack";
   }
   const size_t input_bytes = pack ? activations.size() : x_bits.size() * 4;
-  const int copies = args.num("graph", 1) != 0 ? rotating_copies(input_bytes) : 1;
+  const int copies = rotating_copies(args, input_bytes);
   Copies inputs(pack ? static_cast<const void*>(activations.data()) : x_bits.data(), input_bytes, copies);
   Buffer packed(pack ? x_bits.size() * 4 : 4);
   constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
@@ -934,7 +940,7 @@ Row run_pack(const Args& args) {
     if (mean) want_mean[i] = sum / static_cast<double>(k);
   }
   if (args.num("plant", 0) != 0) want[0] ^= 1u;
-  const int copies = args.num("graph", 1) != 0 ? rotating_copies(x_bytes.size()) : 1;
+  const int copies = rotating_copies(args, x_bytes.size());
   const size_t skip = static_cast<size_t>(xoff) * type_size(type);
   std::vector<uint8_t> padded(skip, 0);
   padded.insert(padded.end(), x_bytes.begin(), x_bytes.end());
@@ -992,13 +998,107 @@ Row run_pack(const Args& args) {
   return row;
 }
 
+// The read floor (family `read`): a kernel that only reads `bytes` (n x k bits) and XORs them into one word, with
+// the launch shapes of the GEMV kernels: `blocks` blocks (0: a block per 64 rows times `cluster`) of `threads`
+// threads, `unroll` 16-byte loads in flight a thread, clusters of `cluster` blocks that sync twice before leaving
+// (as store_tile), `pdl=1` launched with programmatic stream serialization. What a GEMV pays beyond this is its own.
+template <int UNROLL>
+__global__ void read_probe_kernel(const uint4* __restrict__ data, int64_t vectors, int cluster, uint32_t* out) {
+  uint32_t acc = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + (UNROLL - 1) * stride < vectors; i += UNROLL * stride) {
+    uint4 v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) v[u] = __ldg(data + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < vectors; i += stride) {
+    const uint4 v = __ldg(data + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, offset);
+  if (cluster > 1) {
+    namespace cg = cooperative_groups;
+    cg::this_cluster().sync();
+    cg::this_cluster().sync();
+  }
+  if ((threadIdx.x & 31) == 0) atomicXor(out, acc);
+}
+
+Row run_read(const Args& args) {
+  Row row;
+  row.family = "read";
+  const int64_t n = args.num("n", 8192), k = args.num("k", 8192);
+  const int threads = static_cast<int>(args.num("threads", 128));
+  const int unroll = static_cast<int>(args.num("unroll", 8));
+  const int cluster = static_cast<int>(args.num("cluster", 1));
+  const bool pdl = args.num("pdl", 0) != 0;
+  const int64_t vectors = n * k / 128;
+  int64_t blocks = args.num("blocks", 0);
+  if (blocks <= 0) blocks = (n + 63) / 64 * cluster;
+  blocks = (blocks + cluster - 1) / cluster * cluster;
+  row.shape = format("n=%lld k=%lld", static_cast<long long>(n), static_cast<long long>(k));
+  row.config = format("b=%lld t=%d u=%d c=%d p=%d", static_cast<long long>(blocks), threads, unroll, cluster, pdl);
+  Random random(static_cast<uint64_t>(args.num("seed", 1)));
+  std::vector<uint32_t> host(static_cast<size_t>(vectors) * 4);
+  uint32_t want = 0;
+  for (auto& word : host) want ^= (word = random.word());
+  if (args.num("plant", 0) != 0) want ^= 1u;
+  const int copies = rotating_copies(args, host.size() * 4);
+  Copies data(host.data(), host.size() * 4, copies);
+  Buffer out(4);
+  auto launch = [&](int copy, cudaStream_t stream) {
+    cudaLaunchConfig_t config = {};
+    cudaLaunchAttribute attributes[2];
+    int count = 0;
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(static_cast<unsigned>(threads));
+    config.stream = stream;
+    if (cluster > 1) {
+      attributes[count].id = cudaLaunchAttributeClusterDimension;
+      attributes[count].val.clusterDim.x = static_cast<unsigned>(cluster);
+      attributes[count].val.clusterDim.y = attributes[count].val.clusterDim.z = 1;
+      ++count;
+    }
+    if (pdl) {
+      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+      attributes[count].val.programmaticStreamSerializationAllowed = 1;
+      ++count;
+    }
+    config.attrs = attributes;
+    config.numAttrs = count;
+    const uint4* d = static_cast<const uint4*>(data[copy]);
+    switch (unroll) {
+      case 1: return cudaLaunchKernelEx(&config, read_probe_kernel<1>, d, vectors, cluster, out.as<uint32_t>());
+      case 2: return cudaLaunchKernelEx(&config, read_probe_kernel<2>, d, vectors, cluster, out.as<uint32_t>());
+      case 4: return cudaLaunchKernelEx(&config, read_probe_kernel<4>, d, vectors, cluster, out.as<uint32_t>());
+      case 16: return cudaLaunchKernelEx(&config, read_probe_kernel<16>, d, vectors, cluster, out.as<uint32_t>());
+      default: return cudaLaunchKernelEx(&config, read_probe_kernel<8>, d, vectors, cluster, out.as<uint32_t>());
+    }
+  };
+  CHECK_CUDA(cudaMemset(out.ptr, 0, 4));
+  CHECK_CUDA(launch(0, nullptr));
+  uint32_t got = 0;
+  CHECK_CUDA(cudaMemcpy(&got, out.ptr, 4, cudaMemcpyDeviceToHost));
+  row.ok = got == want;
+  row.check = format("xor %08x, want %08x", got, want);
+  row.timing = time_launches(launch, copies, args);
+  row.floor_us = static_cast<double>(host.size()) * 4 / kBytesPerUs;
+  row.rate = static_cast<double>(host.size()) * 4 / row.timing.us / 1e6;
+  return row;
+}
+
 Row run_family(const std::string& family, const Args& args) {
   if (family == "w1a16") return run_w1a16(args, false);
   if (family == "apot") return run_w1a16(args, true);
   if (family == "w1a1") return run_w1a1(args);
   if (family == "conv") return run_conv(args);
   if (family == "pack") return run_pack(args);
-  std::fprintf(stderr, "unknown family %s (w1a16, apot, w1a1, conv, pack)\n", family.c_str());
+  if (family == "read") return run_read(args);
+  std::fprintf(stderr, "unknown family %s (w1a16, apot, w1a1, conv, pack, read)\n", family.c_str());
   std::exit(2);
 }
 

@@ -803,6 +803,23 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
       }
     }
   }
+  // Past one wave a split of a short K loses to none, where the unsplit grid fills every SM (two blocks an SM; the
+  // byte-load path, one block an SM, lost with it: 2560 x 10240 bf16 (1, 1) 60.4 / (1, 2) 52.8): the model above counts
+  // the split blocks' work as shared evenly, but they run in more waves. Short: a warp holds <= 12 chunks of the
+  // unsplit K (a long K's second wave overlaps the first's tail: the splits won at 5120 x 13824 and 6144 x 18432).
+  // H200, us in a rotating graph, M = 1, alpha vector, this rule / the model's plan (2026-12-04, same process):
+  // apot4 bf16 22016 x 4096 (3, 1) 25.6 / (3, 2) 31.2, 28672 x 8192 (4, 1) 52.7 / (4, 2) 58.1, 53248 x 8192 93.8 /
+  // 96.0; apot4 fp32 14336 x 4096 24.2 / 32.0, 6144 x 4096 12.9 / 15.7, 6144^2 16.9 / 19.2, 18432 x 6144 40.1 / 47.7,
+  // 5120 x 1280 7.7 / 11.3, 2560 x 10240 (1, 1) 18.4 / (1, 2) 20.0; apot5 14336 x 4096 30.5 / 35.9, 13824 x 5120
+  // 36.1 / 40.6, 18432 x 6144 51.6 / 57.3, 6144 x 4096 16.4 / 17.6, 5120^2 19.2 / 19.7, 6144^2 22.2 / 22.3; M = 4 the
+  // same way at every one of those shapes (2.0-27% faster; benchmarks/kernels/apot_plan_split.sweep).
+  if (best.splits > 1) {
+    const int64_t tile_blocks = (n + 16 * best.tiles - 1) / (16 * best.tiles);
+    const int64_t per_sm = (tile_blocks * best.splits + sms - 1) / sms;
+    const int64_t unsplit_per_sm = (tile_blocks + sms - 1) / sms;
+    const int64_t unsplit_per_warp = (chunks + kGemvWarps - 1) / kGemvWarps;
+    if (full >= 2 && per_sm > full && unsplit_per_sm >= full && unsplit_per_warp <= 12) best.splits = 1;
+  }
   return best;
 }
 

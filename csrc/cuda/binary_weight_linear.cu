@@ -218,7 +218,12 @@ __device__ __forceinline__ void store_tile(float* partial, int tile_rows, int64_
         out[m * n_rows + n] = from_float<T>(epilogue_value(sum, row_factor(ep, m), column_scale(ep, n), column_bias(ep, n)));
       }
     }
-    cluster.sync();  // no block leaves while another still reads its shared memory
+    // No block leaves while another still reads its shared memory. Relaxed arrive (as the APoT GEMV's): the peers'
+    // DSMEM reads are done (their sums are stored), so no MEMBAR.ALL.GPU waits for the output stores as
+    // cluster.sync()'s release does. H200, bf16, M = 1, alpha vector, us in a rotating graph, cluster.sync() ->
+    // relaxed (2026-12-04, same process, two passes): 8192^2 7.99 -> 7.78, 12288 x 4096 6.43 -> 6.25, 4096^2 5.04 ->
+    // 4.77, 4096 x 11008 7.27 -> 6.99 (the bit-plane kernel; 22016 x 4096 takes no cluster).
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n barrier.cluster.wait.aligned;" ::: "memory");
 #endif
   } else {
     __syncthreads();
@@ -710,7 +715,11 @@ template <typename T>
 __global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __restrict__ x, int64_t k, int64_t chunks,
                                                                    uint32_t* __restrict__ planes,
                                                                    PlaneGroup* __restrict__ groups) {
-  launch_dependents();  // the weight kernel may start its W loads now; it waits for this grid's writes
+  // Launched dependent (M = 1), this grid waits for the previous one before anything: x, the workspace, and W too,
+  // which the weight kernel loads before its own wait, may be the previous kernel's writes. Only then may the weight
+  // kernel start (its W loads overlap this grid); it waits for this grid's writes.
+  wait_for_prerequisite_grid();
+  launch_dependents();
   constexpr int P = kPlaneBits;
   __shared__ float word_largest[kTcChunkWords];
   __shared__ int word_finite[kTcChunkWords];
@@ -959,13 +968,21 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
-  x_planes_kernel<T><<<dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(m_rows), 1), kXPlanesThreads, 0,
-                       stream>>>(x, k, chunks, planes, groups);
-  error = cudaGetLastError();
-  if (error != cudaSuccess) return error;
   DeviceFacts device;
   error = current_device_facts(device);
   if (error != cudaSuccess) return error;
+  {
+    // At M = 1 x_planes_kernel is launched dependent too: its launch overlaps the previous kernel's tail, and it
+    // waits for that grid before reading x or writing the workspace. H200, bf16, alpha vector, us per call in a
+    // rotating graph (2026-12-04, same process, two passes), plain -> dependent launch: M = 1 8192^2 7.70 -> 7.23,
+    // 12288 x 4096 6.24 -> 5.80, 22016 x 4096 8.28 -> 7.75, 4096 x 11008 6.93 -> 6.61, 4096^2 4.69 -> 4.62; but M = 2
+    // 8192^2 9.53 -> 10.04, M = 3 4096 x 11008 10.05 -> 10.59, so not there. Also tried: the weight kernel letting the
+    // next launch start once its W loads are issued: mixed (8192^2 6.88, 22016 x 4096 8.16).
+    const ClusterLaunch x_launch(dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(m_rows), 1), kXPlanesThreads,
+                                 0, 1, stream, device.major >= 9 && m_rows == 1);
+    error = cudaLaunchKernelEx(&x_launch.config, x_planes_kernel<T>, x, k, chunks, planes, groups);
+    if (error != cudaSuccess) return error;
+  }
   // programmatic dependent launch (sm_90): the W loads overlap x_planes_kernel
   const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1),
                              kPlaneThreads, smem, slices, stream, device.major >= 9);
