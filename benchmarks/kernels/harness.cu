@@ -71,6 +71,7 @@
 #include "cuda/apot_fragment.cuh"
 #include "cuda/apot_kernels.cuh"
 #include "cuda/binary_kernels.cuh"
+#include "cuda/device_common.cuh"
 
 namespace {
 
@@ -1051,25 +1052,8 @@ Row run_read(const Args& args) {
   Copies data(host.data(), host.size() * 4, copies);
   Buffer out(4);
   auto launch = [&](int copy, cudaStream_t stream) {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attributes[2];
-    int count = 0;
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.stream = stream;
-    if (cluster > 1) {
-      attributes[count].id = cudaLaunchAttributeClusterDimension;
-      attributes[count].val.clusterDim.x = static_cast<unsigned>(cluster);
-      attributes[count].val.clusterDim.y = attributes[count].val.clusterDim.z = 1;
-      ++count;
-    }
-    if (pdl) {
-      attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-      attributes[count].val.programmaticStreamSerializationAllowed = 1;
-      ++count;
-    }
-    config.attrs = attributes;
-    config.numAttrs = count;
+    const bk::ClusterLaunch launch_shape(dim3(static_cast<unsigned>(blocks)), threads, 0, cluster, stream, pdl);
+    const cudaLaunchConfig_t& config = launch_shape.config;
     const uint4* d = static_cast<const uint4*>(data[copy]);
     switch (unroll) {
       case 1: return cudaLaunchKernelEx(&config, read_probe_kernel<1>, d, vectors, cluster, out.as<uint32_t>());
