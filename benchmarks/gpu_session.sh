@@ -81,4 +81,10 @@ for stage in "$@"; do
   esac
 done
 stamp done
+# The device tool brings back at most 8 files from $OUT (the twenty-ninth session lost the M-sweep plot to that):
+# past 8, everything goes into one tarball.
+if [ "$(find "$OUT" -maxdepth 1 -type f | wc -l)" -gt 8 ]; then
+  tar czf /tmp/gpu_session_logs.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/gpu_session_logs.tgz "$OUT/logs.tgz"
+  echo "more than 8 files under $OUT: packed into $OUT/logs.tgz"
+fi
 exit $status
