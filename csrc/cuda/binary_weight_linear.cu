@@ -976,8 +976,10 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
     // waits for that grid before reading x or writing the workspace. H200, bf16, alpha vector, us per call in a
     // rotating graph (2026-12-04, same process, two passes), plain -> dependent launch: M = 1 8192^2 7.70 -> 7.23,
     // 12288 x 4096 6.24 -> 5.80, 22016 x 4096 8.28 -> 7.75, 4096 x 11008 6.93 -> 6.61, 4096^2 4.69 -> 4.62; but M = 2
-    // 8192^2 9.53 -> 10.04, M = 3 4096 x 11008 10.05 -> 10.59, so not there. Also tried: the weight kernel letting the
-    // next launch start once its W loads are issued: mixed (8192^2 6.88, 22016 x 4096 8.16).
+    // 8192^2 9.53 -> 10.04, M = 3 4096 x 11008 10.05 -> 10.59, so not there. Those are of a first version that let the
+    // weight kernel start before this grid's wait (a race with a kernel writing W just before); this one measured the
+    // same in one process (8192^2 7.27 / 7.27, 12288 x 4096 5.85 / 5.86, 22016 x 4096 7.78 / 7.77). Also tried: the
+    // weight kernel letting the next launch start once its W loads are issued: mixed (8192^2 6.88, 22016 x 4096 8.16).
     const ClusterLaunch x_launch(dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(m_rows), 1), kXPlanesThreads,
                                  0, 1, stream, device.major >= 9 && m_rows == 1);
     error = cudaLaunchKernelEx(&x_launch.config, x_planes_kernel<T>, x, k, chunks, planes, groups);
