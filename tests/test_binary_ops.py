@@ -753,8 +753,9 @@ def test_weight_linear_bit_planes_weight_written_just_before_cuda(m):
         return (x.double() @ torch.where(w >= 0, 1.0, -1.0).double().T).cpu()
 
     def check(actual, what):
-        error = (actual.double().cpu() - expected()).abs()
-        allowed = torch.finfo(torch.bfloat16).eps * expected().abs() + 1e-4 * x.double().norm().item()
+        want = expected()
+        error = (actual.double().cpu() - want).abs()
+        allowed = torch.finfo(torch.bfloat16).eps * want.abs() + 1e-4 * x.double().norm().item()
         assert (error <= allowed).all(), f"{what}: worst {(error / allowed).max().item():.3g} of allowed"
 
     for i in range(3):
