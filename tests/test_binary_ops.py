@@ -734,6 +734,25 @@ def test_weight_linear_bit_planes(device, dtype, m):
 
 
 @requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [2, 3])
+def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
+    """The bit-plane kernel at M = 2 / 3 gives a 16-row tile 1 or 2 warps (binary_weight_linear.cu: plane_split). On
+    the H200 the rule takes 2 at 12289 x 4096 (a block's slice of 8 chunks, one wave), 11008 x 4096 at M = 3 and
+    25600 x 4096 (1.52 waves: the last one 0.76 full), and 1 at 12288 x 3584 (7 chunks), 11008 x 4096 at M = 2 (2
+    slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65); same bound as test_weight_linear_bit_planes."""
+    for n, k in ((12289, 4096), (12288, 3584), (11008, 4096), (22016, 4096), (25600, 4096)):
+        x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
+        _, w_packed = packed_weight(n, k, "cuda")
+        scale, bias = scale_and_bias("per_channel", n, "cuda")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        error = (actual.double().cpu() - expected).abs()
+        allowed = torch.finfo(dtype).eps * expected.abs() + 1e-4 * magnitude
+        worst = (error / allowed).max().item()
+        assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
+
+
+@requires_cuda
 @pytest.mark.parametrize("m", [1, 2])
 def test_weight_linear_bit_planes_weight_written_just_before_cuda(m):
     """The bit-plane path at M = 1 launches x_planes_kernel dependent on the kernel before it, and the weight kernel,

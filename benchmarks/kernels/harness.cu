@@ -9,7 +9,8 @@
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
 //          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
 //          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
-//          blocks; 0: where K is not split), 0 from M and the device; expect=reject: the
+//          blocks; 0: where K is not split), 0 from M and the device; split=1|2 (the bit-plane kernel at M = 2 / 3:
+//          warps a 16-row tile; 0: by the shape); expect=reject: the
 //          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
 //          Epilogue's scale: none, one for all features, one a feature; bias: one a feature) dump=0 (prints the
 //          first dump bad outputs as row / column, got / want)
@@ -542,6 +543,7 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
   tuning.multicast = static_cast<int>(args.num("mc", 0));
+  tuning.split = static_cast<int>(args.num("split", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
@@ -554,6 +556,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                              tuning.slices, alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
                                              with_bias ? " bias" : "");
   if (!apot && tuning.remainder != 0) row.config += format(" rem=%d", tuning.remainder);
+  if (!apot && tuning.split != 0) row.config += format(" split=%d", tuning.split);
   bk::Epilogue epilogue;  // w1a16
   if (alpha_vector || alpha_scalar) {
     epilogue.scale = alpha.as<float>();

@@ -837,14 +837,9 @@ cudaError_t launch_small_batch_tiles(const SmallBatchArgs<T>& base, int64_t m, i
     args.x = base.x + m0 * base.k;
     args.y = base.y + m0 * base.n;
     args.partial = base.partial ? base.partial + m0 * base.n : nullptr;
-    if (args.cluster || dependent) {
-      const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kGemvThreads, kSmemBytes,
-                                 args.cluster ? args.splits : 1, stream, dependent);
-      error = cudaLaunchKernelEx(&launch.config, kernel, args);
-    } else {
-      kernel<<<static_cast<unsigned>(blocks), kGemvThreads, kSmemBytes, stream>>>(args);
-      error = cudaGetLastError();
-    }
+    const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kGemvThreads, kSmemBytes,
+                               args.cluster ? args.splits : 1, stream, dependent);
+    error = cudaLaunchKernelEx(&launch.config, kernel, args);
     if (error != cudaSuccess) return error;
   }
   return cudaSuccess;

@@ -148,6 +148,8 @@ struct WeightLinearTuning {
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
                        //   cudaErrorInvalidValue)
   int remainder = 0;   // kernel 0: -1 never splits off the last rows of M > 256 (binary_weight_linear.cu: remainder)
+  int split = 0;       // bit-plane kernel (bf16/fp16 x, M = 2 / 3): warps a 16-row tile, 1 or 2; 0: by the shape
+                       //   (binary_weight_linear.cu: plane_split)
   int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
                        //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1

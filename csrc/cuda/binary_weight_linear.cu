@@ -770,8 +770,10 @@ __global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __re
   }
 }
 
-template <typename T, int MMAX>
-__global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
+// SPLIT warps share each 16-row tile, warp `part` taking chunks part, part + SPLIT, ... of the block's slice, their
+// sums added in part order before store_tile (plane_split says when).
+template <typename T, int MMAX, int SPLIT>
+__global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_kernel(
     const uint32_t* __restrict__ w_bits, const uint32_t* __restrict__ planes, const PlaneGroup* __restrict__ groups,
     int m_rows, int64_t n_rows, int64_t words, int slices, int slice_chunks, Epilogue ep, T* __restrict__ out) {
   constexpr int P = kPlaneBits;
@@ -781,9 +783,12 @@ __global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
   float* partial = reinterpret_cast<float*>(plane_smem);   // [m_rows][kPlaneFeatures], after the main loop
   __shared__ PlaneGroup chunk_groups[MMAX][kPlaneMaxChunks];
 
+  constexpr int kPlaneSplit = SPLIT;
+  constexpr int kPlaneBlockThreads = kPlaneThreads * kPlaneSplit;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
-  const int warp = tid >> 5;
+  const int warp = (tid >> 5) % kPlaneWarps;  // the row tile
+  const int part = (tid >> 5) / kPlaneWarps;  // this warp's chunks: part, part + kPlaneSplit, ...
   const int g = lane >> 2;
   const int t = lane & 3;
   const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
@@ -792,6 +797,7 @@ __global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
   const int64_t chunk_begin = static_cast<int64_t>(slice) * slice_chunks;
   const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
   const int chunks = chunk_end > chunk_begin ? static_cast<int>(chunk_end - chunk_begin) : 0;
+  const int my_chunks = chunks > part ? (chunks - part + kPlaneSplit - 1) / kPlaneSplit : 0;
   const int64_t row_top = n_block + warp * 16 + g;
 
   auto load_chunk = [&](uint4 (&dst)[2], int64_t c) {
@@ -806,14 +812,14 @@ __global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
   uint4 ring[kPlaneRing][2];
 #pragma unroll
   for (int i = 0; i < kPlaneRing; ++i) {
-    if (i < chunks) load_chunk(ring[i], chunk_begin + i);
+    if (i < my_chunks) load_chunk(ring[i], chunk_begin + part + kPlaneSplit * i);
   }
 
   wait_for_prerequisite_grid();  // x_planes_kernel's planes and groups are written
   {
     // cp.async (through L2: data written by the grid this kernel overlapped), all in flight at once.
     const int row_vectors = chunks * kPlaneChunkWords / 4;
-    for (int i = tid; i < m_rows * row_vectors; i += kPlaneThreads) {
+    for (int i = tid; i < m_rows * row_vectors; i += kPlaneBlockThreads) {
       const int m = i / row_vectors;
       const int v = i % row_vectors;
       cp_async_16(plane_smem + (m * slice_chunks * kPlaneChunkWords) + 4 * v,
@@ -842,14 +848,15 @@ __global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
     finite[m] = true;
   }
   const int top_factor = t == 3 ? -2 : 2;
-  for (int base = 0; base < chunks; base += kPlaneRing) {
+  for (int base = 0; base < my_chunks; base += kPlaneRing) {
 #pragma unroll
     for (int i = 0; i < kPlaneRing; ++i) {
-      const int local = base + i;
-      if (local < chunks) {  // uniform over the block
+      const int mine = base + i;
+      const int local = part + kPlaneSplit * mine;
+      if (mine < my_chunks) {  // uniform over the warp
         const uint32_t a_low[4] = {ring[i][0].x, ring[i][1].x, ring[i][0].y, ring[i][1].y};
         const uint32_t a_high[4] = {ring[i][0].z, ring[i][1].z, ring[i][0].w, ring[i][1].w};
-        if (local + kPlaneRing < chunks) load_chunk(ring[i], chunk_begin + local + kPlaneRing);
+        if (mine + kPlaneRing < my_chunks) load_chunk(ring[i], chunk_begin + local + kPlaneSplit * kPlaneRing);
 #pragma unroll
         for (int m = 0; m < MMAX; ++m) {
           if (m < m_rows) {  // uniform
@@ -900,13 +907,22 @@ __global__ __launch_bounds__(kPlaneThreads) void binary_weight_planes_kernel(
         sum += __shfl_xor_sync(kFullMask, sum, 1);
         sum += __shfl_xor_sync(kFullMask, sum, 2);
         if (t == 0) {
-          partial[m * kPlaneFeatures + warp * 16 + g + 8 * h] =
+          partial[(part * m_rows + m) * kPlaneFeatures + warp * 16 + g + 8 * h] =
               finite[m] ? static_cast<float>(sum) : __int_as_float(0x7fc00000);
         }
       }
     }
   }
-  store_tile<kPlaneThreads, kPlaneFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
+  if constexpr (kPlaneSplit > 1) {  // the parts' sums, in part order (deterministic)
+    __syncthreads();
+    for (int i = tid; i < m_rows * kPlaneFeatures; i += kPlaneBlockThreads) {
+      float sum = partial[i];
+#pragma unroll
+      for (int q = 1; q < kPlaneSplit; ++q) sum += partial[q * m_rows * kPlaneFeatures + i];
+      partial[i] = sum;
+    }
+  }
+  store_tile<kPlaneBlockThreads, kPlaneFeatures>(partial, m_rows, 0, m_rows, n_block, n_rows, slices, ep, out);
 }
 
 // How binary_weight_planes splits K, or slices = 0 where it does not take the problem.
@@ -949,22 +965,66 @@ inline size_t planes_workspace_bytes(int64_t m_rows, int64_t k) {
   return static_cast<size_t>(m_rows * chunks) * (kPlaneChunkWords * sizeof(uint32_t) + sizeof(PlaneGroup));
 }
 
+// The largest shared memory an MMAX-row block of the bit-plane kernel takes, and the kernel of SPLIT warps a tile
+// opted into it (once a device).
+template <int MMAX>
+constexpr size_t plane_max_smem() {
+  return static_cast<size_t>(MMAX) * kPlaneMaxChunks * kPlaneChunkWords * sizeof(uint32_t);
+}
+template <typename T, int MMAX, int SPLIT>
+cudaError_t plane_kernel_ready() {
+  static unsigned long long smem_devices = 0;
+  return allow_dynamic_smem(binary_weight_planes_kernel<T, MMAX, SPLIT>, plane_max_smem<MMAX>(), smem_devices);
+}
+
+// Warps a 16-row tile (the kernel's SPLIT): 2 at M = 2 / 3 where each warp still fills its ring (a block's slice of
+// >= 2 * kPlaneRing chunks) and the grid of 2-warp blocks runs in one wave of the device (its blocks an SM, or its
+// clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). tuning.split forces 1 or 2.
+// H200, bf16, alpha vector, us per call in a rotating graph, 1 warp a tile -> 2 (2026-12-04, same process, two
+// passes; plan_planes' slices): 8192^2 M = 2 9.40 -> 8.82, M = 3 11.22 -> 9.86; 12288 x 4096 M = 3 9.35 -> 8.77;
+// 14336 x 4096 M = 3 9.80 -> 9.13; 12000 x 4608 M = 3 10.15 -> 9.38; 16384^2 (1.94 waves of 2-warp blocks) M = 2
+// 22.66 -> 20.61, M = 3 32.23 -> 24.29; 28672 x 8192 (1.70 waves) 20.62 -> 19.02, 29.92 -> 23.09; where the rule
+// keeps 1: 4096^2 (clusters of 4, 2 chunks a block) M = 2 5.87 -> 8.34, 4096 x 11008 (clusters of 4) 8.51 -> 11.45,
+// 22016 x 4096 (1.30 waves) 9.41 -> 12.94, N = 100 K = 1024 4.16 -> 4.26; M = 1: 8192^2 7.27 -> 11.93, 12288 x 4096
+// 5.83 -> 8.52, 16384^2 15.55 -> 17.21 (one warp a tile is not short of MMA issue there).
+template <typename T, int MMAX>
+int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, const WeightLinearTuning& tuning) {
+  if (MMAX < 2) return 1;
+  if (tuning.split == 1 || tuning.split == 2) return tuning.split;
+  if (slice_chunks < 2 * kPlaneRing || plane_kernel_ready<T, MMAX, 2>() != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  auto kernel = binary_weight_planes_kernel<T, MMAX, MMAX >= 2 ? 2 : 1>;
+  int64_t room = 0;
+  if (slices > 1) {
+    static ClusterRoomCache rooms = {};
+    room = cluster_room(kernel, 2 * kPlaneThreads, plane_max_smem<MMAX>(), rooms).of(slices);
+  } else {
+    static OccupancyCache occupancy = {};
+    room = static_cast<int64_t>(blocks_per_sm(kernel, 2 * kPlaneThreads, plane_max_smem<MMAX>(), occupancy)) * sm_count;
+  }
+  if (room <= 0) return 1;
+  const int64_t waves = ceil_div(blocks, room);
+  return waves == 1 || 4 * blocks >= 3 * waves * room ? 2 : 1;
+}
+
 template <typename T, int MMAX>
 cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                                         const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace,
-                                        cudaStream_t stream) {
+                                        int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
   const int64_t words = ceil_div(k, 32);
   const int64_t chunks = ceil_div(words, kTcChunkWords);
   const int64_t slices = plan.slices;
-  auto kernel = binary_weight_planes_kernel<T, MMAX>;
+  const int64_t blocks = ceil_div(n_rows, kPlaneFeatures) * slices;
+  const int split = plane_split<T, MMAX>(blocks, slices, plan.slice_chunks, sm_count, tuning);
+  auto kernel = split == 2 ? binary_weight_planes_kernel<T, MMAX, MMAX >= 2 ? 2 : 1> : binary_weight_planes_kernel<T, MMAX, 1>;
   const size_t smem = static_cast<size_t>(m_rows) * plan.slice_chunks * kPlaneChunkWords * sizeof(uint32_t);
-  constexpr size_t kMaxSmem = static_cast<size_t>(MMAX) * kPlaneMaxChunks * kPlaneChunkWords * sizeof(uint32_t);
-  static unsigned long long smem_devices = 0;
-  cudaError_t error = allow_dynamic_smem(kernel, kMaxSmem, smem_devices);
+  cudaError_t error = split == 2 ? plane_kernel_ready<T, MMAX, MMAX >= 2 ? 2 : 1>() : plane_kernel_ready<T, MMAX, 1>();
   if (error != cudaSuccess) return error;
   if (slices > 1) {
-    static ClusterRoomCache rooms = {};
-    if (fitting_cluster(kernel, slices, kPlaneThreads, smem, rooms) != slices) return cudaErrorNotSupported;
+    static ClusterRoomCache rooms[2] = {};
+    if (fitting_cluster(kernel, slices, kPlaneThreads * split, smem, rooms[split - 1]) != slices) return cudaErrorNotSupported;
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
@@ -986,8 +1046,8 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
     if (error != cudaSuccess) return error;
   }
   // programmatic dependent launch (sm_90): the W loads overlap x_planes_kernel
-  const ClusterLaunch launch(dim3(static_cast<unsigned>(ceil_div(n_rows, kPlaneFeatures) * slices), 1, 1),
-                             kPlaneThreads, smem, slices, stream, device.major >= 9);
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks), 1, 1),
+                             kPlaneThreads * split, smem, slices, stream, device.major >= 9);
   error = cudaLaunchKernelEx(&launch.config, kernel, w_bits, static_cast<const uint32_t*>(planes),
                              static_cast<const PlaneGroup*>(groups), static_cast<int>(m_rows), n_rows, words,
                              static_cast<int>(slices), plan.slice_chunks, ep, out);
@@ -996,11 +1056,14 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
 
 template <typename T>
 cudaError_t binary_weight_planes(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
-                                 const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace, cudaStream_t stream) {
+                                 const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace, int sm_count,
+                                 const WeightLinearTuning& tuning, cudaStream_t stream) {
   static_assert(kPlaneMaxRows == 3, "one instantiation a row count up to kPlaneMaxRows");
-  if (m_rows <= 1) return binary_weight_planes_launch<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
-  if (m_rows <= 2) return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
-  return binary_weight_planes_launch<T, 3>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+  if (m_rows <= 1)
+    return binary_weight_planes_launch<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
+  if (m_rows <= 2)
+    return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
+  return binary_weight_planes_launch<T, 3>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
 }
 
 template <typename InT>
@@ -1016,7 +1079,8 @@ cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, 
       const PlanePlan plan = plan_planes(m_rows, n_rows, k, sm_count, tuning);
       if (plan.slices > 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0 && workspace != nullptr &&
           workspace_bytes >= planes_workspace_bytes(m_rows, k)) {
-        const cudaError_t result = binary_weight_planes(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, stream);
+        const cudaError_t result = binary_weight_planes(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning,
+                                                     stream);
         if (result != cudaErrorNotSupported) return result;  // not supported: no cluster of that size here
         (void)cudaGetLastError();
       }

@@ -212,6 +212,34 @@ ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCac
   return room;
 }
 
+// Blocks of a kernel an SM holds at `threads` and `smem` (cudaOccupancyMaxActiveBlocksPerMultiprocessor; 0 where the
+// query fails), cached per device: a static of the caller, one kernel instantiation at one block shape.
+struct OccupancyCache {
+  int blocks[64];
+  unsigned long long known;
+};
+template <typename Kernel>
+int blocks_per_sm(Kernel kernel, int threads, size_t smem, OccupancyCache& cache) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
+  if (bit != 0 && (__atomic_load_n(&cache.known, __ATOMIC_ACQUIRE) & bit) != 0)
+    return __atomic_load_n(&cache.blocks[device], __ATOMIC_RELAXED);
+  int blocks = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    blocks = 0;
+  }
+  if (bit != 0) {
+    __atomic_store_n(&cache.blocks[device], blocks, __ATOMIC_RELAXED);
+    __atomic_fetch_or(&cache.known, bit, __ATOMIC_RELEASE);
+  }
+  return blocks;
+}
+
 // The largest cluster of at most `slices` blocks (a power of two <= 8) that the current device can co-schedule with
 // this kernel's threads and shared memory (cluster_room); 1 where none does.
 template <typename Kernel>
