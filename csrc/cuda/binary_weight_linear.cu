@@ -986,16 +986,18 @@ cudaError_t plane_kernel_ready() {
 // 22.66 -> 20.61, M = 3 32.23 -> 24.29; 28672 x 8192 (1.70 waves) 20.62 -> 19.02, 29.92 -> 23.09; where the rule
 // keeps 1: 4096^2 (clusters of 4, 2 chunks a block) M = 2 5.87 -> 8.34, 4096 x 11008 (clusters of 4) 8.51 -> 11.45,
 // 22016 x 4096 (1.30 waves) 9.41 -> 12.94, N = 100 K = 1024 4.16 -> 4.26; M = 1: 8192^2 7.27 -> 11.93, 12288 x 4096
-// 5.83 -> 8.52, 16384^2 15.55 -> 17.21 (one warp a tile is not short of MMA issue there).
+// 5.83 -> 8.52, 16384^2 15.55 -> 17.21 (one warp a tile is not short of MMA issue there). M = 1 with 2 warps a tile
+// and half the slices (the same warps, half the clusters): 12288 x 4096 6.54 -> 6.18, 6144 x 4096 5.44 -> 5.53,
+// 8192^2 6.66 -> 6.80, 4096^2 5.00 -> 7.21, 4096 x 11008 6.62 -> 9.52 (clusters of 4): no rule yet, so 1.
 template <typename T, int MMAX>
 int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, const WeightLinearTuning& tuning) {
-  if (MMAX < 2) return 1;
   if (tuning.split == 1 || tuning.split == 2) return tuning.split;
+  if (MMAX < 2) return 1;
   if (slice_chunks < 2 * kPlaneRing || plane_kernel_ready<T, MMAX, 2>() != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
   }
-  auto kernel = binary_weight_planes_kernel<T, MMAX, MMAX >= 2 ? 2 : 1>;
+  auto kernel = binary_weight_planes_kernel<T, MMAX, 2>;
   int64_t room = 0;
   if (slices > 1) {
     static ClusterRoomCache rooms = {};
@@ -1018,9 +1020,9 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   const int64_t slices = plan.slices;
   const int64_t blocks = ceil_div(n_rows, kPlaneFeatures) * slices;
   const int split = plane_split<T, MMAX>(blocks, slices, plan.slice_chunks, sm_count, tuning);
-  auto kernel = split == 2 ? binary_weight_planes_kernel<T, MMAX, MMAX >= 2 ? 2 : 1> : binary_weight_planes_kernel<T, MMAX, 1>;
+  auto kernel = split == 2 ? binary_weight_planes_kernel<T, MMAX, 2> : binary_weight_planes_kernel<T, MMAX, 1>;
   const size_t smem = static_cast<size_t>(m_rows) * plan.slice_chunks * kPlaneChunkWords * sizeof(uint32_t);
-  cudaError_t error = split == 2 ? plane_kernel_ready<T, MMAX, MMAX >= 2 ? 2 : 1>() : plane_kernel_ready<T, MMAX, 1>();
+  cudaError_t error = split == 2 ? plane_kernel_ready<T, MMAX, 2>() : plane_kernel_ready<T, MMAX, 1>();
   if (error != cudaSuccess) return error;
   if (slices > 1) {
     static ClusterRoomCache rooms[2] = {};
