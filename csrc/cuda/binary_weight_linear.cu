@@ -993,8 +993,9 @@ template <typename T, int MMAX>
 int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, const WeightLinearTuning& tuning) {
   if (tuning.split == 1 || tuning.split == 2) return tuning.split;
   if (MMAX < 2) return 1;
-  if (slice_chunks < 2 * kPlaneRing || plane_kernel_ready<T, MMAX, 2>() != cudaSuccess) {
-    (void)cudaGetLastError();
+  if (slice_chunks < 2 * kPlaneRing) return 1;
+  if (plane_kernel_ready<T, MMAX, 2>() != cudaSuccess) {
+    (void)cudaGetLastError();  // its opt-in refused: the 1-warp kernel takes it
     return 1;
   }
   auto kernel = binary_weight_planes_kernel<T, MMAX, 2>;
