@@ -707,6 +707,15 @@ def test_weight_linear_remainder_rows(device, dtype, m):
     check_weight_linear_shape(device, dtype, m, 8192, 1024)
 
 
+def assert_within_planes_bound(actual, expected, magnitude, dtype, what):
+    """The bit-plane kernel's bound: every output within one output ulp of the float64 result, plus 1e-4 of the
+    output's magnitude (room for the fixed-point rounding)."""
+    error = (actual.double().cpu() - expected).abs()
+    allowed = torch.finfo(dtype).eps * expected.abs() + 1e-4 * magnitude
+    worst = (error / allowed).max().item()
+    assert worst <= 1.0, f"binary_weight_linear {dtype} {what}: error {worst:.3g} of allowed"
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
@@ -727,10 +736,7 @@ def test_weight_linear_bit_planes(device, dtype, m):
         scale, bias = scale_and_bias("per_channel", n, device)
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
         assert actual.dtype == dtype
-        error = (actual.double().cpu() - expected).abs()
-        allowed = torch.finfo(dtype).eps * expected.abs() + 1e-4 * magnitude
-        worst = (error / allowed).max().item()
-        assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
+        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
 
 
 @requires_cuda
@@ -746,10 +752,7 @@ def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
         _, w_packed = packed_weight(n, k, "cuda")
         scale, bias = scale_and_bias("per_channel", n, "cuda")
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-        error = (actual.double().cpu() - expected).abs()
-        allowed = torch.finfo(dtype).eps * expected.abs() + 1e-4 * magnitude
-        worst = (error / allowed).max().item()
-        assert worst <= 1.0, f"binary_weight_linear {dtype} m={m} n={n} k={k}: error {worst:.3g} of allowed"
+        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
 
 
 @requires_cuda
