@@ -719,8 +719,8 @@ def assert_within_planes_bound(actual, expected, magnitude, dtype, what):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
-    """bf16/fp16 x of M <= 3 runs on CUDA as 24 fixed-point bit planes of x per 512-value chunk through the b1
-    tensor cores (M = 4..8: the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
+    """bf16/fp16 x of M <= 3 (and M = 4 at K >= 8192) runs on CUDA as 24 fixed-point bit planes of x per 512-value
+    chunk through the b1 tensor cores (else the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
     is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
     rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
     1 to 8 slices of up to 16 chunks, slices without a chunk, the largest K of the plane kernel (8 x 16 x 512 =
@@ -741,13 +741,19 @@ def test_weight_linear_bit_planes(device, dtype, m):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("m", [2, 3, 4])
 def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
-    """The bit-plane kernel at M = 2 / 3 gives a 16-row tile 1 or 2 warps (binary_weight_linear.cu: plane_split). On
+    """The bit-plane kernel at M = 2..4 gives a 16-row tile 1, 2 or 4 warps (binary_weight_linear.cu: plane_split). On
     the H200 the rule takes 2 at 12289 x 4096 (a block's slice of 8 chunks, one wave), 11008 x 4096 at M = 3 and
     25600 x 4096 (1.52 waves: the last one 0.76 full), and 1 at 12288 x 3584 (7 chunks), 11008 x 4096 at M = 2 (2
-    slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65); same bound as test_weight_linear_bit_planes."""
-    for n, k in ((12289, 4096), (12288, 3584), (11008, 4096), (22016, 4096), (25600, 4096)):
+    slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65). M = 4: K = 7680 (15 chunks) stays on the pass kernel,
+    8192^2 takes 4 warps (128 blocks, one wave), 12000 x 8192 2 (188 blocks: past a wave of 4-warp blocks, one of
+    2-warp ones), 18000 x 8192 goes back to the pass kernel (282 blocks: 1.07 waves of 2-warp blocks). Same bound as
+    test_weight_linear_bit_planes."""
+    shapes = ((12289, 4096), (12288, 3584), (11008, 4096), (22016, 4096), (25600, 4096))
+    if m == 4:
+        shapes = ((8192, 7680), (8193, 8192), (12000, 8192), (18000, 8192))
+    for n, k in shapes:
         x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
         _, w_packed = packed_weight(n, k, "cuda")
         scale, bias = scale_and_bias("per_channel", n, "cuda")

@@ -9,7 +9,7 @@
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
 //          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
 //          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
-//          blocks; 0: where K is not split), 0 from M and the device; split=1|2 (the bit-plane kernel at M = 2 / 3:
+//          blocks; 0: where K is not split), 0 from M and the device; split=1|2|4 (the bit-plane kernel at M <= 4:
 //          warps a 16-row tile; 0: by the shape); expect=reject: the
 //          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
 //          Epilogue's scale: none, one for all features, one a feature; bias: one a feature) dump=0 (prints the

@@ -673,9 +673,9 @@ constexpr int kPlaneBits = 24;
 // kPlaneMaxRows: H200, bf16, us in a rotating graph (2026-12-02), this kernel (plan_planes' slices) against the
 // tensor-core pass kernel, N x K: M = 3: 8192^2 12.1 / 14.2, 4096 x 11008 10.3 / 13.1, 16384^2 33.1 / 44.5,
 // 14336 x 4096 10.0 / 9.6; M = 4 (the slices plan_planes would take): 18.2 / 14.3, 14.4 / 13.2, 35.1 / 44.5,
-// 11.4 / 9.8 (the best slices: 13.7, 11.8, 35.1, 10.9). Those M = 3 figures are of the 4-row instantiation
-// (this one: 3 rows, the same code).
-constexpr int kPlaneMaxRows = 3;
+// 11.4 / 9.8 (the best slices: 13.7, 11.8, 35.1, 10.9), with one warp a 16-row tile. M = 4 takes this kernel since
+// blocks share a tile among 2 or 4 warps (plane_split) and only at K >= 8192 (plan_planes).
+constexpr int kPlaneMaxRows = 4;
 constexpr int kPlaneWarps = 4;
 constexpr int kPlaneThreads = kPlaneWarps * 32;
 constexpr int kPlaneFeatures = kPlaneWarps * 16;
@@ -936,6 +936,8 @@ inline PlanePlan plan_planes(int64_t m_rows, int64_t n_rows, int64_t k, int sm_c
   const int64_t words = ceil_div(k, 32);
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
   if (m_rows < 1 || m_rows > kPlaneMaxRows || words % 4 != 0) return plan;
+  // M = 4 with K < 8192 stays on the pass kernel unless tuning.split asks for bit planes (plane_split: measurements).
+  if (m_rows == 4 && total_chunks < 16 && tuning.split == 0) return plan;
   const int64_t feature_blocks = ceil_div(n_rows, kPlaneFeatures);
   // The most slices (a power of two, a cluster of at most 8, at most one a chunk) that keep the grid within
   // 8 / (m_rows + 1) blocks an SM (4 at M = 1, 2.67 at M = 2), then more where a block would exceed kPlaneMaxChunks.
@@ -979,7 +981,9 @@ cudaError_t plane_kernel_ready() {
 
 // Warps a 16-row tile (the kernel's SPLIT): 2 at M = 2 / 3 where each warp still fills its ring (a block's slice of
 // >= 2 * kPlaneRing chunks) and the grid of 2-warp blocks runs in one wave of the device (its blocks an SM, or its
-// clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). tuning.split forces 1 or 2.
+// clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). At M = 4: 4 where the grid of
+// 4-warp blocks is one wave, else 2 where the 2-warp grid fits as above, else 0: the pass kernel takes it (a 1-warp
+// tile lost to it at every M = 4 shape but 12000 x 4608). tuning.split forces 1 (not at M = 4), 2 or 4.
 // H200, bf16, alpha vector, us per call in a rotating graph, 1 warp a tile -> 2 (2026-12-04, same process, two
 // passes; plan_planes' slices): 8192^2 M = 2 9.40 -> 8.82, M = 3 11.22 -> 9.86; 12288 x 4096 M = 3 9.35 -> 8.77;
 // 14336 x 4096 M = 3 9.80 -> 9.13; 12000 x 4608 M = 3 10.15 -> 9.38; 16384^2 (1.94 waves of 2-warp blocks) M = 2
@@ -989,27 +993,50 @@ cudaError_t plane_kernel_ready() {
 // 5.83 -> 8.52, 16384^2 15.55 -> 17.21 (one warp a tile is not short of MMA issue there). M = 1 with 2 warps a tile
 // and half the slices (the same warps, half the clusters): 12288 x 4096 6.54 -> 6.18, 6144 x 4096 5.44 -> 5.53,
 // 8192^2 6.66 -> 6.80, 4096^2 5.00 -> 7.21, 4096 x 11008 6.62 -> 9.52 (clusters of 4): no rule yet, so 1.
-template <typename T, int MMAX>
-int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, const WeightLinearTuning& tuning) {
-  if (tuning.split == 1 || tuning.split == 2) return tuning.split;
-  if (MMAX < 2) return 1;
-  if (slice_chunks < 2 * kPlaneRing) return 1;
-  if (plane_kernel_ready<T, MMAX, 2>() != cudaSuccess) {
-    (void)cudaGetLastError();  // its opt-in refused: the 1-warp kernel takes it
-    return 1;
+// M = 4 (2026-12-04, same process, graph us, the pass kernel / bit planes with 1, 2, 4 warps a tile): 8192^2 12.19 /
+// 17.96, 15.15, 10.80; 4096 x 11008 13.43 / 15.12, 11.58, 9.79; 4096 x 14336 15.15 / 16.06, 13.30, 10.93; 16384^2
+// 34.63 / 35.57, 30.30, 38.32; 28672 x 8192 28.80 / 34.44, 28.72, 34.25; 8192 x 28672 (clusters of 4, past a wave
+// at 2 warps) 36.77 / 46.10, 34.89, 42.24; K = 4096 (plan_planes leaves it to the pass kernel): 4096^2 6.50 / 7.81,
+// 7.53, 7.00; 12288 x 4096 9.75 / 11.91, 10.07, 12.77; 22016 x 4096 12.81 / 15.83, 16.08, 18.18; 14336 x 4096 10.06
+// / 13.01, 10.35, 12.99; 11008 x 4096 8.84 / 11.83, 9.96, 12.67 (but 12000 x 4608, the pass kernel past a wave of
+// its K split, 15.21 / 13.52, 11.16, 14.10).
+// The blocks of the bit-plane kernel of SPLIT warps a tile the device holds at once (its blocks an SM, or its clusters
+// of `slices`), at its largest shared memory; 0 where its opt-in or the query fails.
+template <typename T, int MMAX, int SPLIT>
+int64_t plane_room(int64_t slices, int sm_count) {
+  if (plane_kernel_ready<T, MMAX, SPLIT>() != cudaSuccess) {
+    (void)cudaGetLastError();  // its opt-in refused: another split (or kernel) takes it
+    return 0;
   }
-  auto kernel = binary_weight_planes_kernel<T, MMAX, 2>;
-  int64_t room = 0;
+  auto kernel = binary_weight_planes_kernel<T, MMAX, SPLIT>;
   if (slices > 1) {
     static ClusterRoomCache rooms = {};
-    room = cluster_room(kernel, 2 * kPlaneThreads, plane_max_smem<MMAX>(), rooms).of(slices);
-  } else {
-    static OccupancyCache occupancy = {};
-    room = static_cast<int64_t>(blocks_per_sm(kernel, 2 * kPlaneThreads, plane_max_smem<MMAX>(), occupancy)) * sm_count;
+    return cluster_room(kernel, SPLIT * kPlaneThreads, plane_max_smem<MMAX>(), rooms).of(slices);
   }
-  if (room <= 0) return 1;
+  static OccupancyCache occupancy = {};
+  return static_cast<int64_t>(blocks_per_sm(kernel, SPLIT * kPlaneThreads, plane_max_smem<MMAX>(), occupancy)) * sm_count;
+}
+
+// Whether `blocks` run in one wave of `room` blocks, or in more whose last one is >= 3/4 full.
+inline bool fills_waves(int64_t blocks, int64_t room) {
+  if (room <= 0) return false;
   const int64_t waves = ceil_div(blocks, room);
-  return waves == 1 || 4 * blocks >= 3 * waves * room ? 2 : 1;
+  return waves == 1 || 4 * blocks >= 3 * waves * room;
+}
+
+template <typename T, int MMAX>
+int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, const WeightLinearTuning& tuning) {
+  if (MMAX >= 4 && tuning.split == 1) return 0;  // no 1-warp tile at M = 4 (binary_weight_planes_launch)
+  if (tuning.split == 1 || tuning.split == 2 || tuning.split == 4) return tuning.split;
+  if constexpr (MMAX >= 4) {
+    if (blocks <= plane_room<T, MMAX, 4>(slices, sm_count)) return 4;
+    return fills_waves(blocks, plane_room<T, MMAX, 2>(slices, sm_count)) ? 2 : 0;
+  } else if constexpr (MMAX >= 2) {
+    if (slice_chunks < 2 * kPlaneRing) return 1;
+    return fills_waves(blocks, plane_room<T, MMAX, 2>(slices, sm_count)) ? 2 : 1;
+  } else {
+    return 1;
+  }
 }
 
 template <typename T, int MMAX>
@@ -1021,13 +1048,20 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   const int64_t slices = plan.slices;
   const int64_t blocks = ceil_div(n_rows, kPlaneFeatures) * slices;
   const int split = plane_split<T, MMAX>(blocks, slices, plan.slice_chunks, sm_count, tuning);
-  auto kernel = split == 2 ? binary_weight_planes_kernel<T, MMAX, 2> : binary_weight_planes_kernel<T, MMAX, 1>;
+  if (split == 0) return cudaErrorNotSupported;  // the pass kernel takes it
+  // kOne: the 1-warp tile, never at M = 4 (slower than the pass kernel at every shape measured; not built there)
+  constexpr int kOne = MMAX >= 4 ? 2 : 1;
+  auto kernel = split == 4   ? binary_weight_planes_kernel<T, MMAX, 4>
+                : split == 2 ? binary_weight_planes_kernel<T, MMAX, 2>
+                             : binary_weight_planes_kernel<T, MMAX, kOne>;
   const size_t smem = static_cast<size_t>(m_rows) * plan.slice_chunks * kPlaneChunkWords * sizeof(uint32_t);
-  cudaError_t error = split == 2 ? plane_kernel_ready<T, MMAX, 2>() : plane_kernel_ready<T, MMAX, 1>();
+  cudaError_t error = split == 4   ? plane_kernel_ready<T, MMAX, 4>()
+                      : split == 2 ? plane_kernel_ready<T, MMAX, 2>()
+                                   : plane_kernel_ready<T, MMAX, kOne>();
   if (error != cudaSuccess) return error;
   if (slices > 1) {
-    static ClusterRoomCache rooms[2] = {};
-    if (fitting_cluster(kernel, slices, kPlaneThreads * split, smem, rooms[split - 1]) != slices) return cudaErrorNotSupported;
+    static ClusterRoomCache rooms[3] = {};
+    if (fitting_cluster(kernel, slices, kPlaneThreads * split, smem, rooms[split / 2]) != slices) return cudaErrorNotSupported;
   }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
@@ -1061,12 +1095,14 @@ template <typename T>
 cudaError_t binary_weight_planes(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                                  const Epilogue& ep, T* out, const PlanePlan& plan, void* workspace, int sm_count,
                                  const WeightLinearTuning& tuning, cudaStream_t stream) {
-  static_assert(kPlaneMaxRows == 3, "one instantiation a row count up to kPlaneMaxRows");
+  static_assert(kPlaneMaxRows == 4, "one instantiation a row count up to kPlaneMaxRows");
   if (m_rows <= 1)
     return binary_weight_planes_launch<T, 1>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
   if (m_rows <= 2)
     return binary_weight_planes_launch<T, 2>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
-  return binary_weight_planes_launch<T, 3>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
+  if (m_rows <= 3)
+    return binary_weight_planes_launch<T, 3>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
+  return binary_weight_planes_launch<T, 4>(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
 }
 
 template <typename InT>
