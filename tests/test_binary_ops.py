@@ -744,13 +744,14 @@ def test_weight_linear_bit_planes(device, dtype, m):
 @pytest.mark.parametrize("m", [2, 3, 4])
 def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
     """The bit-plane kernel at M = 2..4 gives a 16-row tile 1, 2 or 4 warps (binary_weight_linear.cu: plane_split). On
-    the H200 the rule takes 2 at 12289 x 4096 (a block's slice of 8 chunks, one wave), 11008 x 4096 at M = 3 and
-    25600 x 4096 (1.52 waves: the last one 0.76 full), and 1 at 12288 x 3584 (7 chunks), 11008 x 4096 at M = 2 (2
-    slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65). M = 4: K = 7680 (15 chunks) stays on the pass kernel,
+    the H200 the rule takes 2 at 12289 x 4096 (a block's slice of 8 chunks, one wave), 11008 x 4096 at M = 3,
+    12288 x 3584 at M = 3 (7 chunks: M = 3 needs 4) and 25600 x 4096 (1.52 waves: the last one 0.76 full), and 1 at
+    12288 x 3584 at M = 2 (7 chunks of the 8 M = 2 needs), 4096^2 (clusters of 4, 2 chunks a block), 11008 x 4096 at
+    M = 2 (2 slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65). M = 4: K = 7680 (15 chunks) stays on the pass kernel,
     8192^2 takes 4 warps (128 blocks, one wave), 12000 x 8192 2 (188 blocks: past a wave of 4-warp blocks, one of
     2-warp ones), 18000 x 8192 goes back to the pass kernel (282 blocks: 1.07 waves of 2-warp blocks). Same bound as
     test_weight_linear_bit_planes."""
-    shapes = ((12289, 4096), (12288, 3584), (11008, 4096), (22016, 4096), (25600, 4096))
+    shapes = ((12289, 4096), (12288, 3584), (4096, 4096), (11008, 4096), (22016, 4096), (25600, 4096))
     if m == 4:
         shapes = ((8192, 7680), (8193, 8192), (12000, 8192), (18000, 8192))
     for n, k in shapes:

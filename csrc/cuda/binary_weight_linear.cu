@@ -980,7 +980,7 @@ cudaError_t plane_kernel_ready() {
 }
 
 // Warps a 16-row tile (the kernel's SPLIT): 2 at M = 2 / 3 where each warp still fills its ring (a block's slice of
-// >= 2 * kPlaneRing chunks) and the grid of 2-warp blocks runs in one wave of the device (its blocks an SM, or its
+// >= 2 * kPlaneRing chunks at M = 2, >= kPlaneRing at M = 3: the M = 3 rows below) and the grid of 2-warp blocks runs in one wave of the device (its blocks an SM, or its
 // clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). At M = 4: 4 where the grid of
 // 4-warp blocks is one wave, else 2 where the 2-warp grid fits as above, else 0: the pass kernel takes it (a 1-warp
 // tile lost to it at every M = 4 shape but 12000 x 4608). tuning.split forces 1 (not at M = 4), 2 or 4.
@@ -993,6 +993,8 @@ cudaError_t plane_kernel_ready() {
 // 5.83 -> 8.52, 16384^2 15.55 -> 17.21 (one warp a tile is not short of MMA issue there). M = 1 with 2 warps a tile
 // and half the slices (the same warps, half the clusters): 12288 x 4096 6.54 -> 6.18, 6144 x 4096 5.44 -> 5.53,
 // 8192^2 6.66 -> 6.80, 4096^2 5.00 -> 7.21, 4096 x 11008 6.62 -> 9.52 (clusters of 4): no rule yet, so 1.
+// M = 3 with 4 to 7 chunks a slice (2026-12-04, same process, the rule with 8 chunks -> 4): 6144 x 4096 7.16 -> 6.39,
+// 12288 x 3584 8.63 -> 8.36; unchanged at 4096^2, 11008 x 4096, 22016 x 4096, 4096 x 11008 (the wave clause).
 // M = 4 (2026-12-04, same process, graph us, the pass kernel / bit planes with 1, 2, 4 warps a tile): 8192^2 12.19 /
 // 17.96, 15.15, 10.80; 4096 x 11008 13.43 / 15.12, 11.58, 9.79; 4096 x 14336 15.15 / 16.06, 13.30, 10.93; 16384^2
 // 34.63 / 35.57, 30.30, 38.32; 28672 x 8192 28.80 / 34.44, 28.72, 34.25; 8192 x 28672 (clusters of 4, past a wave
@@ -1032,7 +1034,7 @@ int plane_split(int64_t blocks, int64_t slices, int slice_chunks, int sm_count, 
     if (blocks <= plane_room<T, MMAX, 4>(slices, sm_count)) return 4;
     return fills_waves(blocks, plane_room<T, MMAX, 2>(slices, sm_count)) ? 2 : 0;
   } else if constexpr (MMAX >= 2) {
-    if (slice_chunks < 2 * kPlaneRing) return 1;
+    if (slice_chunks < (MMAX >= 3 ? kPlaneRing : 2 * kPlaneRing)) return 1;
     return fills_waves(blocks, plane_room<T, MMAX, 2>(slices, sm_count)) ? 2 : 1;
   } else {
     return 1;
