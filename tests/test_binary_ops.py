@@ -719,7 +719,7 @@ def assert_within_planes_bound(actual, expected, magnitude, dtype, what):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
-    """bf16/fp16 x of M <= 3 (and M = 4 at K >= 8192) runs on CUDA as 24 fixed-point bit planes of x per 512-value
+    """bf16/fp16 x of M <= 3 (and M = 4 at K > 4096) runs on CUDA as 24 fixed-point bit planes of x per 512-value
     chunk through the b1 tensor cores (else the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
     is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
     rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
@@ -747,14 +747,31 @@ def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
     the H200 the rule takes 2 at 12289 x 4096 (a block's slice of 8 chunks, one wave), 11008 x 4096 at M = 3,
     12288 x 3584 at M = 3 (7 chunks: M = 3 needs 4) and 25600 x 4096 (1.52 waves: the last one 0.76 full), and 1 at
     12288 x 3584 at M = 2 (7 chunks of the 8 M = 2 needs), 4096^2 (clusters of 4, 2 chunks a block), 11008 x 4096 at
-    M = 2 (2 slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65). M = 4: K = 7680 (15 chunks) stays on the pass kernel,
-    8192^2 takes 4 warps (128 blocks, one wave), 12000 x 8192 2 (188 blocks: past a wave of 4-warp blocks, one of
-    2-warp ones), 18000 x 8192 goes back to the pass kernel (282 blocks: 1.07 waves of 2-warp blocks). Same bound as
-    test_weight_linear_bit_planes."""
+    M = 2 (2 slices of 4 chunks) and 22016 x 4096 (1.30 waves: 0.65). M = 4: K = 4096 (8 chunks) stays on the pass
+    kernel, 8192 x 7680 and 8192^2 take 4 warps (128 blocks, one wave), 12000 x 4608 and 12000 x 8192 2 (188 blocks:
+    past a wave of 4-warp blocks, one of 2-warp ones), 18000 x 8192 goes back to the pass kernel (282 blocks: 1.07
+    waves of 2-warp blocks). Same bound as test_weight_linear_bit_planes."""
     shapes = ((12289, 4096), (12288, 3584), (4096, 4096), (11008, 4096), (22016, 4096), (25600, 4096))
     if m == 4:
-        shapes = ((8192, 7680), (8193, 8192), (12000, 8192), (18000, 8192))
+        shapes = ((8192, 4096), (8192, 7680), (8193, 8192), (12000, 4608), (12000, 8192), (18000, 8192))
     for n, k in shapes:
+        x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
+        _, w_packed = packed_weight(n, k, "cuda")
+        scale, bias = scale_and_bias("per_channel", n, "cuda")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m", [5, 16])
+def test_weight_linear_pass_slices_edges_cuda(dtype, m):
+    """The tensor-core pass kernel (M = 5..16) splits K over a cluster of 2, 4 or 8 blocks: in one wave of the device as
+    many as fit, past one wave only splits of >= 2 chunks a block (binary_weight_linear_tc_launch). On the H200: 12000 x
+    4608 (9 chunks: 4 slices, past a wave at 8), 20480 x 5120 (10 chunks: 4), 8192 x 5120 (8 slices in one wave, the
+    last ones without a chunk), 12001 x 4736 (a partial feature block and a partial chunk). Same bound as
+    test_weight_linear_bit_planes (its pass-kernel rows)."""
+    for n, k in ((12000, 4608), (20480, 5120), (8192, 5120), (12001, 4736)):
         x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
         _, w_packed = packed_weight(n, k, "cuda")
         scale, bias = scale_and_bias("per_channel", n, "cuda")

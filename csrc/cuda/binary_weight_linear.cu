@@ -589,13 +589,18 @@ cudaError_t binary_weight_linear_tc_launch(const InT* x, const uint2* x_groups, 
   // 11008 x 4096 (4 -> 8, 344 blocks, one wave) 9.62 -> 8.98, 10.66 -> 9.74, 13.88 -> 12.14; 28672 x 8192 (2 -> 8)
   // 30.37 -> 29.08, 31.83 -> 30.84, 40.03 -> 38.49. Kept at 4: 14336 x 4096 (8 slices: 448 blocks of one chunk,
   // 9.93 -> 12.29 at M = 4). fp32 x (2 blocks an SM) takes the same rule, not measured. More row blocks: the earlier
-  // rule (not measured against this one).
+  // rule (not measured against this one). Past one wave a split of s needs >= 2 s chunks (it was ceil(chunks / s) >= 2,
+  // which took 8 slices of 9-15 chunks, 1-2 a block and empty trailing slices, in 2 waves); H200, bf16, graph us, same
+  // process (2026-12-04), 8 -> 4 slices, M = 4 (pass kernel forced) / 8 / 16: 12000 x 4608 15.00 -> 13.30, 15.82 ->
+  // 14.34, 20.34 -> 18.04; 12288 x 6144 16.05 -> 13.78, 16.71 -> 14.76, 21.31 -> 18.88; 13824 x 5120 16.17 -> 13.63,
+  // 16.74 -> 14.75, 21.34 -> 18.53; 20480 x 5120 M = 8 / 16 22.96 -> 19.56, 29.07 -> 24.18; unchanged (one wave, or
+  // >= 16 chunks) at 8192 x 5120, 8192^2, 16384^2, 28672 x 8192, 11008 x 4096, 14336 x 4096, 6144^2, 4096 x 11008.
   int64_t slices = 1;
   const int64_t most = tuning.slices > 0 ? tuning.slices : kTcMaxSlices;
   const int64_t wanted = 2 * static_cast<int64_t>(sm_count) / (feature_blocks * row_blocks);
   for (int64_t s = 2; s <= most && s <= kTcMaxSlices && s <= total_chunks; s *= 2) {
     const bool take = tuning.slices > 0 ||
-                      (row_blocks == 1 ? room.of(s) > 0 && (feature_blocks * s <= room.of(s) || ceil_div(total_chunks, s) >= 2)
+                      (row_blocks == 1 ? room.of(s) > 0 && (feature_blocks * s <= room.of(s) || total_chunks >= 2 * s)
                                        : s <= wanted);
     if (!take) break;
     slices = s;
@@ -674,7 +679,7 @@ constexpr int kPlaneBits = 24;
 // tensor-core pass kernel, N x K: M = 3: 8192^2 12.1 / 14.2, 4096 x 11008 10.3 / 13.1, 16384^2 33.1 / 44.5,
 // 14336 x 4096 10.0 / 9.6; M = 4 (the slices plan_planes would take): 18.2 / 14.3, 14.4 / 13.2, 35.1 / 44.5,
 // 11.4 / 9.8 (the best slices: 13.7, 11.8, 35.1, 10.9), with one warp a 16-row tile. M = 4 takes this kernel since
-// blocks share a tile among 2 or 4 warps (plane_split) and only at K >= 8192 (plan_planes).
+// blocks share a tile among 2 or 4 warps (plane_split) and only at K > 4096 (plan_planes).
 constexpr int kPlaneMaxRows = 4;
 constexpr int kPlaneWarps = 4;
 constexpr int kPlaneThreads = kPlaneWarps * 32;
@@ -936,8 +941,11 @@ inline PlanePlan plan_planes(int64_t m_rows, int64_t n_rows, int64_t k, int sm_c
   const int64_t words = ceil_div(k, 32);
   const int64_t total_chunks = ceil_div(words, kTcChunkWords);
   if (m_rows < 1 || m_rows > kPlaneMaxRows || words % 4 != 0) return plan;
-  // M = 4 with K < 8192 stays on the pass kernel unless tuning.split asks for bit planes (plane_split: measurements).
-  if (m_rows == 4 && total_chunks < 16 && tuning.split == 0) return plan;
+  // M = 4 with K <= 4096 stays on the pass kernel unless tuning.split asks for bit planes (plane_split: measurements).
+  // H200, bf16, graph us, same process (2026-12-04), M = 4, the pass kernel -> bit planes at 4096 < K < 8192:
+  // 12000 x 4608 14.70 -> 10.48, 5120^2 9.35 -> 8.04, 12288 x 6144 16.01 -> 13.09, 8192 x 7680 12.84 -> 10.65,
+  // 13824 x 5120 16.14 -> 11.83, 8192 x 5120 12.25 -> 8.78, 4096 x 5120 9.16 -> 7.72, 6144^2 9.34 -> 9.32.
+  if (m_rows == 4 && total_chunks <= 8 && tuning.split == 0) return plan;
   const int64_t feature_blocks = ceil_div(n_rows, kPlaneFeatures);
   // The most slices (a power of two, a cluster of at most 8, at most one a chunk) that keep the grid within
   // 8 / (m_rows + 1) blocks an SM (4 at M = 1, 2.67 at M = 2), then more where a block would exceed kPlaneMaxChunks.
@@ -1000,8 +1008,8 @@ cudaError_t plane_kernel_ready() {
 // 34.63 / 35.57, 30.30, 38.32; 28672 x 8192 28.80 / 34.44, 28.72, 34.25; 8192 x 28672 (clusters of 4, past a wave
 // at 2 warps) 36.77 / 46.10, 34.89, 42.24; K = 4096 (plan_planes leaves it to the pass kernel): 4096^2 6.50 / 7.81,
 // 7.53, 7.00; 12288 x 4096 9.75 / 11.91, 10.07, 12.77; 22016 x 4096 12.81 / 15.83, 16.08, 18.18; 14336 x 4096 10.06
-// / 13.01, 10.35, 12.99; 11008 x 4096 8.84 / 11.83, 9.96, 12.67 (but 12000 x 4608, the pass kernel past a wave of
-// its K split, 15.21 / 13.52, 11.16, 14.10).
+// / 13.01, 10.35, 12.99; 11008 x 4096 8.84 / 11.83, 9.96, 12.67 (12000 x 4608: 15.21 / 13.52, 11.16, 14.10; K > 4096 at M = 4 is on
+// bit planes since: plan_planes).
 // The blocks of the bit-plane kernel of SPLIT warps a tile the device holds at once (its blocks an SM, or its clusters
 // of `slices`), at its largest shared memory; 0 where its opt-in or the query fails.
 template <typename T, int MMAX, int SPLIT>
