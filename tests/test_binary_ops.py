@@ -739,6 +739,17 @@ def test_weight_linear_bit_planes(device, dtype, m):
         assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
 
 
+def check_weight_linear_shapes_cuda(m, dtype, shapes):
+    """binary_weight_linear on CUDA at each (N, K) of `shapes` with M = m rows of x spanning 12 binades, per-channel
+    scale and bias, within assert_within_planes_bound."""
+    for n, k in shapes:
+        x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
+        _, w_packed = packed_weight(n, k, "cuda")
+        scale, bias = scale_and_bias("per_channel", n, "cuda")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+
+
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m", [2, 3, 4])
@@ -754,12 +765,7 @@ def test_weight_linear_bit_planes_split_edges_cuda(dtype, m):
     shapes = ((12289, 4096), (12288, 3584), (4096, 4096), (11008, 4096), (22016, 4096), (25600, 4096))
     if m == 4:
         shapes = ((8192, 4096), (8192, 7680), (8193, 8192), (12000, 4608), (12000, 8192), (18000, 8192))
-    for n, k in shapes:
-        x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
-        _, w_packed = packed_weight(n, k, "cuda")
-        scale, bias = scale_and_bias("per_channel", n, "cuda")
-        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+    check_weight_linear_shapes_cuda(m, dtype, shapes)
 
 
 @requires_cuda
@@ -771,12 +777,7 @@ def test_weight_linear_pass_slices_edges_cuda(dtype, m):
     4608 (9 chunks: 4 slices, past a wave at 8), 20480 x 5120 (10 chunks: 4), 8192 x 5120 (8 slices in one wave, the
     last ones without a chunk), 12001 x 4736 (a partial feature block and a partial chunk). Same bound as
     test_weight_linear_bit_planes (its pass-kernel rows)."""
-    for n, k in ((12000, 4608), (20480, 5120), (8192, 5120), (12001, 4736)):
-        x = (random_input((m, k), device="cuda") * torch.exp2(torch.randint(-8, 4, (m, k), device="cuda").float())).to(dtype)
-        _, w_packed = packed_weight(n, k, "cuda")
-        scale, bias = scale_and_bias("per_channel", n, "cuda")
-        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
-        assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+    check_weight_linear_shapes_cuda(m, dtype, ((12000, 4608), (20480, 5120), (8192, 5120), (12001, 4736)))
 
 
 @requires_cuda
