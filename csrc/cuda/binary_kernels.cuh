@@ -123,7 +123,7 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 
 // binary_weight_linear: y[m, n] = sum_k x[m, k] * s(w[n, k]) (fp32 accumulation), then the epilogue.
 // x is row-major [m_rows, k] of `type`, out is [m_rows, n_rows] of the same type. Kernels, by M (tuning.kernel = 0):
-// - bf16/fp16 x of M <= 3, and M = 4 at K >= 8192: x as 24 fixed-point bit planes on the b1 tensor cores
+// - bf16/fp16 x of M <= 3, and M = 4 at K > 4096: x as 24 fixed-point bit planes on the b1 tensor cores
 //   (binary_weight_linear.cu, "binary_weight_planes");
 // - bf16/fp16 x of M > 16 on a compute capability 9.0 device with sm_90a code: wgmma, W expanded from bits in
 //   registers (binary_weight_wgmma.cu: up to M = 128 x through a swizzled shared-memory ring, above that the
@@ -149,7 +149,7 @@ struct WeightLinearTuning {
                        //   cudaErrorInvalidValue)
   int remainder = 0;   // kernel 0: -1 never splits off the last rows of M > 256 (binary_weight_linear.cu: remainder)
   int split = 0;       // bit-plane kernel (bf16/fp16 x, M <= 4): warps a 16-row tile, 1, 2 or 4 (at M = 4 it also
-                       //   takes K < 8192 to bit planes); 0: by the shape
+                       //   takes K <= 4096 to bit planes); 0: by the shape
                        //   (binary_weight_linear.cu: plane_split)
   int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
                        //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split

@@ -788,12 +788,11 @@ __global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_ke
   float* partial = reinterpret_cast<float*>(plane_smem);   // [m_rows][kPlaneFeatures], after the main loop
   __shared__ PlaneGroup chunk_groups[MMAX][kPlaneMaxChunks];
 
-  constexpr int kPlaneSplit = SPLIT;
-  constexpr int kPlaneBlockThreads = kPlaneThreads * kPlaneSplit;
+  constexpr int kPlaneBlockThreads = kPlaneThreads * SPLIT;
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = (tid >> 5) % kPlaneWarps;  // the row tile
-  const int part = (tid >> 5) / kPlaneWarps;  // this warp's chunks: part, part + kPlaneSplit, ...
+  const int part = (tid >> 5) / kPlaneWarps;  // this warp's chunks: part, part + SPLIT, ...
   const int g = lane >> 2;
   const int t = lane & 3;
   const int slice = static_cast<int>(blockIdx.x % static_cast<unsigned>(slices));
@@ -802,7 +801,7 @@ __global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_ke
   const int64_t chunk_begin = static_cast<int64_t>(slice) * slice_chunks;
   const int64_t chunk_end = chunk_begin + slice_chunks < total_chunks ? chunk_begin + slice_chunks : total_chunks;
   const int chunks = chunk_end > chunk_begin ? static_cast<int>(chunk_end - chunk_begin) : 0;
-  const int my_chunks = chunks > part ? (chunks - part + kPlaneSplit - 1) / kPlaneSplit : 0;
+  const int my_chunks = chunks > part ? (chunks - part + SPLIT - 1) / SPLIT : 0;
   const int64_t row_top = n_block + warp * 16 + g;
 
   auto load_chunk = [&](uint4 (&dst)[2], int64_t c) {
@@ -817,7 +816,7 @@ __global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_ke
   uint4 ring[kPlaneRing][2];
 #pragma unroll
   for (int i = 0; i < kPlaneRing; ++i) {
-    if (i < my_chunks) load_chunk(ring[i], chunk_begin + part + kPlaneSplit * i);
+    if (i < my_chunks) load_chunk(ring[i], chunk_begin + part + SPLIT * i);
   }
 
   wait_for_prerequisite_grid();  // x_planes_kernel's planes and groups are written
@@ -857,11 +856,11 @@ __global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_ke
 #pragma unroll
     for (int i = 0; i < kPlaneRing; ++i) {
       const int mine = base + i;
-      const int local = part + kPlaneSplit * mine;
+      const int local = part + SPLIT * mine;
       if (mine < my_chunks) {  // uniform over the warp
         const uint32_t a_low[4] = {ring[i][0].x, ring[i][1].x, ring[i][0].y, ring[i][1].y};
         const uint32_t a_high[4] = {ring[i][0].z, ring[i][1].z, ring[i][0].w, ring[i][1].w};
-        if (mine + kPlaneRing < my_chunks) load_chunk(ring[i], chunk_begin + local + kPlaneSplit * kPlaneRing);
+        if (mine + kPlaneRing < my_chunks) load_chunk(ring[i], chunk_begin + local + SPLIT * kPlaneRing);
 #pragma unroll
         for (int m = 0; m < MMAX; ++m) {
           if (m < m_rows) {  // uniform
@@ -918,12 +917,12 @@ __global__ __launch_bounds__(kPlaneThreads * SPLIT) void binary_weight_planes_ke
       }
     }
   }
-  if constexpr (kPlaneSplit > 1) {  // the parts' sums, in part order (deterministic)
+  if constexpr (SPLIT > 1) {  // the parts' sums, in part order (deterministic)
     __syncthreads();
     for (int i = tid; i < m_rows * kPlaneFeatures; i += kPlaneBlockThreads) {
       float sum = partial[i];
 #pragma unroll
-      for (int q = 1; q < kPlaneSplit; ++q) sum += partial[q * m_rows * kPlaneFeatures + i];
+      for (int q = 1; q < SPLIT; ++q) sum += partial[q * m_rows * kPlaneFeatures + i];
       partial[i] = sum;
     }
   }
@@ -988,8 +987,8 @@ cudaError_t plane_kernel_ready() {
 }
 
 // Warps a 16-row tile (the kernel's SPLIT): 2 at M = 2 / 3 where each warp still fills its ring (a block's slice of
-// >= 2 * kPlaneRing chunks at M = 2, >= kPlaneRing at M = 3: the M = 3 rows below) and the grid of 2-warp blocks runs in one wave of the device (its blocks an SM, or its
-// clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). At M = 4: 4 where the grid of
+// >= 2 * kPlaneRing chunks at M = 2, >= kPlaneRing at M = 3: the M = 3 rows below) and the grid of 2-warp blocks runs
+// in one wave of the device (its blocks an SM, or its clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). At M = 4: 4 where the grid of
 // 4-warp blocks is one wave, else 2 where the 2-warp grid fits as above, else 0: the pass kernel takes it (a 1-warp
 // tile lost to it at every M = 4 shape but 12000 x 4608). tuning.split forces 1 (not at M = 4), 2 or 4.
 // H200, bf16, alpha vector, us per call in a rotating graph, 1 warp a tile -> 2 (2026-12-04, same process, two
@@ -1008,8 +1007,8 @@ cudaError_t plane_kernel_ready() {
 // 34.63 / 35.57, 30.30, 38.32; 28672 x 8192 28.80 / 34.44, 28.72, 34.25; 8192 x 28672 (clusters of 4, past a wave
 // at 2 warps) 36.77 / 46.10, 34.89, 42.24; K = 4096 (plan_planes leaves it to the pass kernel): 4096^2 6.50 / 7.81,
 // 7.53, 7.00; 12288 x 4096 9.75 / 11.91, 10.07, 12.77; 22016 x 4096 12.81 / 15.83, 16.08, 18.18; 14336 x 4096 10.06
-// / 13.01, 10.35, 12.99; 11008 x 4096 8.84 / 11.83, 9.96, 12.67 (12000 x 4608: 15.21 / 13.52, 11.16, 14.10; K > 4096 at M = 4 is on
-// bit planes since: plan_planes).
+// / 13.01, 10.35, 12.99; 11008 x 4096 8.84 / 11.83, 9.96, 12.67 (12000 x 4608: 15.21 / 13.52, 11.16, 14.10; K > 4096
+// at M = 4 is on bit planes since: plan_planes).
 // The blocks of the bit-plane kernel of SPLIT warps a tile the device holds at once (its blocks an SM, or its clusters
 // of `slices`), at its largest shared memory; 0 where its opt-in or the query fails.
 template <typename T, int MMAX, int SPLIT>
@@ -1032,6 +1031,19 @@ inline bool fills_waves(int64_t blocks, int64_t room) {
   if (room <= 0) return false;
   const int64_t waves = ceil_div(blocks, room);
   return waves == 1 || 4 * blocks >= 3 * waves * room;
+}
+
+// Readies the bit-plane kernel of SPLIT warps a tile (`kernel`): its shared-memory opt-in, and a cluster of `slices`
+// at `smem` that the device co-schedules (cudaErrorNotSupported where it does not).
+template <typename T, int MMAX, int SPLIT, typename Kernel>
+cudaError_t ready_plane_kernel(int64_t slices, size_t smem, Kernel& kernel) {
+  kernel = binary_weight_planes_kernel<T, MMAX, SPLIT>;
+  const cudaError_t error = plane_kernel_ready<T, MMAX, SPLIT>();
+  if (error != cudaSuccess) return error;
+  static ClusterRoomCache rooms = {};
+  if (slices > 1 && fitting_cluster(kernel, slices, kPlaneThreads * SPLIT, smem, rooms) != slices)
+    return cudaErrorNotSupported;
+  return cudaSuccess;
 }
 
 template <typename T, int MMAX>
@@ -1061,18 +1073,12 @@ cudaError_t binary_weight_planes_launch(const T* x, const uint32_t* w_bits, int6
   if (split == 0) return cudaErrorNotSupported;  // the pass kernel takes it
   // kOne: the 1-warp tile, never at M = 4 (slower than the pass kernel at every shape measured; not built there)
   constexpr int kOne = MMAX >= 4 ? 2 : 1;
-  auto kernel = split == 4   ? binary_weight_planes_kernel<T, MMAX, 4>
-                : split == 2 ? binary_weight_planes_kernel<T, MMAX, 2>
-                             : binary_weight_planes_kernel<T, MMAX, kOne>;
   const size_t smem = static_cast<size_t>(m_rows) * plan.slice_chunks * kPlaneChunkWords * sizeof(uint32_t);
-  cudaError_t error = split == 4   ? plane_kernel_ready<T, MMAX, 4>()
-                      : split == 2 ? plane_kernel_ready<T, MMAX, 2>()
-                                   : plane_kernel_ready<T, MMAX, kOne>();
+  decltype(&binary_weight_planes_kernel<T, MMAX, kOne>) kernel = nullptr;
+  cudaError_t error = split == 4   ? ready_plane_kernel<T, MMAX, 4>(slices, smem, kernel)
+                      : split == 2 ? ready_plane_kernel<T, MMAX, 2>(slices, smem, kernel)
+                                   : ready_plane_kernel<T, MMAX, kOne>(slices, smem, kernel);
   if (error != cudaSuccess) return error;
-  if (slices > 1) {
-    static ClusterRoomCache rooms[3] = {};
-    if (fitting_cluster(kernel, slices, kPlaneThreads * split, smem, rooms[split / 2]) != slices) return cudaErrorNotSupported;
-  }
   uint32_t* planes = static_cast<uint32_t*>(workspace);
   PlaneGroup* groups = reinterpret_cast<PlaneGroup*>(planes + m_rows * chunks * kPlaneChunkWords);
   DeviceFacts device;
@@ -1128,8 +1134,8 @@ cudaError_t binary_weight_linear_tc_typed(const InT* x, const uint32_t* w_bits, 
       const PlanePlan plan = plan_planes(m_rows, n_rows, k, sm_count, tuning);
       if (plan.slices > 0 && reinterpret_cast<uintptr_t>(w_bits) % 16 == 0 && workspace != nullptr &&
           workspace_bytes >= planes_workspace_bytes(m_rows, k)) {
-        const cudaError_t result = binary_weight_planes(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning,
-                                                     stream);
+        const cudaError_t result =
+            binary_weight_planes(x, w_bits, m_rows, n_rows, k, ep, out, plan, workspace, sm_count, tuning, stream);
         if (result != cudaErrorNotSupported) return result;  // not supported: no cluster of that size here
         (void)cudaGetLastError();
       }
