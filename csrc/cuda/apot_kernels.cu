@@ -1,12 +1,16 @@
 // APoT CUDA kernels (SPEC.md 2.5). Torch-free: see apot_kernels.cuh for the contract of each launcher.
 //
 // - pack_nibbles, dequantize_weight, code_row_sums: simple elementwise / one-warp-a-row kernels.
-// - linear_small_batch: the GEMV-style kernel for up to 8 rows of x a launch, bound by streaming W
-//   once and by its shared-memory table lookups (about one wavefront per 32 weights). Integral
-//   tables (every level an integer multiple of one base: the APoT schemes) take pair_product: the
-//   integers in fp16, exact, one MMA a step for two weight rows, half the lookup bytes (H200,
-//   2026-12-02, apot4 N = K = 8192, rotating graph: M = 1 / 8 / 16 19.1 / 21.1 / 41.8 -> 17.6 /
-//   19.2 / 37.6 us; apot.sweep 0 rows failed). Otherwise W is decoded
+// - linear_small_batch: the GEMV-style kernel for up to 16 rows of 16-bit x a launch (8 of fp32: two
+//   B fragments, 8 rows each, meet every A fragment), bound by streaming W once and by its
+//   shared-memory table lookups (about one wavefront per 32 weights). Integral tables (every level
+//   an integer multiple of one base: the APoT schemes) take pair_product: the integers in x's type
+//   (bf16 or fp16; fp16 for fp32 x), exact, one MMA a step for two weight rows, half the lookup
+//   bytes (H200, 2026-12-02, apot4 N = K = 8192, rotating graph: M = 1 / 8 / 16 19.1 / 21.1 / 41.8
+//   -> 17.6 / 19.2 / 37.6 us; apot.sweep 0 rows failed); bf16 x on a bf16 MMA skips the per-chunk
+//   scaling into fp16 (2026-12-04: ~110 of a 4-tile chunk's ~550 instructions, M = 1 17.78 ->
+//   17.54 us), and 16 rows a launch read W once for M = 9-16 (M = 16 37.96 -> 25.14 us, M = 9
+//   36.27 -> 22.48, 16384^2 M = 16 122.0 -> 90.4; pending/apot_rows16.sweep). Otherwise W is decoded
 //   into fp16 hi + lo parts of the levels (scaled by 2^tw: 22 significant bits) and multiplied on
 //   the tensor cores (mma m16n8k16, fp32 accumulation), so one decode serves all 8 rows of x. The
 //   mma's 16 rows are 8 weight rows as hi parts and as lo parts, so a byte of nibbles is one PRMT
@@ -150,7 +154,7 @@ __global__ void dequantize_words_kernel(const uint8_t* __restrict__ w, int64_t r
 // ---------------------------------------------------------------------------------------------
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
-constexpr int kMaxBatch = 8;     // rows of x a launch: the n = 8 of mma m16n8k16
+constexpr int kGroupRows = 8;    // rows of x a B fragment: the n = 8 of mma m16n8k16 (16-bit x: 2 a launch)
 constexpr int kMaxSplits = 8;    // blocks along K (a portable cluster)
 constexpr int kChunkBytes = 64;  // bytes of a weight row that a 4-lane group reads per chunk (16 a lane)
 // Decode table: row `code byte` of 256 bytes holds 32 copies of the entry, lane l's at l * 8 (pairs of
@@ -225,19 +229,24 @@ __device__ __forceinline__ uint4 load_weight16(const uint8_t* p, bool valid, int
   return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-// d (+)= a * b, mma m16n8k16, fp16 inputs, fp32 accumulation.
-__device__ __forceinline__ void mma_first(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%10, %10, %10, %10};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
-}
-__device__ __forceinline__ void mma_add(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// d (+)= a * b, mma m16n8k16, inputs of the type of the first argument (__half or __nv_bfloat16), fp32
+// accumulation.
+#define BC_SMALL_MMA(M, PTX)                                                                                      \
+  __device__ __forceinline__ void mma_first(M, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) { \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
+        "{%10, %10, %10, %10};"                                                                                  \
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                                         \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));                             \
+  }                                                                                                              \
+  __device__ __forceinline__ void mma_add(M, float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {   \
+    asm("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, " \
+        "{%0, %1, %2, %3};"                                                                                      \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                         \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                                        \
+  }
+BC_SMALL_MMA(__half, "f16")
+BC_SMALL_MMA(__nv_bfloat16, "bf16")
+#undef BC_SMALL_MMA
 
 template <typename T, bool kNibbles>
 struct Chunk {
@@ -248,6 +257,11 @@ struct Chunk {
   static constexpr int kSteps = kCodes / 4;                        // mma k-steps a chunk
   static constexpr bool kSplitX = sizeof(T) == 4;                  // fp32 x as fp16 hi + lo
 };
+
+// The MMA's input type: bf16 x against an integral table multiplies as it is (build_table: the table's N in bf16);
+// everything else in fp16 (fp16 x as it is, bf16 x scaled by a power of two, fp32 x split into hi + lo).
+template <typename T, bool kIntegral>
+using MmaType = std::conditional_t<kIntegral && std::is_same<T, __nv_bfloat16>::value, __nv_bfloat16, __half>;
 
 // Row g of x, columns k0 .. k0 + kCodes - 1, raw (zeros past k and for rows past m).
 template <typename T, bool kNibbles>
@@ -277,16 +291,17 @@ __device__ __forceinline__ void load_x(uint32_t (&xr)[Chunk<T, kNibbles>::kXWord
   }
 }
 
-// x as mma B registers (fp16x2, x pair j of the lane in register j: k-slots 2tig, 2tig+1 of step s
-// are pair 2s, slots 2tig+8, 2tig+9 pair 2s + 1), scaled by 2^t per (chunk, row of x) with the
-// 4 lanes of the row agreeing on t; f0, f1: 2^-t of the rows of x in the lane's D columns 2tig, 2tig+1.
-template <typename T, bool kNibbles>
+// x as mma B registers (MmaType<T, kIntegral> pairs, x pair j of the lane in register j: k-slots 2tig, 2tig+1 of
+// step s are pair 2s, slots 2tig+8, 2tig+9 pair 2s + 1): as loaded where the MMA takes x's type, else scaled by 2^t
+// per (chunk, row of x) with the 4 lanes of the row agreeing on t; f0, f1: 2^-t of the rows of x in the lane's D
+// columns 2tig, 2tig+1.
+template <typename T, bool kNibbles, bool kIntegral>
 __device__ __forceinline__ void x_fragment(const uint32_t (&xr)[Chunk<T, kNibbles>::kXWords],
                                            uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
                                            uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float& f0, float& f1,
                                            int tig) {
   using C = Chunk<T, kNibbles>;
-  if constexpr (std::is_same<T, __half>::value) {  // exact as it is
+  if constexpr (std::is_same<T, MmaType<T, kIntegral>>::value) {  // exact as it is
 #pragma unroll
     for (int j = 0; j < C::kPairs; ++j) bh[j] = xr[j];
     f0 = f1 = 1.f;
@@ -343,10 +358,11 @@ __device__ __forceinline__ void x_fragment(const uint32_t (&xr)[Chunk<T, kNibble
 // columns 2tig, 2tig + 1. Step s takes bytes 2s (k-slots 2tig, 2tig+1) and 2s + 1 (2tig+8, 2tig+9),
 // that is codes 4s .. 4s+3 of the lane; byte codes: codes 4s .. 4s+3 of word s, 4-byte lookups
 // {hi, lo} paired by PRMT.
-template <typename T, bool kNibbles>
+template <typename T, bool kNibbles, int kGroups>
 __device__ __forceinline__ void piece_product(const uint4& piece, const unsigned char* table, uint32_t lane_offset,
-                                              const uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
-                                              const uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float (&d)[4]) {
+                                              const uint32_t (&bh)[kGroups][Chunk<T, kNibbles>::kPairs],
+                                              const uint32_t (&bl)[kGroups][Chunk<T, kNibbles>::kPairs],
+                                              float (&d)[kGroups][4]) {
   using C = Chunk<T, kNibbles>;
   const uint32_t words[4] = {piece.x, piece.y, piece.z, piece.w};
 #pragma unroll
@@ -367,26 +383,32 @@ __device__ __forceinline__ void piece_product(const uint4& piece, const unsigned
       a[0] = __byte_perm(e[0], e[1], 0x5410), a[1] = __byte_perm(e[0], e[1], 0x7632);
       a[2] = __byte_perm(e[2], e[3], 0x5410), a[3] = __byte_perm(e[2], e[3], 0x7632);
     }
-    if (s == 0) {
-      mma_first(d, a, bh[2 * s], bh[2 * s + 1]);
-    } else {
-      mma_add(d, a, bh[2 * s], bh[2 * s + 1]);
+#pragma unroll
+    for (int r = 0; r < kGroups; ++r) {
+      if (s == 0) {
+        mma_first(__half(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+      } else {
+        mma_add(__half(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+      }
+      if constexpr (C::kSplitX) mma_add(__half(), d[r], a, bl[r][2 * s], bl[r][2 * s + 1]);
     }
-    if constexpr (C::kSplitX) mma_add(d, a, bl[2 * s], bl[2 * s + 1]);
   }
 }
 
-// Integral tables (build_table: every level an integer multiple N of one base, |N| <= 2048, as the APoT schemes'
-// alpha / D * N): the MMA takes N in fp16, exact, so no lo part is needed and its 16 rows are two weight rows a
+// Integral tables (build_table: every level an integer multiple N of one base, |N| <= 256 for bf16 x (the MMA in
+// bf16, x as it is), 2048 otherwise (fp16), as the APoT schemes' alpha / D * N): the MMA takes N exact, so no lo part is needed and its 16 rows are two weight rows a
 // group: rows 0-7 = row g (piece lo), rows 8-15 = row g + 8 (piece hi). A 4-byte lookup {N(l), N(h)} of a byte of
 // nibbles is one A register: a0a1 / a4a5 from lo's bytes 2s / 2s + 1, a2a3 / a6a7 from hi's. d[0], d[1] are row
 // g's sums for columns 2tig, 2tig + 1, d[2], d[3] row g + 8's. Half the MMAs and half the lookup bytes of
 // piece_product's two calls. Nibble codes only.
-template <typename T, bool kNibbles>
+template <typename T, bool kNibbles, int kGroups>
 __device__ __forceinline__ void pair_product(const uint4& lo, const uint4& hi, const unsigned char* table,
-                                             uint32_t lane_offset, const uint32_t (&bh)[Chunk<T, kNibbles>::kPairs],
-                                             const uint32_t (&bl)[Chunk<T, kNibbles>::kPairs], float (&d)[4]) {
+                                             uint32_t lane_offset,
+                                             const uint32_t (&bh)[kGroups][Chunk<T, kNibbles>::kPairs],
+                                             const uint32_t (&bl)[kGroups][Chunk<T, kNibbles>::kPairs],
+                                             float (&d)[kGroups][4]) {
   using C = Chunk<T, kNibbles>;
+  using M = MmaType<T, true>;
   if constexpr (kNibbles) {  // (byte codes never take an integral table: nothing to do for them)
     const uint32_t lo_words[4] = {lo.x, lo.y, lo.z, lo.w}, hi_words[4] = {hi.x, hi.y, hi.z, hi.w};
     auto entry = [&](uint32_t word, int byte) {
@@ -397,12 +419,15 @@ __device__ __forceinline__ void pair_product(const uint4& lo, const uint4& hi, c
       const int byte = (2 * s) % 4;
       const uint32_t a[4] = {entry(lo_words[s / 2], byte), entry(hi_words[s / 2], byte),
                              entry(lo_words[s / 2], byte + 1), entry(hi_words[s / 2], byte + 1)};
-      if (s == 0) {
-        mma_first(d, a, bh[2 * s], bh[2 * s + 1]);
-      } else {
-        mma_add(d, a, bh[2 * s], bh[2 * s + 1]);
+#pragma unroll
+      for (int r = 0; r < kGroups; ++r) {
+        if (s == 0) {
+          mma_first(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+        } else {
+          mma_add(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+        }
+        if constexpr (C::kSplitX) mma_add(M(), d[r], a, bl[r][2 * s], bl[r][2 * s + 1]);
       }
-      if constexpr (C::kSplitX) mma_add(d, a, bl[2 * s], bl[2 * s + 1]);
     }
   }
 }
@@ -414,12 +439,13 @@ __device__ __forceinline__ float* table_unscale_slot(unsigned char* smem) {
 }
 
 // Builds the decode table (kTableBytes) and stores what the sums are multiplied by at the end. Nibble codes whose
-// table is integral (every level an integer N times the smallest nonzero |level|, |N| <= 2048 so that fp16 holds
-// N exactly, N base within 2^-22 of the level: the APoT schemes, whose levels are alpha / D * N) get {N(l), N(h)}
-// fp16 pairs (4 bytes a lane, pair_product) and the base; any other table its levels scaled by 2^tw (largest
+// table is integral (every level an integer N times the smallest nonzero |level|, |N| <= 256 for bf16 x, 2048
+// otherwise, so that the MMA type holds N exactly, N base within 2^-22 of the level: the APoT schemes, whose levels
+// are alpha / D * N, |N| <= 48 at 4 bits) get {N(l), N(h)} pairs of MmaType<T, true> (4 bytes a lane, pair_product)
+// and the base; any other table its levels scaled by 2^tw (largest
 // |level| in [2^14, 2^15)) split into fp16 hi + lo, 22 significant bits, exact products with fp16 x, and 2^-tw.
 // Codes past the table read as level 0. Returns whether the table is integral (uniform). Ends with a barrier.
-template <bool kNibbles>
+template <typename T, bool kNibbles>
 __device__ __forceinline__ bool build_table(const float* code_values, int table_size, unsigned char* smem) {
   unsigned char* const table = smem;
   uint32_t* const codes = reinterpret_cast<uint32_t*>(smem + kTableBytes);  // {hi, lo} fp16 of each code (or N)
@@ -447,9 +473,13 @@ __device__ __forceinline__ bool build_table(const float* code_values, int table_
     base = __uint_as_float(block_low);
     const bool usable = block_low != 0xffffffffu && block_top < 0x7f800000u;  // a nonzero, finite table
     const float n = usable ? rintf(level / base) : 0.f;
-    const bool ok = usable && fabsf(n) <= 2048.f && fabsf(n * base - level) <= 2.384185791015625e-7f * fabsf(level);
+    constexpr bool kBf16 = std::is_same<MmaType<T, true>, __nv_bfloat16>::value;
+    const bool ok = usable && fabsf(n) <= (kBf16 ? 256.f : 2048.f) &&
+                    fabsf(n * base - level) <= 2.384185791015625e-7f * fabsf(level);
     integral = __syncthreads_and(ok) != 0;
-    if (integral) codes[threadIdx.x] = uint32_t(__half_as_ushort(__float2half_rn(n)));
+    if (integral)
+      codes[threadIdx.x] = kBf16 ? uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(n)))
+                                 : uint32_t(__half_as_ushort(__float2half_rn(n)));
   }
   if (!integral) {
     const int shift = scale_shift(block_top >> 23);
@@ -506,9 +536,9 @@ __device__ __forceinline__ void prefetch_x(const T* x, int m, int64_t k, int g, 
 // is decoded (each tile's registers are refilled as soon as they are read) and W of chunk c + 2 is
 // pulled into L2 beside it, so DRAM serves the chunks in the order they are used and the register
 // loads wait for L2, not DRAM; x of chunk c + 1 is pulled into L1.
-template <typename T, bool kNibbles, int kTiles, int kPath>
+template <typename T, bool kNibbles, int kTiles, int kGroups, int kPath>
 __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, unsigned char* smem, int64_t row0,
-                                                int64_t c_begin, int64_t c_end, float (&total)[kTiles][4]) {
+                                                int64_t c_begin, int64_t c_end, float (&total)[kTiles][kGroups][4]) {
   using C = Chunk<T, kNibbles>;
   constexpr bool kPrefetch = kPath != kLoadBytes;
   const int lane = threadIdx.x & 31, g = lane >> 2, tig = lane & 3;
@@ -528,8 +558,11 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
       w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, in_row && 16 * t + 8 < rows_left, offset, row_bytes);
     }
   }
-  if (c_begin < c_end) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, c_begin * C::kColumns + tig * C::kCodes);
-  const bool integral = build_table<kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
+#pragma unroll
+  for (int r = 0; r < kGroups; ++r)
+    if (c_begin < c_end)
+      prefetch_x<T, kNibbles>(args.x, args.m, args.k, g + 8 * r, c_begin * C::kColumns + tig * C::kCodes);
+  const bool integral = build_table<T, kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
   if (kPrefetch) {  // chunk c_begin + 1 into L2, behind chunk c_begin in DRAM's queues
     const int64_t offset = (c_begin + 1) * kChunkBytes + tig * 16;
     const bool in_row = c_begin + 1 < c_end && offset < row_bytes;
@@ -546,27 +579,31 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
     constexpr bool kIntegral = decltype(integral_tag)::value;
     const uint32_t offset_in_row = kIntegral ? lane * 4 : lane_offset;  // the lane's copy in a table row
     for (int64_t c = c_begin; c < c_end; ++c) {
-      uint32_t bh[C::kPairs], bl[C::kPairs];
-      float f0, f1;
-      {
+      uint32_t bh[kGroups][C::kPairs], bl[kGroups][C::kPairs];
+      float f0[kGroups], f1[kGroups];
+#pragma unroll
+      for (int r = 0; r < kGroups; ++r) {
         uint32_t xr[C::kXWords];
-        load_x<T, kNibbles>(xr, args.x, args.m, args.k, g, c * C::kColumns + tig * C::kCodes, args.x_vector);
-        x_fragment<T, kNibbles>(xr, bh, bl, f0, f1, tig);
+        load_x<T, kNibbles>(xr, args.x, args.m, args.k, g + 8 * r, c * C::kColumns + tig * C::kCodes, args.x_vector);
+        x_fragment<T, kNibbles, kIntegral>(xr, bh[r], bl[r], f0[r], f1[r], tig);
       }
       const bool more = c + 1 < c_end;
-      if (more) prefetch_x<T, kNibbles>(args.x, args.m, args.k, g, (c + 1) * C::kColumns + tig * C::kCodes);
+#pragma unroll
+      for (int r = 0; r < kGroups; ++r)
+        if (more)
+          prefetch_x<T, kNibbles>(args.x, args.m, args.k, g + 8 * r, (c + 1) * C::kColumns + tig * C::kCodes);
       const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes, after = next + kChunkBytes;
       const bool next_in_row = more && next < row_bytes, after_in_row = c + 2 < c_end && after < row_bytes;
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
         if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
-        float da[4], db[4];  // rows g and g + 8 of the tile (kIntegral: both in da)
+        float da[kGroups][4], db[kGroups][4];  // rows g and g + 8 of the tile (kIntegral: both in da)
         if (kPrefetch) {
           if constexpr (kIntegral) {
-            pair_product<T, kNibbles>(w_lo[t], w_hi[t], table, offset_in_row, bh, bl, da);
+            pair_product<T, kNibbles, kGroups>(w_lo[t], w_hi[t], table, offset_in_row, bh, bl, da);
           } else {
-            piece_product<T, kNibbles>(w_lo[t], table, offset_in_row, bh, bl, da);
-            piece_product<T, kNibbles>(w_hi[t], table, offset_in_row, bh, bl, db);
+            piece_product<T, kNibbles, kGroups>(w_lo[t], table, offset_in_row, bh, bl, da);
+            piece_product<T, kNibbles, kGroups>(w_hi[t], table, offset_in_row, bh, bl, db);
           }
           // Refilled once read (the lookups issued): no second copy of the 32 bytes.
           const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
@@ -579,22 +616,25 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
           const uint4 lo = load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes);
           const uint4 hi = load_piece<kPath>(p + 8 * row_bytes, 16 * t + 8 < rows_left, offset, row_bytes);
           if constexpr (kIntegral) {
-            pair_product<T, kNibbles>(lo, hi, table, offset_in_row, bh, bl, da);
+            pair_product<T, kNibbles, kGroups>(lo, hi, table, offset_in_row, bh, bl, da);
           } else {
-            piece_product<T, kNibbles>(lo, table, offset_in_row, bh, bl, da);
-            piece_product<T, kNibbles>(hi, table, offset_in_row, bh, bl, db);
+            piece_product<T, kNibbles, kGroups>(lo, table, offset_in_row, bh, bl, da);
+            piece_product<T, kNibbles, kGroups>(hi, table, offset_in_row, bh, bl, db);
           }
         }
-        if constexpr (kIntegral) {
-          total[t][0] = fmaf(da[0], f0, total[t][0]);  // row g
-          total[t][1] = fmaf(da[1], f1, total[t][1]);
-          total[t][2] = fmaf(da[2], f0, total[t][2]);  // row g + 8
-          total[t][3] = fmaf(da[3], f1, total[t][3]);
-        } else {
-          total[t][0] = fmaf(da[0] + da[2], f0, total[t][0]);  // hi + lo
-          total[t][1] = fmaf(da[1] + da[3], f1, total[t][1]);
-          total[t][2] = fmaf(db[0] + db[2], f0, total[t][2]);
-          total[t][3] = fmaf(db[1] + db[3], f1, total[t][3]);
+#pragma unroll
+        for (int r = 0; r < kGroups; ++r) {
+          if constexpr (kIntegral) {
+            total[t][r][0] = fmaf(da[r][0], f0[r], total[t][r][0]);  // row g
+            total[t][r][1] = fmaf(da[r][1], f1[r], total[t][r][1]);
+            total[t][r][2] = fmaf(da[r][2], f0[r], total[t][r][2]);  // row g + 8
+            total[t][r][3] = fmaf(da[r][3], f1[r], total[t][r][3]);
+          } else {
+            total[t][r][0] = fmaf(da[r][0] + da[r][2], f0[r], total[t][r][0]);  // hi + lo
+            total[t][r][1] = fmaf(da[r][1] + da[r][3], f1[r], total[t][r][1]);
+            total[t][r][2] = fmaf(db[r][0] + db[r][2], f0[r], total[t][r][2]);
+            total[t][r][3] = fmaf(db[r][1] + db[r][3], f1[r], total[t][r][3]);
+          }
         }
       }
     }
@@ -611,9 +651,10 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
 }
 
 // Block: kTiles 16-row tiles of W (rows row0 ..) times split `split` of K (of args.splits, a
-// cluster when args.cluster); its 8 warps take consecutive chunk ranges of that split. kBytes: the
-// byte-load path (else rows of whole 16-byte pieces at 16-byte aligned addresses).
-template <typename T, bool kNibbles, int kTiles, bool kBytes>
+// cluster when args.cluster) times kGroups groups of 8 rows of x (each A fragment meets kGroups B fragments); its 8
+// warps take consecutive chunk ranges of that split. kBytes: the byte-load path (else rows of whole 16-byte pieces
+// at 16-byte aligned addresses).
+template <typename T, bool kNibbles, int kTiles, int kGroups, bool kBytes>
 __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no spills at 1 block an SM
     linear_small_batch_kernel(const SmallBatchArgs<T> args) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -624,16 +665,21 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   const int64_t parts = int64_t(args.splits) * kGemvWarps, part_index = int64_t(split) * kGemvWarps + warp;
   const int64_t c_begin = part_index * args.chunks / parts, c_end = (part_index + 1) * args.chunks / parts;
 
-  float total[kTiles][4];
+  static_assert(kGroups == 1 || kGroups == 2, "8 or 16 rows of x a launch");
+  float total[kTiles][kGroups][4];
 #pragma unroll
-  for (int t = 0; t < kTiles; ++t) total[t][0] = total[t][1] = total[t][2] = total[t][3] = 0.f;
-  small_batch_loop<T, kNibbles, kTiles, kBytes ? kLoadBytes : kLoadVector>(args, smem, row0, c_begin, c_end, total);
+  for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+    for (int r = 0; r < kGroups; ++r) total[t][r][0] = total[t][r][1] = total[t][r][2] = total[t][r][3] = 0.f;
+  small_batch_loop<T, kNibbles, kTiles, kGroups, kBytes ? kLoadBytes : kLoadVector>(args, smem, row0, c_begin, c_end,
+                                                                                    total);
 
   // Sum the 8 warps (fixed order), then the splits of K (rank order): deterministic.
-  constexpr int kElements = kTiles * 128;  // D values of a warp: tile t, lane l, register j at t*128 + l*4 + j
-  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 2 tig, 2 tig + 1).
-  auto row_of = [&](int i) { return row0 + 16 * (i >> 7) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
-  auto column_of = [&](int i) { return 2 * ((i >> 2) & 3) + (i & 1); };
+  // D values of a warp: tile t, group r, lane l, register j at (t * kGroups + r) * 128 + l * 4 + j.
+  constexpr int kElements = kTiles * kGroups * 128;
+  // Output row and row of x of element i (register j of lane l: rows g, g + 8, columns 8 r + 2 tig, + 1).
+  auto row_of = [&](int i) { return row0 + 16 * (i / (128 * kGroups)) + ((i >> 4) & 7) + 8 * ((i >> 1) & 1); };
+  auto column_of = [&](int i) { return 8 * ((i >> 7) & (kGroups - 1)) + 2 * ((i >> 2) & 3) + (i & 1); };
   // In a cluster, block `split` finishes the cluster's sums of elements split * kElements / splits up to
   // (split + 1) * kElements / splits, at most one a thread (splits >= 2): its alpha and bias are read
   // here, their latency under the barriers below.
@@ -648,8 +694,10 @@ __global__ void __launch_bounds__(kGemvThreads, kBytes ? 1 : 2)  // bytes: no sp
   float* const block_sum = sums + kGemvWarps * kElements;
 #pragma unroll
   for (int t = 0; t < kTiles; ++t)
-    *reinterpret_cast<float4*>(sums + warp * kElements + t * 128 + lane * 4) =
-        make_float4(total[t][0], total[t][1], total[t][2], total[t][3]);
+#pragma unroll
+    for (int r = 0; r < kGroups; ++r)
+      *reinterpret_cast<float4*>(sums + warp * kElements + (t * kGroups + r) * 128 + lane * 4) =
+          make_float4(total[t][r][0], total[t][r][1], total[t][r][2], total[t][r][3]);
   __syncthreads();
   const float unscale = *table_unscale_slot(smem);
   auto store = [&](int i, float sum) {
@@ -824,16 +872,17 @@ SmallBatchPlan plan_small_batch(int64_t chunks, int64_t n, bool nibbles, int max
   return best;
 }
 
-template <typename T, bool kNibbles, int kTiles, bool kBytes>
+template <typename T, bool kNibbles, int kTiles, int kGroups, bool kBytes>
 cudaError_t launch_small_batch_tiles(const SmallBatchArgs<T>& base, int64_t m, int64_t blocks, bool dependent,
                                      cudaStream_t stream) {
-  auto kernel = linear_small_batch_kernel<T, kNibbles, kTiles, kBytes>;
+  auto kernel = linear_small_batch_kernel<T, kNibbles, kTiles, kGroups, kBytes>;
   static unsigned long long smem_done = 0;
   cudaError_t error = allow_smem(kernel, smem_done);
   if (error != cudaSuccess) return error;
-  for (int64_t m0 = 0; m0 < m; m0 += kMaxBatch) {
+  constexpr int kRows = kGroupRows * kGroups;
+  for (int64_t m0 = 0; m0 < m; m0 += kRows) {
     SmallBatchArgs<T> args = base;
-    args.m = static_cast<int>(m - m0 < kMaxBatch ? m - m0 : kMaxBatch);
+    args.m = static_cast<int>(m - m0 < kRows ? m - m0 : kRows);
     args.x = base.x + m0 * base.k;
     args.y = base.y + m0 * base.n;
     args.partial = base.partial ? base.partial + m0 * base.n : nullptr;
@@ -850,8 +899,14 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
                                const float* code_values, int table_size, const float* alpha, int64_t alpha_count,
                                const float* bias, T* y, float* workspace, cudaStream_t stream,
                                const SmallBatchTuning* tuning) {
-  // Tiles a warp: 4 where registers allow (nibbles, 16-bit x), else 2; 1 on the byte-load path.
+  // Rows of x a launch: 16 for 16-bit x of more than 8 rows (two B fragments an A fragment: W read once for them;
+  // H200, apot4 bf16 table=scheme, us in a rotating graph, two launches of 8 -> one of 16 (2026-12-04): M = 16
+  // 8192^2 37.96 -> 25.14, 4096 x 11008 31.96 -> 19.24, 28672 x 8192 118.99 -> 89.90, 16384^2 122.00 -> 90.43,
+  // M = 9 8192^2 36.27 -> 22.48), else 8. At most 2 tiles then (registers: 128 a thread at 2 blocks an SM).
+  const bool two_groups = sizeof(T) == 2 && m > kGroupRows;
+  // Tiles a warp: 4 where registers allow (nibbles, 16-bit x, 8 rows), else 2; 1 on the byte-load path.
   constexpr int kMaxTiles = kNibbles && sizeof(T) == 2 ? 4 : 2;
+  const int max_tiles = two_groups ? 2 : kMaxTiles;
   const bool bytes = row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0;
   DeviceFacts device;
   cudaError_t error = current_device_facts(device);
@@ -859,7 +914,8 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   static KernelFacts cache[64];
   static unsigned long long known = 0;
   KernelFacts facts;
-  error = kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, false>, device.cluster_launch, cache, known, facts);
+  error =
+      kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, 1, false>, device.cluster_launch, cache, known, facts);
   if (error != cudaSuccess) return error;
   const int64_t columns = kNibbles ? 128 : 64;
   const int64_t chunks = (k + columns - 1) / columns;
@@ -867,11 +923,11 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   const bool through_workspace = !device.cluster_launch && workspace != nullptr;
   const unsigned split_sizes = device.cluster_launch ? facts.cluster_sizes : (through_workspace ? 0x1feu : 0u);
   SmallBatchPlan plan =
-      plan_small_batch(chunks, n, kNibbles, bytes ? 1 : kMaxTiles, device.sm_count > 0 ? device.sm_count : 1,
+      plan_small_batch(chunks, n, kNibbles, bytes ? 1 : max_tiles, device.sm_count > 0 ? device.sm_count : 1,
                        bytes ? 1 : facts.blocks_per_sm, split_sizes, through_workspace);  // bytes: 1 block an SM
   if (tuning != nullptr) {  // the harness's choice instead
     if (tuning->tiles > 0) {
-      if (tuning->tiles > (bytes ? 1 : kMaxTiles)) return cudaErrorInvalidValue;
+      if (tuning->tiles > (bytes ? 1 : max_tiles)) return cudaErrorInvalidValue;
       plan.tiles = tuning->tiles;
     }
     if (tuning->splits > 0) {
@@ -905,7 +961,7 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   args.m = 0;
   args.table_size = table_size;
   args.splits = plan.splits;
-  args.tiles = kMaxBatch;  // >= any kTiles (see small_batch_loop)
+  args.tiles = 16;  // >= any kTiles (see small_batch_loop)
   args.x_vector = (k * int64_t(sizeof(T))) % 16 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   args.cluster = plan.splits > 1 && device.cluster_launch;
   // Launched dependent on sm_90: the launch overlaps the previous kernel's tail; the kernel waits for that grid first.
@@ -914,16 +970,23 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   // 11008 14.14 -> 14.00, 8192^2 17.93 -> 17.77; M = 4 8192^2 18.28 -> 18.14, M = 8 4096^2 9.62 -> 9.38, M = 16 8192^2
   // 38.25 -> 37.92; fp32 x 8192^2 21.41 -> 21.22; the byte-load path 1000^2 5.94 -> 5.77.
   const bool dependent = device.major >= 9;
-  if (bytes) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, true>(args, m, blocks, dependent, stream);
+  constexpr int kWide = sizeof(T) == 2 ? 2 : 1;  // the groups of a 16-row launch (fp32 x: none)
+  if (two_groups && bytes) {
+    error = launch_small_batch_tiles<T, kNibbles, 1, kWide, true>(args, m, blocks, dependent, stream);
+  } else if (two_groups && plan.tiles == 1) {
+    error = launch_small_batch_tiles<T, kNibbles, 1, kWide, false>(args, m, blocks, dependent, stream);
+  } else if (two_groups) {
+    error = launch_small_batch_tiles<T, kNibbles, 2, kWide, false>(args, m, blocks, dependent, stream);
+  } else if (bytes) {
+    error = launch_small_batch_tiles<T, kNibbles, 1, 1, true>(args, m, blocks, dependent, stream);
   } else if (plan.tiles == 1) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, false>(args, m, blocks, dependent, stream);
+    error = launch_small_batch_tiles<T, kNibbles, 1, 1, false>(args, m, blocks, dependent, stream);
   } else if (plan.tiles == 2 || kMaxTiles == 2) {
-    error = launch_small_batch_tiles<T, kNibbles, 2, false>(args, m, blocks, dependent, stream);
+    error = launch_small_batch_tiles<T, kNibbles, 2, 1, false>(args, m, blocks, dependent, stream);
   } else if (plan.tiles == 3) {
-    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles == 4 ? 3 : 2, false>(args, m, blocks, dependent, stream);
+    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles == 4 ? 3 : 2, 1, false>(args, m, blocks, dependent, stream);
   } else {
-    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles, false>(args, m, blocks, dependent, stream);
+    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles, 1, false>(args, m, blocks, dependent, stream);
   }
   if (error != cudaSuccess || args.partial == nullptr) return error;
   finish_split_k_kernel<T><<<grid_for(m * n), kThreads, 0, stream>>>(workspace, plan.splits, m, n, alpha, alpha_count,

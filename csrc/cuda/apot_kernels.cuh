@@ -18,11 +18,10 @@ namespace apot {
 
 using ::bitcompile::FloatType;
 
-// Batches of at most this many rows take linear_small_batch; larger ones dequantize the weight
-// (dequantize_weight) and run a cuBLAS GEMM. linear_small_batch reads W once per 8 rows of x at about
-// the cost of one row (tensor cores), so 16 rows are two reads of W (~2x M = 1) against a dequantized
-// bf16 copy of W written and read again (~4x the packed bytes each way at 4 bits). Threshold by that
-// arithmetic (the CPU op's is 16 too), not yet timed on the H200.
+// Batches of at most this many rows take linear_small_batch; larger ones take linear_wgmma (bf16 / fp16 x, below)
+// or dequantize the weight (dequantize_weight) and run a cuBLAS GEMM. linear_small_batch reads W once per 16 rows
+// of 16-bit x (8 of fp32) at about the cost of one row (tensor cores): H200, apot4 bf16 8192^2, us in a rotating
+// graph (2026-12-04): M = 1 17.5, M = 8 19.3, M = 16 25.1, against ~40 for linear_wgmma at M = 17-64.
 constexpr int64_t kSmallBatchRows = 16;
 
 // codes [rows, k] uint8 (values already checked < 2**bits) -> out [rows, ceil(k / 2)] nibbles.
@@ -40,10 +39,11 @@ cudaError_t dequantize_weight(const uint8_t* w_packed, int64_t rows, int64_t k, 
 int64_t linear_small_batch_workspace(int64_t m, int64_t k, int64_t n);
 
 // y[m, n] = alpha[n] * sum_k x[m, k] * code_values[code[n, k]] + bias[n], fp32 accumulation, for
-// m <= kSmallBatchRows (any m works, in launches of 8 rows). x [m, k] and y [m, n] of x_type;
-// bias may be null; workspace holds linear_small_batch_workspace(m, k, n) floats (or is null if 0).
-// The levels enter as fp16 hi + lo parts of level * 2^s (22 significant bits) and x as fp16 (exact
-// for fp16 x, exact up to a power-of-two scale per 128 columns for bf16, hi + lo for fp32); the
+// m <= kSmallBatchRows (any m works, in launches of 16 rows of 16-bit x, 8 of fp32). x [m, k] and y [m, n] of
+// x_type; bias may be null; workspace holds linear_small_batch_workspace(m, k, n) floats (or is null if 0).
+// Integral tables (every level an integer multiple N of one value: the APoT schemes) enter as N, exact, and x as it
+// is (bf16 x on a bf16 MMA, fp16 on fp16; fp32 x as fp16 hi + lo); any other table as fp16 hi + lo parts of
+// level * 2^s (22 significant bits) against fp16 x (bf16 x exact up to a power-of-two scale per 128 columns). The
 // products are summed in fp32 (tensor cores, 128 columns at a time, then fp32 adds).
 // tuning (the kernel harness; null or 0: from the shape, plan_small_batch): tiles = 16-row tiles of W a block
 // (1..4 for nibbles with 16-bit x, else 1..2), splits = blocks along K (1..8, a cluster where clusters launch);
