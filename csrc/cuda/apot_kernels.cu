@@ -17,8 +17,8 @@
 //   (its address) and one 8-byte lookup {hi pair, lo pair} that lands as an A register pair, in a
 //   64 KiB table with a copy per lane (no bank conflicts). A warp holds up to 4 tiles of 16 weight
 //   rows; each lane streams 16 bytes of 2 rows a chunk (a 4-lane group: 64 contiguous bytes of a
-//   row) into registers a chunk ahead, and into L2 two chunks ahead (DRAM serves W in the order the
-//   chunks are used). x is pulled into L1 a chunk ahead and loaded as mma B registers: fp16 as it
+//   row) into registers a chunk ahead (an L2 prefetch two chunks ahead as well cost 6-11%: H200,
+//   2026-12-04, below). x is pulled into L1 a chunk ahead and loaded as mma B registers: fp16 as it
 //   is, bf16 scaled by a power of two per (128 columns, row of x) so fp16 holds it exactly, fp32
 //   as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16 mma adds) are unscaled
 //   into fp32 totals. The 8 warps of a block split K and are summed in shared memory; blocks along
@@ -198,7 +198,7 @@ __device__ __forceinline__ __nv_bfloat162 bf162_of(uint32_t v) {
 // 16 bytes of W (read once: no L1 allocation); zeros where !valid. Predicated, so no branch splits the
 // loop. No L2 prefetch size hint: a 256-byte one fetched a warp's whole K range of a row (4 chunks at
 // N = K = 8192) with its first load, so all of W was asked of DRAM at once and every warp waited for
-// nearly all of it before its first chunk; W is pulled into L2 in chunk order instead (prefetch_l2).
+// nearly all of it before its first chunk.
 // A coherent load, not ld.global.nc: ptxas moves .nc loads across bar.sync, and sank the first chunk's
 // loads below build_table's barriers (W did not start streaming until the table's levels had arrived).
 __device__ __forceinline__ uint4 load_stream16(const uint8_t* p, bool valid) {
@@ -209,12 +209,6 @@ __device__ __forceinline__ uint4 load_stream16(const uint8_t* p, bool valid) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p), "r"(static_cast<int>(valid)));
   return v;
-}
-
-// Asks L2 for the line of `p` (no registers, no scoreboard) where valid.
-__device__ __forceinline__ void prefetch_l2(const uint8_t* p, bool valid) {
-  asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %1, 0;\n @p prefetch.global.L2 [%0];\n}" ::"l"(p),
-               "r"(static_cast<int>(valid)));
 }
 
 // 16 bytes of a weight row at `p` (byte `offset` of the row) by byte loads, zeros where !valid and past
@@ -533,9 +527,15 @@ __device__ __forceinline__ void prefetch_x(const T* x, int m, int64_t k, int g, 
 }
 
 // The main loop of a warp over its chunks [c_begin, c_end); W of chunk c + 1 is loaded while chunk c
-// is decoded (each tile's registers are refilled as soon as they are read) and W of chunk c + 2 is
-// pulled into L2 beside it, so DRAM serves the chunks in the order they are used and the register
-// loads wait for L2, not DRAM; x of chunk c + 1 is pulled into L1.
+// is decoded (each tile's registers are refilled as soon as they are read); x of chunk c + 1 is pulled
+// into L1. W of chunk c + 2 was pulled into L2 beside it until 2026-12-04 (prefetch.global.L2, so that DRAM
+// served the chunks in the order they are used): without it, H200, apot4 bf16 table=scheme, us in a rotating
+// graph, best of 2 passes, same process: M = 1 8192^2 17.51 -> 15.75, 12288 x 4096 14.04 -> 12.56, 28672 x 8192
+// 52.77 -> 48.59, 4096 x 11008 13.79 -> 13.39; M = 8 8192^2 19.32 -> 17.31; M = 16 8192^2 25.20 -> 24.20,
+// 16384^2 90.32 -> 82.40, 4096 x 14336 23.53 -> 22.15; fp32 x M = 1 8192^2 22.80 -> 21.68; it lost only at M = 1
+// 16384^2 (55.06 -> 58.64). Three or four chunks ahead lost everywhere (pending/apot_pf.sweep). ncu (M = 1, with
+// it): the most-sampled stall was the loop's first instruction waiting on the memory pipe (long scoreboard, 12%
+// of the samples), behind the chunk's 8 prefetches and 8 loads.
 template <typename T, bool kNibbles, int kTiles, int kGroups, int kPath>
 __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, unsigned char* smem, int64_t row0,
                                                 int64_t c_begin, int64_t c_end, float (&total)[kTiles][kGroups][4]) {
@@ -563,16 +563,6 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
     if (c_begin < c_end)
       prefetch_x<T, kNibbles>(args.x, args.m, args.k, g + 8 * r, c_begin * C::kColumns + tig * C::kCodes);
   const bool integral = build_table<T, kNibbles>(args.code_values, args.table_size, smem);  // the loads fly meanwhile
-  if (kPrefetch) {  // chunk c_begin + 1 into L2, behind chunk c_begin in DRAM's queues
-    const int64_t offset = (c_begin + 1) * kChunkBytes + tig * 16;
-    const bool in_row = c_begin + 1 < c_end && offset < row_bytes;
-#pragma unroll
-    for (int t = 0; t < kTiles; ++t) {
-      const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c_begin + 1) * kChunkBytes;
-      prefetch_l2(p, in_row && 16 * t < rows_left);
-      prefetch_l2(p + 8 * row_bytes, in_row && 16 * t + 8 < rows_left);
-    }
-  }
   const unsigned char* const table = smem;
   // The chunk loop, once for each kind of table (kIntegral: pair_product, one MMA a step for rows g and g + 8).
   auto chunks = [&](auto integral_tag) {
@@ -592,8 +582,8 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
       for (int r = 0; r < kGroups; ++r)
         if (more)
           prefetch_x<T, kNibbles>(args.x, args.m, args.k, g + 8 * r, (c + 1) * C::kColumns + tig * C::kCodes);
-      const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes, after = next + kChunkBytes;
-      const bool next_in_row = more && next < row_bytes, after_in_row = c + 2 < c_end && after < row_bytes;
+      const int64_t offset = c * kChunkBytes + tig * 16, next = offset + kChunkBytes;
+      const bool next_in_row = more && next < row_bytes;
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
         if (t >= args.tiles) break;  // always false: a branch that keeps ptxas from interleaving tiles (registers)
@@ -609,8 +599,6 @@ __device__ __forceinline__ void small_batch_loop(const SmallBatchArgs<T>& args, 
           const uint8_t* p = base + int64_t(16 * t) * row_bytes + (c + 1) * kChunkBytes;
           w_lo[t] = load_piece<kPath>(p, next_in_row && 16 * t < rows_left, next, row_bytes);
           w_hi[t] = load_piece<kPath>(p + 8 * row_bytes, next_in_row && 16 * t + 8 < rows_left, next, row_bytes);
-          prefetch_l2(p + kChunkBytes, after_in_row && 16 * t < rows_left);
-          prefetch_l2(p + kChunkBytes + 8 * row_bytes, after_in_row && 16 * t + 8 < rows_left);
         } else {
           const uint8_t* p = base + int64_t(16 * t) * row_bytes + c * kChunkBytes;
           const uint4 lo = load_piece<kPath>(p, 16 * t < rows_left, offset, row_bytes);
