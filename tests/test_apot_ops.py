@@ -182,8 +182,8 @@ def test_apot_linear_large_weight(device):
 
 # ----------------------------------------------------------------------------------------------
 # apot_linear at the edges of the CUDA small-batch kernel: 16 rows of 16-bit x a launch, 8 of fp32 (m = 8, 9), the
-# switch to the wgmma kernel or dequantize + GEMM past kSmallBatchRows = 16 (m = 16, 17), rows of whole 16-byte pieces (k = 256,
-# 2080) or not (k = 300: the byte-load kernel), nibble and byte codes, K split over many blocks (few
+# switch to the wgmma kernel or dequantize + GEMM past kSmallBatchRows = 16 (m = 16, 17), rows of whole 16-byte
+# pieces (k = 256, 2080) or not (k = 300: the byte-load kernel), nibble and byte codes, K split over many blocks (few
 # outputs), and values far from 1 (the kernel scales the levels and each 128 columns of x by powers
 # of two into fp16).
 # ----------------------------------------------------------------------------------------------

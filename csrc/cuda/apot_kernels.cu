@@ -345,11 +345,27 @@ __device__ __forceinline__ void x_fragment(const uint32_t (&xr)[Chunk<T, kNibble
   }
 }
 
+// Step s of a chunk: the A fragment times each group's B pairs 2s, 2s + 1 (and fp32 x's lo parts), into d[group]
+// (s = 0 starts the sums).
+template <typename M, bool kSplitX, int kGroups, int kPairs>
+__device__ __forceinline__ void step_product(int s, const uint32_t (&a)[4], const uint32_t (&bh)[kGroups][kPairs],
+                                             const uint32_t (&bl)[kGroups][kPairs], float (&d)[kGroups][4]) {
+#pragma unroll
+  for (int r = 0; r < kGroups; ++r) {
+    if (s == 0) {
+      mma_first(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+    } else {
+      mma_add(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
+    }
+    if constexpr (kSplitX) mma_add(M(), d[r], a, bl[r][2 * s], bl[r][2 * s + 1]);
+  }
+}
+
 // A 16-byte piece of one weight row (row g of the lane's group) times B over one chunk, into d. The
 // mma's 16 rows are that piece's 8 rows (one a group) as hi parts (rows 0-7: a0a1, a4a5) and as lo
 // parts (rows 8-15: a2a3, a6a7), so one 8-byte lookup {hi pair, lo pair} of a byte of nibbles is one
-// register pair of A as it lands (no moves): d[0] + d[2], d[1] + d[3] are the row's sums for
-// columns 2tig, 2tig + 1. Step s takes bytes 2s (k-slots 2tig, 2tig+1) and 2s + 1 (2tig+8, 2tig+9),
+// register pair of A as it lands (no moves): d[r][0] + d[r][2], d[r][1] + d[r][3] are the row's sums for
+// columns 8r + 2tig, 8r + 2tig + 1. Step s takes bytes 2s (k-slots 2tig, 2tig+1) and 2s + 1 (2tig+8, 2tig+9),
 // that is codes 4s .. 4s+3 of the lane; byte codes: codes 4s .. 4s+3 of word s, 4-byte lookups
 // {hi, lo} paired by PRMT.
 template <typename T, bool kNibbles, int kGroups>
@@ -377,24 +393,17 @@ __device__ __forceinline__ void piece_product(const uint4& piece, const unsigned
       a[0] = __byte_perm(e[0], e[1], 0x5410), a[1] = __byte_perm(e[0], e[1], 0x7632);
       a[2] = __byte_perm(e[2], e[3], 0x5410), a[3] = __byte_perm(e[2], e[3], 0x7632);
     }
-#pragma unroll
-    for (int r = 0; r < kGroups; ++r) {
-      if (s == 0) {
-        mma_first(__half(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
-      } else {
-        mma_add(__half(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
-      }
-      if constexpr (C::kSplitX) mma_add(__half(), d[r], a, bl[r][2 * s], bl[r][2 * s + 1]);
-    }
+    step_product<__half, C::kSplitX>(s, a, bh, bl, d);
   }
 }
 
 // Integral tables (build_table: every level an integer multiple N of one base, |N| <= 256 for bf16 x (the MMA in
-// bf16, x as it is), 2048 otherwise (fp16), as the APoT schemes' alpha / D * N): the MMA takes N exact, so no lo part is needed and its 16 rows are two weight rows a
-// group: rows 0-7 = row g (piece lo), rows 8-15 = row g + 8 (piece hi). A 4-byte lookup {N(l), N(h)} of a byte of
-// nibbles is one A register: a0a1 / a4a5 from lo's bytes 2s / 2s + 1, a2a3 / a6a7 from hi's. d[0], d[1] are row
-// g's sums for columns 2tig, 2tig + 1, d[2], d[3] row g + 8's. Half the MMAs and half the lookup bytes of
-// piece_product's two calls. Nibble codes only.
+// bf16, x as it is), 2048 otherwise (fp16), as the APoT schemes' alpha / D * N): the MMA takes N exact, so no lo
+// part is needed and its 16 rows are two weight rows a group: rows 0-7 = row g (piece lo), rows 8-15 = row g + 8
+// (piece hi). A 4-byte lookup {N(l), N(h)} of a byte of nibbles is one A register: a0a1 / a4a5 from lo's bytes
+// 2s / 2s + 1, a2a3 / a6a7 from hi's. d[r][0], d[r][1] are row g's sums for columns 8r + 2tig, 8r + 2tig + 1,
+// d[r][2], d[r][3] row g + 8's. Half the MMAs and half the lookup bytes of piece_product's two calls. Nibble codes
+// only.
 template <typename T, bool kNibbles, int kGroups>
 __device__ __forceinline__ void pair_product(const uint4& lo, const uint4& hi, const unsigned char* table,
                                              uint32_t lane_offset,
@@ -413,15 +422,7 @@ __device__ __forceinline__ void pair_product(const uint4& lo, const uint4& hi, c
       const int byte = (2 * s) % 4;
       const uint32_t a[4] = {entry(lo_words[s / 2], byte), entry(hi_words[s / 2], byte),
                              entry(lo_words[s / 2], byte + 1), entry(hi_words[s / 2], byte + 1)};
-#pragma unroll
-      for (int r = 0; r < kGroups; ++r) {
-        if (s == 0) {
-          mma_first(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
-        } else {
-          mma_add(M(), d[r], a, bh[r][2 * s], bh[r][2 * s + 1]);
-        }
-        if constexpr (C::kSplitX) mma_add(M(), d[r], a, bl[r][2 * s], bl[r][2 * s + 1]);
-      }
+      step_product<M, C::kSplitX>(s, a, bh, bl, d);
     }
   }
 }
@@ -902,8 +903,8 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   static KernelFacts cache[64];
   static unsigned long long known = 0;
   KernelFacts facts;
-  error =
-      kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, 1, false>, device.cluster_launch, cache, known, facts);
+  error = kernel_facts(linear_small_batch_kernel<T, kNibbles, kMaxTiles, 1, false>, device.cluster_launch, cache,
+                       known, facts);
   if (error != cudaSuccess) return error;
   const int64_t columns = kNibbles ? 128 : 64;
   const int64_t chunks = (k + columns - 1) / columns;
