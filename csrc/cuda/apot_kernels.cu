@@ -12,7 +12,7 @@
 //   17.54 us), and 16 rows a launch read W once for M = 9-16 (M = 16 37.96 -> 25.14 us, M = 9
 //   36.27 -> 22.48, 16384^2 M = 16 122.0 -> 90.4; pending/apot_rows16.sweep). Otherwise W is decoded
 //   into fp16 hi + lo parts of the levels (scaled by 2^tw: 22 significant bits) and multiplied on
-//   the tensor cores (mma m16n8k16, fp32 accumulation), so one decode serves all 8 rows of x. The
+//   the tensor cores (mma m16n8k16, fp32 accumulation), so one decode serves every row of x. The
 //   mma's 16 rows are 8 weight rows as hi parts and as lo parts, so a byte of nibbles is one PRMT
 //   (its address) and one 8-byte lookup {hi pair, lo pair} that lands as an A register pair, in a
 //   64 KiB table with a copy per lane (no bank conflicts). A warp holds up to 4 tiles of 16 weight

@@ -78,8 +78,8 @@ at::Tensor apot_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, int
   auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
   const float* const bias_ptr = bias.has_value() ? bias_f.data_ptr<float>() : nullptr;
   if (m <= apot::kSmallBatchRows) {
-    // Bandwidth-bound: read the packed weight once per 8 rows of x, decode it through a table onto the
-    // tensor cores (fp16 hi + lo levels), fp32 accumulation.
+    // Bandwidth-bound: read the packed weight once per 16 rows of 16-bit x (8 of fp32), decode it through a table
+    // onto the tensor cores (APoT levels as exact integers, other tables as fp16 hi + lo), fp32 accumulation.
     auto y = at::empty({m, n}, x2.options());
     auto workspace = at::empty({apot::linear_small_batch_workspace(m, k, n)}, x2.options().dtype(at::kFloat));
     check_launch(apot::linear_small_batch(x2.data_ptr(), float_type(x2), m, k, w.data_ptr<uint8_t>(), n,
