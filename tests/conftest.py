@@ -27,18 +27,23 @@ def skip_without_wgmma():
         pytest.skip("TORCH_CUDA_ARCH_LIST without 9.0a: no sm_90a code, no wgmma kernel")
 
 
-def profiled_kernels(call, op_kernels):
-    """Names of the CUDA kernels one call() launches (after a first call that builds and loads them); skips where the
-    profiler records none whose name contains one of op_kernels (no CUPTI)."""
+def profiled_kernel_counts(call, op_kernels):
+    """{name: launches} of the CUDA kernels one call() launches (after a first call that builds and loads them); skips
+    where the profiler records none whose name contains one of op_kernels (no CUPTI)."""
     call()
     torch.cuda.synchronize()
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
         call()
         torch.cuda.synchronize()
-    names = [event.key for event in profile.key_averages()]
-    if not any(kernel in name for name in names for kernel in op_kernels):
-        pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {names}")
-    return names
+    counts = {event.key: event.count for event in profile.key_averages()}
+    if not any(kernel in name for name in counts for kernel in op_kernels):
+        pytest.skip(f"the profiler recorded none of the op's kernels (CUPTI?): {list(counts)}")
+    return counts
+
+
+def profiled_kernels(call, op_kernels):
+    """Names of the CUDA kernels one call() launches (profiled_kernel_counts)."""
+    return list(profiled_kernel_counts(call, op_kernels))
 
 
 def pytest_configure(config):

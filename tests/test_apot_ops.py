@@ -10,7 +10,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from bitcompile import ops, reference
-from conftest import FLOAT_DTYPES, assert_close_relative, profiled_kernels, requires_cuda, skip_without_wgmma
+from conftest import (FLOAT_DTYPES, assert_close_relative, profiled_kernel_counts, profiled_kernels, requires_cuda,
+                      skip_without_wgmma)
 
 # Signed schemes of SPEC 2.5: one sign bit above the magnitude index, level = sign * N / D.
 SCHEMES = {
@@ -329,15 +330,9 @@ def test_apot_linear_small_batch_launches_cuda():
 
     def launches(m, dtype):
         x = torch.randn(m, k, device="cuda").to(dtype)
-        ops.apot_linear(x, packed, k, 4, table, alpha)
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as profile:
-            ops.apot_linear(x, packed, k, 4, table, alpha)
-            torch.cuda.synchronize()
-        counts = [event.count for event in profile.key_averages() if "linear_small_batch_kernel" in event.key]
-        if not counts:
-            pytest.skip("the profiler recorded no small-batch kernel (CUPTI?)")
-        return sum(counts)
+        kernel = "linear_small_batch_kernel"
+        counts = profiled_kernel_counts(lambda: ops.apot_linear(x, packed, k, 4, table, alpha), (kernel,))
+        return sum(count for name, count in counts.items() if kernel in name)
 
     for dtype, m, expected in [(torch.bfloat16, 8, 1), (torch.bfloat16, 9, 1), (torch.bfloat16, 16, 1),
                                (torch.float16, 16, 1), (torch.float32, 8, 1), (torch.float32, 9, 2),
