@@ -720,9 +720,9 @@ def assert_within_planes_bound(actual, expected, magnitude, dtype, what):
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
 def test_weight_linear_bit_planes(device, dtype, m):
     """bf16/fp16 x of M <= 3 (and M = 4 at K > 4096) runs on CUDA as 24 fixed-point bit planes of x per 512-value
-    chunk through the b1 tensor cores (else the tensor-core pass kernel, checked to the same bound): nearly exact, so every output
-    is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the fixed-point
-    rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
+    chunk through the b1 tensor cores (else the tensor-core pass kernel, checked to the same bound): nearly exact, so
+    every output is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the
+    fixed-point rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
     1 to 8 slices of up to 16 chunks, slices without a chunk, the largest K of the plane kernel (8 x 16 x 512 =
     65536) and past it, W rows of whole 16-byte words (k % 128 in 97..128) or not (k = 1000, 3000)."""
     octaves = 20 if dtype == torch.bfloat16 else 5

@@ -19,8 +19,8 @@
 //   rows; each lane streams 16 bytes of 2 rows a chunk (a 4-lane group: 64 contiguous bytes of a
 //   row) into registers a chunk ahead (an L2 prefetch two chunks ahead as well cost 6-11%: H200,
 //   2026-12-04, below). x is pulled into L1 a chunk ahead and loaded as mma B registers: fp16 as it
-//   is, bf16 scaled by a power of two per (128 columns, row of x) so fp16 holds it exactly, fp32
-//   as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16 mma adds) are unscaled
+//   is, bf16 as it is against an integral table and else scaled by a power of two per (128 columns,
+//   row of x) so fp16 holds it exactly, fp32 as scaled fp16 hi + lo (two mmas a step). A chunk's mma sums (8 or 16 mma adds) are unscaled
 //   into fp32 totals. The 8 warps of a block split K and are summed in shared memory; blocks along
 //   K form a cluster summed through distributed shared memory in rank order (deterministic; without
 //   clusters: a workspace and a finish kernel). Rows that are not whole 16-byte pieces (or an
@@ -437,8 +437,8 @@ __device__ __forceinline__ float* table_unscale_slot(unsigned char* smem) {
 // table is integral (every level an integer N times the smallest nonzero |level|, |N| <= 256 for bf16 x, 2048
 // otherwise, so that the MMA type holds N exactly, N base within 2^-22 of the level: the APoT schemes, whose levels
 // are alpha / D * N, |N| <= 48 at 4 bits) get {N(l), N(h)} pairs of MmaType<T, true> (4 bytes a lane, pair_product)
-// and the base; any other table its levels scaled by 2^tw (largest
-// |level| in [2^14, 2^15)) split into fp16 hi + lo, 22 significant bits, exact products with fp16 x, and 2^-tw.
+// and the base; any other table its levels scaled by 2^tw (largest |level| in [2^14, 2^15)) split into fp16 hi +
+// lo, 22 significant bits, exact products with fp16 x, and 2^-tw.
 // Codes past the table read as level 0. Returns whether the table is integral (uniform). Ends with a barrier.
 template <typename T, bool kNibbles>
 __device__ __forceinline__ bool build_table(const float* code_values, int table_size, unsigned char* smem) {

@@ -988,9 +988,10 @@ cudaError_t plane_kernel_ready() {
 
 // Warps a 16-row tile (the kernel's SPLIT): 2 at M = 2 / 3 where each warp still fills its ring (a block's slice of
 // >= 2 * kPlaneRing chunks at M = 2, >= kPlaneRing at M = 3: the M = 3 rows below) and the grid of 2-warp blocks runs
-// in one wave of the device (its blocks an SM, or its clusters of `slices`) or its last wave is >= 3/4 full; else 1 (and always at M = 1). At M = 4: 4 where the grid of
-// 4-warp blocks is one wave, else 2 where the 2-warp grid fits as above, else 0: the pass kernel takes it (a 1-warp
-// tile lost to it at every M = 4 shape but 12000 x 4608). tuning.split forces 1 (not at M = 4), 2 or 4.
+// in one wave of the device (its blocks an SM, or its clusters of `slices`) or its last wave is >= 3/4 full; else 1
+// (and always at M = 1). At M = 4: 4 where the grid of 4-warp blocks is one wave, else 2 where the 2-warp grid fits
+// as above, else 0: the pass kernel takes it (a 1-warp tile lost to it at every M = 4 shape but 12000 x 4608).
+// tuning.split forces 1 (not at M = 4), 2 or 4.
 // H200, bf16, alpha vector, us per call in a rotating graph, 1 warp a tile -> 2 (2026-12-04, same process, two
 // passes; plan_planes' slices): 8192^2 M = 2 9.40 -> 8.82, M = 3 11.22 -> 9.86; 12288 x 4096 M = 3 9.35 -> 8.77;
 // 14336 x 4096 M = 3 9.80 -> 9.13; 12000 x 4608 M = 3 10.15 -> 9.38; 16384^2 (1.94 waves of 2-warp blocks) M = 2
