@@ -17,8 +17,8 @@
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch: tiles=1..4 slices=1..8, 0
-//          from the shape) | 2 (linear_wgmma, the sm_90a
-//          wgmma kernel, apot_wgmma.cu: rows=64|128|256 slices, 0 from the shape; table=random|scheme (apot4's
+//          from the shape) | 2 | 3 (linear_wgmma, the sm_90a wgmma kernels, apot_wgmma.cu: 2 the all-threads one,
+//          3 the warp-specialized one; rows=64|128|256 (3: 128|256) slices, 0 from the shape); table=random|scheme (apot4's
 //          levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's pair_product
 //          path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer cudaErrorNotSupported)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
@@ -455,7 +455,7 @@ Row run_w1a16(const Args& args, bool apot) {
   // it (integer multiples of one base exact, any other table rounded to x's type after a power-of-two scaling), and
   // the reference takes the same values; the other kernels read the fp32 table.
   std::vector<double> ref_table(table.begin(), table.end());
-  if (apot && nibbles && args.num("kernel", 0) == 2 && type != FloatType::kFloat32) {
+  if (apot && nibbles && args.num("kernel", 0) >= 2 && type != FloatType::kFloat32) {
     float values[16] = {};
     for (unsigned e = 0; e < levels; ++e) values[e] = table[e];
     const bitcompile::apot_frag::TablePlan plan =
@@ -563,20 +563,23 @@ Row run_w1a16(const Args& args, bool apot) {
     epilogue.scale_count = alpha_count;
   }
   if (with_bias) epilogue.bias = bias.as<float>();
-  // apot kernel=2: linear_wgmma (apot_wgmma.cu) with rows=64|128|256 slices (0: from the shape); 0 / 1: linear_small_batch.
+  // apot kernel=2 | 3: linear_wgmma (apot_wgmma.cu; 2 the all-threads kernel, 3 the warp-specialized one)
+  // with rows=64|128|256 (3: 128|256) slices (0: from the shape); 0 / 1: linear_small_batch.
   bitcompile::apot::WgmmaTuning apot_tuning;
   apot_tuning.rows = tuning.rows_per_pass;
   apot_tuning.slices = tuning.slices;
-  if (apot && tuning.kernel == 2) row.config = format("kern=2 rows=%d sl=%d %s", apot_tuning.rows, apot_tuning.slices, row.config.c_str());
+  apot_tuning.kernel = tuning.kernel;
+  if (apot && tuning.kernel >= 2)
+    row.config = format("kern=%d rows=%d sl=%d %s", tuning.kernel, apot_tuning.rows, apot_tuning.slices, row.config.c_str());
   // apot kernel 0 / 1 (linear_small_batch): tiles=1..4 16-row tiles a block, slices=1..8 splits of K (0: the plan).
   bitcompile::apot::SmallBatchTuning small_tuning;
   small_tuning.tiles = static_cast<int>(args.num("tiles", 0));
   small_tuning.splits = tuning.slices;
   int taken[2] = {0, 0};  // the plan launched, printed after the check
   small_tuning.taken = taken;
-  if (apot && tuning.kernel != 2) row.config = format("tiles=%d sl=%d %s", small_tuning.tiles, small_tuning.splits, row.config.c_str());
+  if (apot && tuning.kernel < 2) row.config = format("tiles=%d sl=%d %s", small_tuning.tiles, small_tuning.splits, row.config.c_str());
   auto launch = [&](int copy, cudaStream_t stream) -> cudaError_t {
-    if (apot && tuning.kernel == 2) {
+    if (apot && tuning.kernel >= 2) {
       return bitcompile::apot::linear_wgmma(x.ptr, type, m, k, static_cast<const uint8_t*>(weights[copy]) + offset, n, bits,
                                             table_device.as<float>(), alpha.as<float>(), alpha_count,
                                             with_bias ? bias.as<float>() : nullptr, y.ptr, stream, &apot_tuning);
@@ -598,7 +601,7 @@ Row run_w1a16(const Args& args, bool apot) {
   std::vector<uint8_t> y_bytes(y.bytes);
   CHECK_CUDA(cudaMemcpy(y_bytes.data(), y.ptr, y.bytes, cudaMemcpyDeviceToHost));
   row.ok = check_values(decode(y_bytes, type), want, magnitude, checked, type, row.check, n, args.num("dump", 0));
-  if (apot && tuning.kernel != 2) row.config += format(" plan=%d,%d", taken[0], taken[1]);
+  if (apot && tuning.kernel < 2) row.config += format(" plan=%d,%d", taken[0], taken[1]);
 
   row.timing = time_launches(launch, copies, args);
   const double bytes = weight_bytes + x_bytes.size() + y.bytes;

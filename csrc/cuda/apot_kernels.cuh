@@ -62,15 +62,21 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // the table in registers, no dequantized copy of W): bf16 / fp16 x, bits 1..4, k % 64 == 0, x and w_packed 16-byte
 // aligned, y 2-byte aligned, a compute capability 9.0 device and a build with sm_90a code (BITCOMPILE_SM90A);
 // cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
-// bias in the fp32 epilogue. tuning (the kernel harness; null: from the shape): rows = 64 | 128 | 256 rows of x a
-// block, slices = the K split (a cluster of at most 8). The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows.
-// kWgmmaMaxRows from bench_ops' M sweep (H200, 2026-12-02, apot4 N = K = 8192, against bf16 F.linear): this kernel
-// 0.98x / 1.00x / 0.79x / 0.61x at M = 17 / 64 / 128 / 256; dequantize + cuBLAS 0.53x at 257 and 0.69x at 512 (the
-// kernel: 52.6 us at M = 128, 79.3 at 256 in the harness; at 512 not measured, estimated ~160 against ~123).
-constexpr int64_t kWgmmaMaxRows = 256;
+// bias in the fp32 epilogue. Two kernels: the all-threads one up to kWsMinRows rows of x, the warp-specialized one
+// (wgmma_ws.cuh) above. tuning (the kernel harness; null: from the shape): kernel = 2 | 3 forces one; rows = 64 |
+// 128 | 256 rows of x a block (the warp-specialized kernel: 128 | 256), slices = the K split (a cluster of at most 8).
+// The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04):
+//   M                 17    64    65    96   128   160   256   512  1024  2048  4096
+//   all-threads     40.9  42.2  52.1  52.5  54.6  82.5  81.1
+//   warp-specialized 47.1 43.6  43.8  44.2  44.9  57.9  59.7 107.0 233.0 473.5 947.5 (218 / 431 / 852 do_bench)
+// (N = 4096, K = 11008: M = 64 52.5 / 56.0, 96 68.0 / 57.0, 256 103.4 / 58.4.) Above kWgmmaMaxRows dequantize +
+// cuBLAS (0.81x bf16 F.linear at M = 1024, 0.91x at 4096 in bench_ops, thirty-second session: ~221 us at 1024).
+constexpr int64_t kWsMinRows = 64;
+constexpr int64_t kWgmmaMaxRows = 1024;
 struct WgmmaTuning {
   int rows = 0;
   int slices = 0;
+  int kernel = 0;  // 0: from M (kWsMinRows); 2: the all-threads kernel; 3: the warp-specialized kernel
 };
 cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed, int64_t n,
                          int bits, const float* code_values, const float* alpha, int64_t alpha_count,

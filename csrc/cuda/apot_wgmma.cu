@@ -5,6 +5,11 @@
 // apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
 // does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
 // apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
+// Two kernels on the same Weights policy (NibbleWeights): apot_wgmma_kernel on wgmma_rs.cuh's all-threads block up
+// to kWsMinRows rows of x, apot_wgmma_ws_kernel on wgmma_ws.cuh's warp-specialized block above (a producer warp, TMA
+// for x, 128-k stages of 64 code bytes a feature; thirty-third session, 2026-12-04: M = 256 at 8192^2 81.1 -> 59.7 us,
+// at 4096 x 11008 103.4 -> 58.4; ncu at M = 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M
+// instructions issued against 10.7 M, issue slots 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh).
 //
 // y[m][n] = alpha[n or 0] * sum_k x[m][k] * level(code[n][k]) + bias[n], fp32 accumulation, output of x's type. The
 // 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA in x's type: exact where they are
@@ -57,6 +62,7 @@
 #include "device_common.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_rs.cuh"
+#include "wgmma_ws.cuh"
 
 namespace bitcompile {
 namespace apot {
@@ -77,7 +83,8 @@ struct NibbleCodes {
 template <typename T>
 struct NibbleWeights {
   using Word = uint8_t;
-  static constexpr int kTileBytes = 32;
+  static constexpr int kTileBytes = 32;    // a 64-k tile (wgmma_rs.cuh)
+  static constexpr int kWsTileBytes = 64;  // a 128-k tile (wgmma_ws.cuh)
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
@@ -118,6 +125,51 @@ struct NibbleWeights {
       }
     }
   }
+  // ---- the warp-specialized block (wgmma_ws.cuh): 64 bytes a feature a 128-k tile ----
+  // Chunk c (16 bytes, k 32c..32c+31) of feature n0 + f -> w_area + 64 f + 16 c, chunk index 4 f + c = lane + 32 r
+  // over rounds r (8 features a round); features past N and, in a half tile, chunks 2 and 3 zero-filled.
+  template <int kFeatures>
+  static __device__ __forceinline__ void ws_copy(const uint8_t* __restrict__ codes, int64_t row_bytes, uint32_t w_area,
+                                                 int j, bool half, int64_t n0, int n_rows, int lane, int) {
+    const int c = lane & 3;
+    uint32_t w_dst = w_area + lane * 16;
+    const uint8_t* src = codes + (n0 + (lane >> 2)) * row_bytes + j * 64 + c * 16;
+    int64_t left = n_rows - n0 - (lane >> 2);  // features of this lane's rounds still inside N
+    const bool chunk_inside = !half || c < 2;
+#pragma unroll 1
+    for (int round = 0; round < kFeatures / 8; ++round, w_dst += 32 * 16, src += 8 * row_bytes, left -= 8) {
+      const bool inside = left > 0 && chunk_inside;
+      cuda::cp_async_16(w_dst, inside ? src : codes, inside ? 16u : 0u);
+    }
+  }
+  template <int SLABS>
+  struct WsRows {
+    uint4 g[SLABS][4], h[SLABS][4];  // the tile's 64 bytes (k 0..127) of rows g and g + 8 of each slab
+  };
+  template <int SLABS>
+  __device__ __forceinline__ void ws_rows(const uint8_t* w_stage, int w_row, WsRows<SLABS>& rows) const {
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab)
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        rows.g[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 64 + 16 * q);
+        rows.h[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 64 + 16 * q);
+      }
+  }
+  template <int SLABS>
+  __device__ __forceinline__ void ws_step(const WsRows<SLABS>& rows, int kk, int t, uint32_t (&a)[SLABS][4]) const {
+    const uint32_t gather = apot_frag::gather_selector(t);
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab) {  // step kk: bytes 8 kk .. 8 kk + 7 = half kk & 1 of chunk kk / 2
+      const uint4& g = rows.g[slab][kk >> 1];
+      const uint4& h = rows.h[slab][kk >> 1];
+      if (kk & 1) {
+        apot_frag::step_registers(g.z, g.w, h.z, h.w, gather, table, a[slab]);
+      } else {
+        apot_frag::step_registers(g.x, g.y, h.x, h.y, gather, table, a[slab]);
+      }
+    }
+  }
   template <int SLABS, int kAcc>
   __device__ __forceinline__ void finish(float (&acc)[SLABS][kAcc]) const {
 #pragma unroll
@@ -154,9 +206,56 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 #endif
 }
 
+template <typename T, int BN, int SLABS>
+__global__ void __launch_bounds__(384, 1)
+    apot_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, NibbleCodes w, int m_rows, int n_rows, int k,
+                         int slices, int w_vector, Epilogue ep, T* __restrict__ out) {
+#if BC_WGMMA_ENABLED
+  cuda::wgmma_ws_block<T, BN, SLABS, 1, NibbleWeights<T>>(map_x, w.codes, [&] { return NibbleWeights<T>(w); }, m_rows,
+                                                          n_rows, k, slices, w_vector, ep, out);
+#else
+  __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
+#endif
+}
+
+template <int BN, int SLABS>
+using NibbleWsShape = cuda::WsShape<BN, SLABS, NibbleWeights<__half>::kWsTileBytes>;
+
+template <typename T, int BN, int SLABS>
+cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
+                      int sm_count, int slices, cudaStream_t stream) {
+  return cuda::wgmma_ws_launch<NibbleWsShape<BN, SLABS>, apot_wgmma_ws_kernel<T, BN, SLABS>, 1>(
+      x, w, 0, m, n, k, ep, out, sm_count, slices, stream);
+}
+
+// The warp-specialized kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel,
+// and (128, 2) spills with the tile's codes in registers): as asked, else (128, 1) up to M = 128, then (256, 1) or
+// (128, 1) by ws_tiling_cost. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04): M = 128 (128, 1) 44.6 against
+// (128, 2) 85.3; M = 256 (256, 1) 59.6 against (128, 1) 83.2.
+template <typename T>
+cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
+                        int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
+  int rows = tuning.rows;
+  if (rows == 0 && m <= 128) rows = 128;
+  if (rows == 0) {
+    cuda::WsRooms rooms;
+    const cudaError_t error = cuda::ws_rooms<NibbleWsShape<128, 1>, apot_wgmma_ws_kernel<T, 128, 1>,
+                                             NibbleWsShape<256, 1>, apot_wgmma_ws_kernel<T, 256, 1>>(rooms);
+    if (error != cudaSuccess) return error;
+    rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms);
+  }
+  if (rows == 128) return ws_launch<T, 128, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 256) return ws_launch<T, 256, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  return cudaErrorInvalidValue;  // a tile that is not instantiated
+}
+
 template <typename T>
 cudaError_t dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                      int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
+  if (tuning.kernel == 3 || (tuning.kernel == 0 && m > kWsMinRows)) {
+    return ws_dispatch(x, w, m, n, k, ep, out, sm_count, tuning, stream);
+  }
+  if (tuning.kernel != 0 && tuning.kernel != 2) return cudaErrorInvalidValue;
   const int rows = tuning.rows != 0 ? tuning.rows : (m <= 64 ? 64 : (m <= 128 ? 128 : 256));
 #define BC_CASE(BN)                                                                                               \
   if (rows == BN)                                                                                                 \

@@ -100,6 +100,7 @@
 #include "wgmma_common.cuh"
 #include "wgmma_fragment.cuh"
 #include "wgmma_rs.cuh"
+#include "wgmma_ws.cuh"
 
 namespace bitcompile {
 namespace cuda {
@@ -110,7 +111,8 @@ namespace {
 template <typename T>
 struct SignWeights {
   using Word = uint32_t;
-  static constexpr int kTileBytes = 8;
+  static constexpr int kTileBytes = 8;     // a 64-k tile (wgmma_rs.cuh)
+  static constexpr int kWsTileBytes = 16;  // a 128-k tile (wgmma_ws.cuh)
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 32; }
 #if BC_WGMMA_ENABLED
   template <int kFeatures, int kThreads>
@@ -129,6 +131,60 @@ struct SignWeights {
   }
   template <int SLABS, int kAcc>
   __device__ __forceinline__ void finish(float (&)[SLABS][kAcc]) const {}  // +-1 needs no scale
+  // ---- the warp-specialized block (wgmma_ws.cuh) ----
+  template <int kFeatures>
+  static __device__ __forceinline__ void ws_copy(const uint32_t* __restrict__ w_bits, int64_t words, uint32_t w_area,
+                                                 int j, bool half, int64_t n0, int n_rows, int lane, int w_vector) {
+    // Feature n0 + f (f = lane, lane + 32, ...) -> 16 bytes at w_area + 16 f. Few registers (40 in the producer): one
+    // running row pointer, not unrolled.
+    uint32_t w_dst = w_area + lane * 16;
+    const uint32_t* row = w_bits + (n0 + lane) * words + j * 4;
+    int64_t left = n_rows - n0 - lane;  // features of this lane's rounds still inside N
+#pragma unroll 1
+    for (int round = 0; round < kFeatures / 32; ++round, w_dst += 32 * 16, row += 32 * words, left -= 32) {
+      const bool inside = left > 0;  // features past N: zero-filled (their outputs are not written)
+      const uint32_t* src = inside ? row : w_bits;
+      if (w_vector) {  // k % 128 == 0, w_bits 16-byte aligned
+        cp_async_16(w_dst, src, inside ? 16u : 0u);
+      } else {
+        cp_async_8(w_dst, src, inside ? 8u : 0u);
+        cp_async_8(w_dst + 8, src + (half ? 0 : 2), inside && !half ? 8u : 0u);
+      }
+    }
+  }
+  template <int SLABS>
+  struct WsRows {
+    uint4 g[SLABS], h[SLABS];  // words 0..3 (k 0..127) of rows g and g + 8 of each slab
+  };
+  template <int SLABS>
+  __device__ __forceinline__ void ws_rows(const uint8_t* w_stage, int w_row, WsRows<SLABS>& rows) const {
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab) {
+      rows.g[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 16);
+      rows.h[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 16);
+    }
+  }
+  // Word q of a uint4 (q a constant after unrolling).
+  static __device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
+    return q == 0 ? v.x : (q == 1 ? v.y : (q == 2 ? v.z : v.w));
+  }
+  template <int SLABS>
+  __device__ __forceinline__ void ws_step(const WsRows<SLABS>& rows, int kk, int t, uint32_t (&a)[SLABS][4]) const {
+    constexpr uint32_t minus_one =
+        std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
+#pragma unroll
+    for (int slab = 0; slab < SLABS; ++slab) {
+      // k16 step kk is half (kk & 1) of word kk / 2: chunks 0, 1 (lo) or 2, 3 (hi) of the word.
+      const uint32_t word_g = word_of(rows.g[slab], kk >> 1), word_h = word_of(rows.h[slab], kk >> 1);
+      const uint32_t lo_g = wgmma_frag::split_lo(word_g, t), hi_g = wgmma_frag::split_hi(word_g, t);
+      const uint32_t lo_h = wgmma_frag::split_lo(word_h, t), hi_h = wgmma_frag::split_hi(word_h, t);
+      if (kk & 1) {
+        wgmma_frag::step_registers<1>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
+      } else {
+        wgmma_frag::step_registers<0>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
+      }
+    }
+  }
   template <int SLABS>
   __device__ __forceinline__ void expand(const uint8_t* w_lane, int t, uint32_t (&a)[SLABS][4][4]) const {
     constexpr uint32_t minus_one =
@@ -173,373 +229,50 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
 
 // ================================================================================================================
 // The warp-specialized kernel (binary_weight_wgmma_ws_kernel: the op's above M = 128; WeightLinearTuning kernel = 3
-// forces it). The same operands, A fragments, B layout and end of block as
-// above; what changes is who moves the data, the stage length (128 k) and how the steps wait for each other.
-//
-// ---- Roles (384 threads: warps 0-7 two consumer warpgroups, warps 8-11 the producer warpgroup) -----------------
-// Producer (warp 8; warps 9-11 only take part in the cluster barriers of the end): for each 128-k tile of its K
-//   slice, waits until the ring stage is free (empty[s]); lane 0 posts the x bytes (arrive.expect_tx) and issues the
-//   TMA copies of the x tile, two boxes of BN rows x 64 k (one 128-byte swizzle row each, SWIZZLE_128B: the layout
-//   the B descriptor reads, the header's "B (x) in shared memory"; rows past M zero-filled); all 32 lanes cp.async
-//   the tile's W words (4 a feature, 16 bytes: one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned,
-//   else two 8-byte ones; features past N zero-filled) and arrive on full[s] once their copies have landed
-//   (cp.async.mbarrier.arrive.noinc). No __syncthreads anywhere in the loop.
-// Consumers (warpgroup wg = 0, 1 with SLABS slabs of 64 features): for each tile wait full[s]; LDS.128 the lane's W
-//   words of the tile (rows g and g + 8 of each slab, k 0..127); then 8 k16 steps, each one wgmma group:
-//   wgmma.wait_group(F) (F = kStepsInFlight), expand the step's A (4 registers a slab, wgmma_fragment.cuh; step kk is
-//   half kk & 1 of word kk / 2), wgmma.fence, SLABS wgmmas m64nBNk16 (B: box kk / 4, + 32 (kk % 4) bytes), commit.
-//   So F steps of a warpgroup stay in flight while the next is expanded, and none of their A registers is rewritten:
-//   each unrolled step has its own registers, and step kk of tile i + 1 reuses those of step kk of tile i, retired by
-//   the wait F + 1 <= 8 steps later (benchmarks/kernels/hgmma_a_check.py checks the SASS). After the wait of step F
-//   of tile i every step of tile i - 1 is complete: lane 0 of each consumer warp arrives on empty[(i - 1) % S].
-//
-// ---- Protocol (S stages; tile i of the slice in stage s = i % S, round r = i / S) --------------------------------
-//   full[s]  count 33: lane 0's arrive.expect_tx (the tile's x bytes) + the x TMA's complete_tx, and one arrival
-//            a producer lane from cp.async.mbarrier.arrive.noinc when that lane's W copies have landed.
-//   empty[s] count 8: lane 0 of each consumer warp, once tile i's wgmmas are complete (step F of tile i + 1).
-//   producer: for i >= S wait empty[s] parity (r - 1) & 1 (the release of tile i - S), then the copies; at the end
-//            it waits for the full phases of its last S tiles (with slices == 1 it leaves before the consumers).
-//   consumer: wait full[s] parity r & 1.
-//   Watchdog build (-DBITCOMPILE_WGMMA_WATCHDOG): role 0 the producer on empty[s], 1 a consumer on full[s], 2 the
-//   producer's tail on full[s]; step = the tile of the slice.
-//   The last tile of a slice is never released (nobody waits for it). With k % 128 == 64 the last tile of K is half:
-//   one x box (the producer posts half the bytes), W words 2, 3 zero-filled, 4 steps; it is always the last tile of
-//   its slice and runs in its own unrolled instance after the loop (a break out of the unrolled steps made ptxas
-//   serialize every wgmma: C7513).
-//   TMA writes (async proxy) are read by wgmma (async proxy) after the mbarrier wait; cp.async writes are read by LDS
-//   after it; a stage is refilled only after the wgmmas that read it completed, and with them the LDS that fed their
-//   A. After the loop: wait_group(0), named barrier 1 (the 256 consumers), fp32 tile (aliasing the ring; the
-//   barriers lie past both), store_accumulators and finish_tile as above, the producer warpgroup joining only the
-//   two cluster barriers.
-//
-// ---- Budgets (an SM: 64K registers in 4 sub-partitions of 16K, 227 KiB shared memory; one block) ----------------
-//   Registers: with a producer warp alone (288 threads, __launch_bounds__(288, 1)) ptxas capped every thread at 168,
-//   as for 384 (warps are spread over the 4 sub-partitions of 16K registers: 3 warps on one, 16384 / 96 -> 168);
-//   hence a whole producer warpgroup and setmaxnreg: 168 at entry, producer 40,
-//   consumers 232 (40 + 232 + 232 = 504 <= 512 a sub-partition lane). A consumer holds SLABS * BN / 2 accumulators,
-//   up to (F + 1) * 4 * SLABS A registers (ptxas keeps all 8 steps' apart: 8 * 4 * SLABS), 8 * SLABS W words and
-//   addresses; the highest register in the SASS: (64, 2) R152, (128, 1) R119, (128, 2) R215, (256, 1) R183.
-//   Shared memory, a stage = x 2 * BN * 128 + W FEAT * 16 bytes, kStages of them (at most 8):
-//   (64, 2) 20 KiB x 8, (128, 1) 34 KiB x 6, (128, 2) 36 KiB x 6, (256, 1) 66 KiB x 3 (the fp32 tile
-//   BN x (FEAT + 4) x 4 aliases the ring: 65, 66, 130, 132 KiB).
-//   Tensor time a stage (the SM's ~2048 dense bf16 MAC/clk: m64nBNk16 holds it BN / 2 clk): 8 x SLABS x 2 x BN / 2 =
-//   (64, 2) 1024, (128, 1) 1024, (128, 2) 2048, (256, 1) 2048 clk. L2 -> SM bytes a stage: x 2 * BN * 128 and W FEAT
-//   * 16 (32 with the unused half of each 32-byte sector): (128, 2) 32 + 8 KiB per 2048 clk = 20 B/clk an SM, 5.2
-//   TB/s over 132 SMs at 1.98 GHz at the full tensor rate; (256, 1) 64 + 4 KiB, 34 B/clk. (The kernel above at
-//   (256, 2, 1): 33 KiB per 1024 clk, 8.5 TB/s, far above what it reached: 253 us at M = 1024.) Hence FEAT = 256 for
-//   every M: x re-reads from L2 = (N / FEAT) * M * K * 2.
-//   In flight a warpgroup: F = 3 steps of SLABS x BN / 2 clk at (128, 2) and (256, 1), F = 6 at (64, 2) and (128, 1):
-//   384 clk of tensor work either way, 768 with both warpgroups.
+// forces it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and cp.async for W, an
+// mbarrier ring of 128-k stages, two consumer warpgroups) with SignWeights: the tile's 4 words a feature (16 bytes
+// at f * 16; one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned, else two 8-byte ones), a consumer
+// lane's rows g and g + 8 of each slab by LDS.128 when the tile is full (k 0..127), k16 step kk = half kk & 1 of
+// word kk / 2 (wgmma_fragment.cuh). The highest register in the SASS: (64, 2) R152, (128, 1) R119, (128, 2) R215,
+// (256, 1) R183. Stages: (64, 2) 20 KiB x 8, (128, 1) 34 KiB x 6, (128, 2) 36 KiB x 6, (256, 1) 66 KiB x 3.
+// L2 -> SM bytes a stage: x 2 * BN * 128 and W FEAT * 16 (32 with the unused half of each 32-byte sector): (128, 2)
+// 32 + 8 KiB per 2048 clk = 20 B/clk an SM, 5.2 TB/s over 132 SMs at 1.98 GHz at the full tensor rate; (256, 1)
+// 64 + 4 KiB, 34 B/clk. (The all-threads kernel at (256, 2, 1): 33 KiB per 1024 clk, 8.5 TB/s, far above what it
+// reached: 253 us at M = 1024.) Hence FEAT = 256 for every M: x re-reads from L2 = (N / FEAT) * M * K * 2.
 // ================================================================================================================
-template <int BN, int SLABS>
-struct WsShape {
-  static constexpr int kConsumerThreads = 256;                   // two consumer warpgroups (warps 0-7)
-  static constexpr int kThreads = kConsumerThreads + 128;        // + the producer warpgroup (warps 8-11)
-  static constexpr int kFeatures = 64 * SLABS * 2;               // features a block
-  static constexpr int kSteps = 8;                               // k16 steps a stage (128 k)
-  static constexpr int kXBoxBytes = BN * 128;                    // one TMA box: BN rows x 64 k
-  static constexpr int kXBytes = 2 * kXBoxBytes;
-  static constexpr int kWBytes = kFeatures * 16;                 // 4 words a feature
-  static constexpr int kStageBytes = (kXBytes + kWBytes + 1023) / 1024 * 1024;
-  static constexpr int kPartialStride = kFeatures + 4;           // floats a row of the fp32 tile (+4: no conflicts)
-  static constexpr int kPartialBytes = BN * kPartialStride * 4;
-  static constexpr int kStagesFit = (227 * 1024 - 1024 - 256) / kStageBytes;  // - alignment slack - barriers
-  static constexpr int kStages = kStagesFit > 8 ? 8 : kStagesFit;
-  static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr int kBarOffset = kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes;  // full[S], empty[S]
-  static constexpr size_t kSmemBytes = kBarOffset + 16 * kStages + 1024;                    // + alignment slack
-  // k16 steps (one wgmma group each) a warpgroup keeps in flight while it expands the next one: 3 x SLABS x BN / 2
-  // = 384 clk of tensor work at (128, 2) and (256, 1); 6 x 64 = 384 at (64, 2) and (128, 1).
-  static constexpr int kStepsInFlight = SLABS * BN <= 128 ? 6 : 3;
-  static_assert(SLABS * BN <= 256, "accumulators: SLABS * BN / 2 registers a thread");
-  static_assert(kStages >= 3, "ring depth");
-  static_assert(kStepsInFlight < kSteps, "tile i - 1 is released during tile i");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-  static_assert(kFeatures % 32 == 0, "W copies: whole rounds of the producer warp");
-};
-
-#if BC_WGMMA_ENABLED
-// Arrives on the mbarrier once every cp.async this thread issued before it has landed; .noinc: the barrier's
-// expected count includes this arrival.
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
-}
-// Word q of a uint4 (q a constant after unrolling).
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int q) {
-  return q == 0 ? v.x : (q == 1 ? v.y : (q == 2 ? v.z : v.w));
-}
-#endif
-
 template <typename T, int BN, int SLABS, int MC>
-__global__ void __launch_bounds__(WsShape<BN, SLABS>::kThreads, 1)
+__global__ void __launch_bounds__(384, 1)
     binary_weight_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const uint32_t* __restrict__ w_bits,
                                   int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
                                   T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
-  using Shape = WsShape<BN, SLABS>;
-  constexpr int S = Shape::kStages, kFeatures = Shape::kFeatures;
-  constexpr int kFullArrivals = 1 + 32;  // full[s]: lane 0's expect_tx + one cp.async arrival a producer lane
-  constexpr int kEmptyArrivals = 8 * MC;  // empty[s]: one a consumer warp of each block that the stage's x goes to
-  // setmaxnreg: 168 registers at entry (384 threads, one block); then a sub-partition holds one warp of each
-  // warpgroup: 40 + 232 + 232 = 504 <= 512 registers a lane (16K a sub-partition).
-  constexpr int kProducerRegisters = 40, kConsumerRegisters = 232;
-  extern __shared__ uint8_t smem_raw[];
-  // 1024-byte aligned ring (the swizzle atoms); the generic pointer and the shared address move together.
-  const uint32_t raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t base = (raw_address + 1023u) & ~1023u;
-  uint8_t* const smem = smem_raw + (base - raw_address);
-  const uint32_t full_bar = base + Shape::kBarOffset;  // full[s] at full_bar + 8 s
-  const uint32_t empty_bar = full_bar + 8 * S;         // empty[s] at empty_bar + 8 s
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int rank = static_cast<int>(blockIdx.x) % slices;  // the cluster is `slices` blocks along x
-  const int total_tiles = (k + 127) / 128;  // 128-k tiles; with k % 128 == 64 the last one is half
-  const int half_tile = k % 128 != 0 ? total_tiles - 1 : -1;
-  const int per_slice = (total_tiles + slices - 1) / slices;
-  const int tile_begin = rank * per_slice;
-  const int tiles = max(0, min(total_tiles, tile_begin + per_slice) - tile_begin);
-
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar + 8 * s, kFullArrivals);
-      mbar_init(empty_bar + 8 * s, kEmptyArrivals);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  namespace cg = cooperative_groups;
-  if (MC > 1) {
-    cg::this_cluster().sync();  // the peer's barriers are initialized before any multicast or arrival reaches them
-  } else {
-    __syncthreads();
-  }
-
-  if (warp >= 8) {
-    // ---- producer warpgroup: warp 8 copies, warps 9-11 only take part in the cluster barriers ----
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegisters));
-    if (warp == 8) {
-      const int64_t n0 = static_cast<int64_t>(blockIdx.x / slices) * kFeatures;
-      const int m0 = static_cast<int>(blockIdx.y) * BN;
-      const int64_t words = k / 32;  // row stride of w_bits
-      int s = 0;
-      uint32_t phase = 0;  // of round i / S
-      for (int i = 0; i < tiles; ++i) {
-        if (i >= S) mbar_wait(empty_bar + 8 * s, phase ^ 1u, 0, i);  // round i / S - 1 released it
-        const int j = tile_begin + i;                                 // absolute 128-k tile
-        const bool half = j == half_tile;
-        const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes), full = full_bar + 8 * s;
-        if (lane == 0) {
-          mbar_arrive_expect_tx(full, half ? Shape::kXBoxBytes : Shape::kXBytes);  // rows past M: zeros, counted
-          if (MC == 1) {
-            tma_load_2d(stage, &map_x, j * 128, m0, full);
-            if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
-          } else {  // box r of the stage by cluster rank r, into both blocks
-            const uint32_t box = cluster_cta_rank();
-            if (box == 0 || !half) {
-              tma_load_2d_multicast(stage + box * Shape::kXBoxBytes, &map_x, j * 128 + 64 * box, m0, full, 3);
-            }
-          }
-        }
-        // W: feature n0 + f (f = lane, lane + 32, ...) -> 16 bytes at w_stage + 16 f. Few registers (40 here): one
-        // running row pointer, not unrolled.
-        uint32_t w_dst = stage + Shape::kXBytes + lane * 16;
-        const uint32_t* row = w_bits + (n0 + lane) * words + j * 4;
-        int64_t left = n_rows - n0 - lane;  // features of this lane's rounds still inside N
-#pragma unroll 1
-        for (int round = 0; round < kFeatures / 32; ++round, w_dst += 32 * 16, row += 32 * words, left -= 32) {
-          const bool inside = left > 0;  // features past N: zero-filled (their outputs are not written)
-          const uint32_t* src = inside ? row : w_bits;
-          if (w_vector) {  // k % 128 == 0, w_bits 16-byte aligned
-            cp_async_16(w_dst, src, inside ? 16u : 0u);
-          } else {
-            cp_async_8(w_dst, src, inside ? 8u : 0u);
-            cp_async_8(w_dst + 8, src + (half ? 0 : 2), inside && !half ? 8u : 0u);
-          }
-        }
-        cp_async_mbarrier_arrive_noinc(full);
-        if (++s == S) {
-          s = 0;
-          phase ^= 1u;
-        }
-      }
-      // Tail: the last (up to S) tiles' copies have landed before the producer may leave (with slices == 1 it
-      // exits here while the consumers still work). Nothing refills those stages, so their phases stay put.
-      for (int i = max(0, tiles - S); i < tiles; ++i) mbar_wait(full_bar + 8 * (i % S), (i / S) & 1u, 2, i);
-    }
-    if (slices > 1) {  // the two cluster barriers of finish_tile
-      cg::this_cluster().sync();
-      cg::this_cluster().sync();
-    }
-    if (MC > 1) cg::this_cluster().sync();  // the consumers' last one
-  } else {
-    // ---- consumer warpgroups ----
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegisters));
-    constexpr uint32_t minus_one =
-        std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
-    // WGMMA_SERIALIZE=1 (debug builds): no step in flight while the next is expanded, each stage released as soon as
-    // the next tile starts: a result that changes with it points at a race (A registers, stage reuse), not a layout.
-    constexpr int kInFlight = WGMMA_SERIALIZE ? 0 : Shape::kStepsInFlight;
-    const int wg = warp >> 2, g = lane >> 2, t = lane & 3;  // warpgroup, fragment row group, lane in quad
-    float acc[SLABS][BN / 2];
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-      for (int v = 0; v < BN / 2; ++v) acc[slab][v] = 0.f;
-    // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 (warp % 4) + g (and + 8).
-    const int w_row = 64 * SLABS * wg + 16 * (warp & 3) + g;
-    int s = 0, previous_s = 0;
-    uint32_t phase = 0;
-    // Tile i of the slice in kSteps k16 steps (8: a whole tile; 4: the half tile, k 0..63). The half tile runs in
-    // its own instance after the loop: its A registers are not the loop's, and no path leads from it back into the
-    // loop (a break out of the unrolled steps did: ptxas then serialized every wgmma, C7513).
-    auto consume = [&](int i, auto steps) {
-      constexpr int kSteps = decltype(steps)::value;
-      mbar_wait(full_bar + 8 * s, phase, 1, i);
-      const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes);
-      const uint8_t* w_stage = smem + s * Shape::kStageBytes + Shape::kXBytes;
-      uint4 row_g[SLABS], row_h[SLABS];  // words 0..3 (k 0..127) of rows g and g + 8 of each slab
-#pragma unroll
-      for (int slab = 0; slab < SLABS; ++slab) {
-        row_g[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 16);
-        row_h[slab] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 16);
-      }
-#pragma unroll
-      for (int kk = 0; kk < kSteps; ++kk) {  // one wgmma group a k16 step
-        wgmma_wait<kInFlight>();  // step kk - kInFlight - 1 (of this tile or the previous one) is complete
-        if (kk == kInFlight && i > 0 && lane == 0) {  // tile i - 1 complete: its stage is free, here and in the peer
-          mbar_arrive(empty_bar + 8 * previous_s);
-          if (MC > 1) mbar_arrive_cluster(empty_bar + 8 * previous_s, cluster_cta_rank() ^ 1u);
-        }
-        uint32_t a[SLABS][4];
-#pragma unroll
-        for (int slab = 0; slab < SLABS; ++slab) {
-          // k16 step kk is half (kk & 1) of word kk / 2: chunks 0, 1 (lo) or 2, 3 (hi) of the word.
-          const uint32_t word_g = word_of(row_g[slab], kk >> 1), word_h = word_of(row_h[slab], kk >> 1);
-          const uint32_t lo_g = wgmma_frag::split_lo(word_g, t), hi_g = wgmma_frag::split_hi(word_g, t);
-          const uint32_t lo_h = wgmma_frag::split_lo(word_h, t), hi_h = wgmma_frag::split_hi(word_h, t);
-          if (kk & 1) {
-            wgmma_frag::step_registers<1>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
-          } else {
-            wgmma_frag::step_registers<0>(lo_g, hi_g, lo_h, hi_h, minus_one, a[slab]);
-          }
-        }
-#pragma unroll
-        for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-          for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
-        wgmma_fence();
-        const uint64_t desc = sw128_descriptor(stage + (kk >> 2) * Shape::kXBoxBytes + 32 * (kk & 3));
-#pragma unroll
-        for (int slab = 0; slab < SLABS; ++slab) WgmmaRs<T, BN>::run(acc[slab], a[slab], desc);
-        wgmma_commit();
-#pragma unroll
-        for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-          for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
-      }
-      previous_s = s;
-      if (++s == S) {
-        s = 0;
-        phase ^= 1u;
-      }
-    };
-    const bool has_half = tiles > 0 && tile_begin + tiles - 1 == half_tile;  // always the slice's last tile
-    const int whole_tiles = tiles - (has_half ? 1 : 0);
-    for (int i = 0; i < whole_tiles; ++i) consume(i, std::integral_constant<int, Shape::kSteps>());
-    if (has_half) consume(whole_tiles, std::integral_constant<int, Shape::kSteps / 2>());
-    wgmma_wait<0>();
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-      for (int v = 0; v < BN / 2; ++v) fence_operand(acc[slab][v]);
-    // Every consumer's wgmmas are complete (and so every copy the producer issued has landed): the ring becomes the
-    // fp32 tile. Named barrier 1: the consumers only (the producer warpgroup may have left).
-    asm volatile("bar.sync 1, %0;\n" ::"n"(Shape::kConsumerThreads) : "memory");
-    float* const partial = reinterpret_cast<float*>(smem);
-    store_accumulators<BN, SLABS, Shape::kPartialStride>(partial, acc, wg, warp & 3, g, t);
-    finish_tile<T, BN, kFeatures, Shape::kConsumerThreads, Shape::kPartialStride, true>(
-        partial, tid, rank, slices, static_cast<int64_t>(blockIdx.y) * BN,
-        static_cast<int64_t>(blockIdx.x / slices) * kFeatures, m_rows, n_rows, ep, out);
-    // Multicast: no block leaves while its peer may still arrive on its barriers (or, before that, send it x).
-    if (MC > 1) cg::this_cluster().sync();
-  }
+  wgmma_ws_block<T, BN, SLABS, MC, SignWeights<T>>(map_x, w_bits, [] { return SignWeights<T>{}; }, m_rows, n_rows, k,
+                                                   slices, w_vector, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
 }
 
+template <int BN, int SLABS>
+using SignWsShape = WsShape<BN, SLABS, SignWeights<__half>::kWsTileBytes>;
+
 template <typename T, int BN, int SLABS, int MC>
-cudaError_t wgmma_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
+cudaError_t sign_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                             const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
-  using Shape = WsShape<BN, SLABS>;
-  const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
-  const int64_t row_blocks = ceil_div(m_rows, BN);
-  const int64_t total_tiles = ceil_div(k, 128);
-  if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
-  // The cluster: `slices` blocks splitting K (MC == 1), or the two blocks of a multicast pair (MC == 2: no K split;
-  // with an odd number of feature blocks the last pair has one past N, which loads and computes but writes nothing).
-  constexpr auto kernel = binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>;
-  ClusterRoom room;
-  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(room);
-  if (error != cudaSuccess) return error;
-  const int64_t cluster = MC > 1 ? (room.of(2) > 0 ? 2 : 1)
-                                 : split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, room, slices_wanted);
-  if (MC > 1 && cluster < 2) return cudaErrorNotSupported;  // wgmma_ws_dispatch takes MC == 1 then
-  const int64_t grid_x = MC > 1 ? ceil_div(feature_blocks, 2) * 2 : feature_blocks;
-  // x as a [m_rows, k] matrix of 2-byte elements (the type does not matter to a copy), boxes of 64 k x BN rows.
-  CUtensorMap map_x;
-  if (!encode_sw128_map(&map_x, CU_TENSOR_MAP_DATA_TYPE_UINT16, x, m_rows, k, k * 2, 64, BN)) {
-    return cudaErrorNotSupported;
-  }
   const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
-  auto launch = [&](int64_t size) {
-    const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
-                               Shape::kThreads, Shape::kSmemBytes, size, stream);
-    return cudaLaunchKernelEx(&config.config, kernel, map_x, w_bits, static_cast<int>(m_rows),
-                              static_cast<int>(n_rows), static_cast<int>(k), static_cast<int>(MC > 1 ? 1 : size),
-                              w_vector, ep, out);
-  };
-  error = launch(cluster);
-  if (error != cudaSuccess && cluster > 1) {
-    (void)cudaGetLastError();
-    if (MC > 1) return cudaErrorNotSupported;  // a pair refused all the same: wgmma_ws_dispatch takes MC == 1
-    error = launch(1);  // a cluster refused all the same: one block a feature block, over the whole K
-  }
-  return error != cudaSuccess ? error : cudaGetLastError();
+  return cuda::wgmma_ws_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>, MC>(
+      x, w_bits, w_vector, m_rows, n_rows, k, ep, out, sm_count, slices_wanted, stream);
 }
 
-// The cluster room (cluster_room) of the warp-specialized kernel's (rows, slabs) tile, for the cost model below.
+// The cluster room (cluster_room) of the warp-specialized kernel's (rows, slabs) tile, for the cost model.
 template <typename T, int BN, int SLABS>
 cudaError_t ws_room(ClusterRoom& room) {
-  return prepare_wgmma_launch<WsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, 1>>(room);
+  return prepare_wgmma_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, 1>>(room);
 }
-struct WsRooms {
-  ClusterRoom rows128, rows256;  // the (128, 1) and (256, 1) tiles
-};
 template <typename T>
-cudaError_t ws_rooms(WsRooms& rooms) {
-  const cudaError_t error = ws_room<T, 128, 1>(rooms.rows128);
-  return error != cudaSuccess ? error : ws_room<T, 256, 1>(rooms.rows256);
-}
-
-// Relative time of a (rows, 1) tiling of the warp-specialized kernel: waves of blocks over the SMs (as many as its
-// clusters leave room for: wave_blocks), K split where a wave leaves SMs idle. A (256, 1) block takes ~1.65x a
-// (128, 1) block: H200, N = K = 8192 bf16, one wave of (256, 1) blocks 84 us (M = 512), of (128, 1) blocks 51 us
-// (M = 768, 3 waves in 154 us).
-inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, const WsRooms& rooms,
-                             int64_t most_slices = kWgmmaMaxSlices) {
-  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rooms.rows128;
-  const int64_t blocks = ceil_div(m, rows) * ceil_div(n, WsShape<128, 1>::kFeatures);
-  int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, room, 0);
-  if (slices > most_slices) slices = most_slices;
-  const int64_t waves = ceil_div(blocks * slices, wave_blocks(slices, sm_count, room));
-  return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
-}
-
-// Above kWsFixedTileRows rows of x the default tile is (256, 1) or (128, 1), the cheaper by ws_tiling_cost (256 on a
-// tie); up to it the tile follows M alone (wgmma_ws_dispatch).
-constexpr int64_t kWsFixedTileRows = 160;
-inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms) {
-  return ws_tiling_cost(m, n, k, 256, sm_count, rooms) <= ws_tiling_cost(m, n, k, 128, sm_count, rooms) ? 256 : 128;
+cudaError_t sign_ws_rooms(WsRooms& rooms) {
+  return cuda::ws_rooms<SignWsShape<128, 1>, binary_weight_wgmma_ws_kernel<T, 128, 1, 1>, SignWsShape<256, 1>,
+                        binary_weight_wgmma_ws_kernel<T, 256, 1, 1>>(rooms);
 }
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
@@ -566,7 +299,7 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
       slabs = 2;
     } else {
       WsRooms rooms;
-      const cudaError_t error = ws_rooms<T>(rooms);
+      const cudaError_t error = sign_ws_rooms<T>(rooms);
       if (error != cudaSuccess) return error;
       rows = ws_rows_by_cost(m, n, k, sm_count, rooms);
       slabs = 1;
@@ -574,7 +307,7 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   }
   if (slabs == 0) slabs = rows == 256 ? 1 : 2;
   if (rows == 128 && slabs == 2) {
-    using Shape = WsShape<128, 2>;
+    using Shape = SignWsShape<128, 2>;
     const int64_t blocks = ceil_div(n, Shape::kFeatures) * ceil_div(m, 128);
     ClusterRoom room;
     const cudaError_t room_error = ws_room<T, 128, 2>(room);
@@ -583,15 +316,15 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
                       (tuning.multicast == 0 && tuning.slices <= 1 &&
                        split_k_slices(blocks, ceil_div(k, 128), sm_count, room, tuning.slices) == 1);
     if (pair) {
-      const cudaError_t error = wgmma_ws_launch<T, 128, 2, 2>(x, w_bits, m, n, k, ep, out, sm_count, 1, stream);
+      const cudaError_t error = sign_ws_launch<T, 128, 2, 2>(x, w_bits, m, n, k, ep, out, sm_count, 1, stream);
       if (error != cudaErrorNotSupported) return error;
       (void)cudaGetLastError();
     }
-    return wgmma_ws_launch<T, 128, 2, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+    return sign_ws_launch<T, 128, 2, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   }
   if (tuning.multicast == 2) return cudaErrorInvalidValue;  // not instantiated
 #define BC_CASE(BN, SLABS) \
-  if (rows == BN && slabs == SLABS) return wgmma_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == BN && slabs == SLABS) return sign_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   BC_CASE(64, 2)
   BC_CASE(128, 1)
   BC_CASE(256, 1)
@@ -646,7 +379,7 @@ bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tai
   // the 256 rows' 4 slices in two waves made the split lose, 52.6 us at M = 257 against 32.8 in one launch; with the
   // room the 256 rows cost (128, 1) x 2 slices, this rule splits M = 257 and the op measured 31.2).
   WsRooms rooms;
-  const cudaError_t error = type == FloatType::kBFloat16 ? ws_rooms<__nv_bfloat16>(rooms) : ws_rooms<__half>(rooms);
+  const cudaError_t error = type == FloatType::kBFloat16 ? sign_ws_rooms<__nv_bfloat16>(rooms) : sign_ws_rooms<__half>(rooms);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
