@@ -234,7 +234,7 @@ def test_apot_linear_wide_range(device, dtype, bits):
 
 
 # ----------------------------------------------------------------------------------------------
-# apot_linear on the Hopper wgmma kernels (apot_wgmma.cu: kSmallBatchRows < m <= kWgmmaMaxRows = 1024, the
+# apot_linear on the Hopper wgmma kernels (apot_wgmma.cu: kSmallBatchRows < m <= kWgmmaMaxRows = 512, the
 # all-threads kernel up to kWsMinRows = 64 rows and the warp-specialized one above; bf16 / fp16 x, nibble codes,
 # k % 64 == 0, aligned operands; elsewhere dequantize + cuBLAS)
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +243,7 @@ def test_apot_linear_wide_range(device, dtype, bits):
 @pytest.mark.parametrize("bits", [2, 3, 4])
 def test_apot_linear_wgmma_edges_cuda(dtype, bits):
     """Both sides of every switch: 16 / 17 rows (small-batch kernel / all-threads wgmma kernel), 64 / 65 (the
-    warp-specialized kernel above), 128 / 129 and 256 / 257 (its 128- and 256-row tiles), 1024 / 1025 (dequantize +
+    warp-specialized kernel above), 128 / 129 and 256 / 257 (its 128- and 256-row tiles), 512 / 513 (dequantize +
     cuBLAS above); N not a multiple of 8; k = 1000 (not a multiple of 64: the fallback), k = 4096 (the K split) and
     k = 4160 (k % 128 == 64: the warp-specialized kernel's half tile); per-output alpha and bias."""
     n = 100
@@ -251,7 +251,7 @@ def test_apot_linear_wgmma_edges_cuda(dtype, bits):
         _, packed, table = make_weight(n, k, bits, "cuda")
         alpha = make_alpha(n, True, "cuda")
         bias = torch.randn(n, device="cuda")
-        for m in (16, 17, 64, 65, 128, 129, 256, 257, 1024, 1025):
+        for m in (16, 17, 64, 65, 128, 129, 256, 257, 512, 513):
             x = torch.randn(m, k, device="cuda").to(dtype)
             y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
             expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
@@ -345,7 +345,7 @@ def test_apot_linear_small_batch_launches_cuda():
 @requires_cuda
 def test_apot_linear_wgmma_dispatch_cuda():
     """On a 9.0 GPU with sm_90a code the op takes the all-threads wgmma kernel from 17 rows to kWsMinRows = 64, the
-    warp-specialized one above it up to kWgmmaMaxRows = 1024, and neither beyond; 16 rows stay on the small-batch
+    warp-specialized one above it up to kWgmmaMaxRows = 512, and neither beyond; 16 rows stay on the small-batch
     kernel."""
     skip_without_wgmma()
     k, n = 1024, 256
@@ -364,9 +364,9 @@ def test_apot_linear_wgmma_dispatch_cuda():
     assert kernels(16) == {**none, "small": True}
     for m in (17, 64):
         assert kernels(m) == {**none, "all": True}, m
-    for m in (65, 256, 1024):
+    for m in (65, 256, 512):
         assert kernels(m) == {**none, "ws": True}, m
-    assert kernels(1025) == none
+    assert kernels(513) == none
 
 
 # ----------------------------------------------------------------------------------------------
