@@ -18,9 +18,10 @@
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch: tiles=1..4 slices=1..8, 0
 //          from the shape) | 2 | 3 (linear_wgmma, the sm_90a wgmma kernels, apot_wgmma.cu: 2 the all-threads one,
-//          3 the warp-specialized one; rows=64|128|256 (3: 128|256) slices, 0 from the shape); table=random|scheme (apot4's
-//          levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's pair_product
-//          path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer cudaErrorNotSupported)
+//          3 the warp-specialized one; rows=64|128|256 (3: 128|256) slices, 0 from the shape); table=random|scheme
+//          (apot4's levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's
+//          pair_product path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer
+//          cudaErrorNotSupported)
 //   w1a1   m n k out=fp32|fp16|bf16                      binary_linear on packed operands (the GEMM alone)
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
 //          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
@@ -570,7 +571,8 @@ Row run_w1a16(const Args& args, bool apot) {
   apot_tuning.slices = tuning.slices;
   apot_tuning.kernel = tuning.kernel;
   if (apot && tuning.kernel >= 2)
-    row.config = format("kern=%d rows=%d sl=%d %s", tuning.kernel, apot_tuning.rows, apot_tuning.slices, row.config.c_str());
+    row.config = format("kern=%d rows=%d sl=%d %s", tuning.kernel, apot_tuning.rows, apot_tuning.slices,
+                        row.config.c_str());
   // apot kernel 0 / 1 (linear_small_batch): tiles=1..4 16-row tiles a block, slices=1..8 splits of K (0: the plan).
   bitcompile::apot::SmallBatchTuning small_tuning;
   small_tuning.tiles = static_cast<int>(args.num("tiles", 0));

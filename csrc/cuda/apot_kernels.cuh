@@ -71,9 +71,10 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 //   warp-specialized 47.1 43.6  43.8  44.2  44.9  57.9  59.7 107.0 233.0 473.5 947.5 (218 / 431 / 852 do_bench)
 // (N = 4096, K = 11008: M = 64 52.5 / 56.0, 96 68.0 / 57.0, 256 103.4 / 58.4.) A block of the warp-specialized
 // kernel runs near the tensor cores' rate (M = 512: 128 blocks of 256 rows x 128 features, one wave, ~600 TFLOPS),
-// but past one wave its tiles leave a partial one: do_bench at 8192^2, the op against bf16 F.linear (dequantize +
-// cuBLAS costs that plus ~30-45 us, measured with an x off 16-byte alignment on both): M = 384 111.3 / 74.8, 512 114.2 / 95.8, 640 248.4 / 121.2, 768 253.6 / 149.1,
-// 896 224.8 / 184.3, 1024 230.7 / 189.7, 2048 419.0 / 386.9 us. Hence kWgmmaMaxRows = 512, dequantize + cuBLAS above.
+// but past one wave its tiles leave a partial one. do_bench at 8192^2, the op against bf16 F.linear (dequantize +
+// cuBLAS costs that plus ~30-45 us, measured with an x off 16-byte alignment on both): M = 384 111.3 / 74.8, 512
+// 114.2 / 95.8, 640 248.4 / 121.2, 768 253.6 / 149.1, 896 224.8 / 184.3, 1024 230.7 / 189.7, 2048 419.0 / 386.9 us.
+// Hence kWgmmaMaxRows = 512, dequantize + cuBLAS above.
 constexpr int64_t kWsMinRows = 64;
 constexpr int64_t kWgmmaMaxRows = 512;
 struct WgmmaTuning {

@@ -6,8 +6,9 @@
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
 // Two kernels, each where it won on the H200 (wgmma_dispatch): binary_weight_wgmma_kernel (below: all threads copy
-// and compute) for M = 17..128, binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring, its own
-// comment block further down) above; WeightLinearTuning kernel = 2 / 3 forces one.
+// and compute; wgmma_rs.cuh's block) for M = 17..128, binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an
+// mbarrier ring; wgmma_ws.cuh's block, its comment block further down) above; WeightLinearTuning kernel = 2 / 3
+// forces one.
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
@@ -323,8 +324,9 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
     return sign_ws_launch<T, 128, 2, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   }
   if (tuning.multicast == 2) return cudaErrorInvalidValue;  // not instantiated
-#define BC_CASE(BN, SLABS) \
-  if (rows == BN && slabs == SLABS) return sign_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+#define BC_CASE(BN, SLABS)      \
+  if (rows == BN && slabs == SLABS) \
+    return sign_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   BC_CASE(64, 2)
   BC_CASE(128, 1)
   BC_CASE(256, 1)
@@ -379,7 +381,8 @@ bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tai
   // the 256 rows' 4 slices in two waves made the split lose, 52.6 us at M = 257 against 32.8 in one launch; with the
   // room the 256 rows cost (128, 1) x 2 slices, this rule splits M = 257 and the op measured 31.2).
   WsRooms rooms;
-  const cudaError_t error = type == FloatType::kBFloat16 ? sign_ws_rooms<__nv_bfloat16>(rooms) : sign_ws_rooms<__half>(rooms);
+  const cudaError_t error =
+      type == FloatType::kBFloat16 ? sign_ws_rooms<__nv_bfloat16>(rooms) : sign_ws_rooms<__half>(rooms);
   if (error != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
