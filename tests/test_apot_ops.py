@@ -4,6 +4,7 @@ Every test takes the `device` fixture, so the same tests run on CUDA on the GPU 
 """
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -260,6 +261,22 @@ def test_apot_linear_wgmma_edges_cuda(dtype, bits):
 
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_apot_linear_wgmma_ws_tiles_cuda(dtype):
+    """The warp-specialized kernel's tiles at N = 8192 (64 feature blocks), K = 1024: (192, 1) at 129-384 rows,
+    (256, 1) at 448-512, on both sides of each switch; per-output alpha and bias."""
+    n, k, bits = 8192, 1024, 4
+    _, packed, table = make_weight(n, k, bits, "cuda", "scheme")
+    alpha = make_alpha(n, True, "cuda")
+    bias = torch.randn(n, device="cuda")
+    for m in (129, 192, 193, 384, 385, 448, 512):
+        x = torch.randn(m, k, device="cuda").to(dtype)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, dtype, f"m={m} k={k} bits={bits}")
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_apot_linear_wgmma_wide_range_and_misaligned_cuda(dtype):
     """Levels near 1e-20 with alpha near 1e17 (outside fp16's range as levels: the kernel scales the table by a power
     of two and the accumulators back), and an x 2 bytes off 16-byte alignment (the kernel refuses it: the fallback)."""
@@ -367,6 +384,15 @@ def test_apot_linear_wgmma_dispatch_cuda():
     for m in (65, 256, 512):
         assert kernels(m) == {**none, "ws": True}, m
     assert kernels(513) == none
+    # N = 8192 (64 feature blocks): (192, 1) at 129-384 rows (one wave), (256, 1) at 448 and 512.
+    k, n = 1024, 8192
+    _, packed, table = make_weight(n, k, 4, "cuda", "scheme")
+    alpha = make_alpha(n, True, "cuda")
+    for m, rows in ((129, 192), (384, 192), (448, 256), (512, 256)):
+        x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+        names = profiled_kernels(lambda: ops.apot_linear(x, packed, k, 4, table, alpha), ("apot",))
+        tiles = [re.search(r"apot_wgmma_ws_kernel<[^,<>]+,\s*(\d+),\s*(\d+)\s*>", name) for name in names]
+        assert [int(t.group(1)) for t in tiles if t] == [rows] and len(names) == 1, (m, names)
 
 
 # ----------------------------------------------------------------------------------------------

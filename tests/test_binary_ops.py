@@ -917,6 +917,23 @@ def test_weight_linear_wgmma_edges(device, dtype, m):
             assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} m={m} n={n} k={k} {kind}", magnitude)
 
 
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_weight_linear_wgmma_ws_tiles_cuda(dtype):
+    """The warp-specialized kernel's tiles and two-launch plans at N = 8192 (64 feature blocks), K = 1024, where the
+    cost model of wgmma_ws.cuh picks (192, 1) (384 rows: one wave) and two launches (448 and 640 rows: 192 + 256 and
+    384 + 256), and one row past each (a second row block, or the last rows split off to the small-M kernels); per-
+    output scale and bias."""
+    skip_without_wgmma()
+    n, k = 8192, 1024
+    _, w_packed = packed_weight(n, k, "cuda")
+    for m in (384, 385, 448, 449, 640, 641):
+        x = random_input((m, k), dtype, "cuda")
+        scale, bias = scale_and_bias("per_channel", n, "cuda")
+        actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+        assert_rounded_matches(actual, expected, bias, dtype, f"{dtype} m={m} n={n} k={k}", magnitude)
+
+
 def one_element_off(t):
     """t's values in a view that starts one element past an aligned allocation (x: 2 bytes off 16-byte alignment,
     packed W: 4 bytes off 8-byte alignment), contiguous."""
@@ -984,6 +1001,13 @@ def test_weight_linear_wgmma_dispatch_cuda():
             ws = "binary_weight_wgmma_ws_kernel"
             assert wgmma_tiles(names, ws) == [tile] and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
+        # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where one
+        # would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split in two).
+        w_wide = packed_weight(8192, 1024, "cuda")[1]
+        for m, tiles in ((384, [(192, 1, 1)]), (448, [(192, 1, 1), (256, 1, 1)]), (640, [(192, 1, 1), (256, 1, 1)])):
+            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_wide)
+            ws = "binary_weight_wgmma_ws_kernel"
+            assert sorted(wgmma_tiles(names, ws)) == tiles and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
         names = kernels(one_element_off(random_input((500, 1024), dtype, "cuda")), 1024)  # copied to aligned memory

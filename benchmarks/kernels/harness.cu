@@ -545,6 +545,7 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
   tuning.multicast = static_cast<int>(args.num("mc", 0));
   tuning.split = static_cast<int>(args.num("split", 0));
+  tuning.head = static_cast<int>(args.num("head", 0));
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
@@ -558,6 +559,7 @@ Row run_w1a16(const Args& args, bool apot) {
                                              with_bias ? " bias" : "");
   if (!apot && tuning.remainder != 0) row.config += format(" rem=%d", tuning.remainder);
   if (!apot && tuning.split != 0) row.config += format(" split=%d", tuning.split);
+  if (tuning.head != 0) row.config += format(" head=%d", tuning.head);
   bk::Epilogue epilogue;  // w1a16
   if (alpha_vector || alpha_scalar) {
     epilogue.scale = alpha.as<float>();
@@ -570,6 +572,7 @@ Row run_w1a16(const Args& args, bool apot) {
   apot_tuning.rows = tuning.rows_per_pass;
   apot_tuning.slices = tuning.slices;
   apot_tuning.kernel = tuning.kernel;
+  apot_tuning.head = tuning.head;
   if (apot && tuning.kernel >= 2)
     row.config = format("kern=%d rows=%d sl=%d %s", tuning.kernel, apot_tuning.rows, apot_tuning.slices,
                         row.config.c_str());

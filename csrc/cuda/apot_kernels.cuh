@@ -64,7 +64,8 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
 // bias in the fp32 epilogue. Two kernels: the all-threads one up to kWsMinRows rows of x, the warp-specialized one
 // (wgmma_ws.cuh) above. tuning (the kernel harness; null: from the shape): kernel = 2 | 3 forces one; rows = 64 |
-// 128 | 256 rows of x a block (the warp-specialized kernel: 128 | 256), slices = the K split (a cluster of at most 8).
+// 128 | 256 rows of x a block (the warp-specialized kernel: 128 | 192 | 256), slices = the K split (a cluster of at
+// most 8), head = the rows of a first launch (the warp-specialized kernel; wgmma_ws.cuh ws_split_head).
 // The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04):
 //   M                 17    64    65    96   128   160   256   512  1024  2048  4096
 //   all-threads     40.9  42.2  52.1  52.5  54.6  82.5  81.1
@@ -81,6 +82,8 @@ struct WgmmaTuning {
   int rows = 0;
   int slices = 0;
   int kernel = 0;  // 0: from M (kWsMinRows); 2: the all-threads kernel; 3: the warp-specialized kernel
+  int head = 0;    // the warp-specialized kernel, tile from M above 160 rows: rows of x of a first launch, the rest in
+                   //   a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };
 cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed, int64_t n,
                          int bits, const float* code_values, const float* alpha, int64_t alpha_count,

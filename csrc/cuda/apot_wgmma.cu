@@ -229,9 +229,13 @@ cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, in
 }
 
 // The warp-specialized kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel,
-// and (128, 2) spills with the tile's codes in registers): as asked, else (128, 1) up to M = 128, then (256, 1) or
-// (128, 1) by ws_tiling_cost. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04): M = 128 (128, 1) 44.6 against
-// (128, 2) 85.3; M = 256 (256, 1) 59.6 against (128, 1) 83.2.
+// and (128, 2) spills with the tile's codes in registers): as asked, else (128, 1) up to M = 128, then wgmma_ws.cuh's
+// cost model (one launch or two, each on (128, 1), (192, 1) or (256, 1); kNibbleBlockTimes). H200, N = K = 8192 bf16,
+// apot4, graph us (2026-12-04): M = 128 (128, 1) 44.6 against (128, 2) 85.3; M = 256 (256, 1) 59.6 against (128, 1)
+// 83.2; M = 384 / 768 (192, 1) 93.4 / 192.1 against 107.1 / 248.6 on (256, 1).
+// Block times, in (128, 1) block times (ws_tiles.sweep): one wave of (128, 1) blocks 83.9 us (M = 256), of (192, 1)
+// 92.6 (M = 384), of (256, 1) 106.6 (M = 512).
+constexpr cuda::WsBlockTimes kNibbleBlockTimes{1.10, 1.27};
 template <typename T>
 cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                         int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
@@ -239,12 +243,23 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
   if (rows == 0 && m <= 128) rows = 128;
   if (rows == 0) {
     cuda::WsRooms rooms;
-    const cudaError_t error = cuda::ws_rooms<NibbleWsShape<128, 1>, apot_wgmma_ws_kernel<T, 128, 1>,
-                                             NibbleWsShape<256, 1>, apot_wgmma_ws_kernel<T, 256, 1>>(rooms);
+    const cudaError_t error =
+        cuda::ws_rooms<NibbleWsShape<128, 1>, apot_wgmma_ws_kernel<T, 128, 1>, NibbleWsShape<192, 1>,
+                       apot_wgmma_ws_kernel<T, 192, 1>, NibbleWsShape<256, 1>, apot_wgmma_ws_kernel<T, 256, 1>>(rooms);
     if (error != cudaSuccess) return error;
-    rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms);
+    const int64_t head =
+        tuning.head != 0 ? tuning.head : cuda::ws_split_head(m, n, k, sm_count, rooms, kNibbleBlockTimes);
+    if (head > 0 && head < m) {  // two launches, each with its tile
+      WgmmaTuning once = tuning;
+      once.head = -1;
+      const cudaError_t first = ws_dispatch(x, w, head, n, k, ep, out, sm_count, once, stream);
+      if (first != cudaSuccess) return first;
+      return ws_dispatch(x + head * k, w, m - head, n, k, ep, out + head * n, sm_count, once, stream);
+    }
+    rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms, kNibbleBlockTimes);
   }
   if (rows == 128) return ws_launch<T, 128, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 192) return ws_launch<T, 192, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 256) return ws_launch<T, 256, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   return cudaErrorInvalidValue;  // a tile that is not instantiated
 }

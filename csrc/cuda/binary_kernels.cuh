@@ -135,13 +135,14 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 // tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) force a kernel and sweep its launch.
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block; 0: from M. Pass kernel: 8, 16 or 32 (fp32 x: 8 or 16); wgmma kernel:
-                          //   64, 128 or 256 (the wgmma N; then warpgroups and slabs too)
+                          //   64, 128 or 256, warp-specialized wgmma kernel also 192 (the wgmma N; then warpgroups and
+                          //   slabs too)
   int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
                           //   8 / (M + 1) for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
                           //   the device cannot co-schedule falls back to a smaller one
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
                    //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
-                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (256,1), warpgroups
+                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (192,1) (256,1), warpgroups
                    //   0 or 2; kernel 0 takes it above M = 128, kernel 2 up to there)
   int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
@@ -154,6 +155,8 @@ struct WeightLinearTuning {
   int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
                        //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1
+  int head = 0;        // warp-specialized wgmma kernel, tile from M above 160 rows: rows of x of a first launch, the
+                       //   rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
 // aligned: for bf16/fp16 x, the bit planes of x at M <= 4 and x's groups for the 16-row pass kernel at M = 9..16

@@ -272,19 +272,25 @@ cudaError_t ws_room(ClusterRoom& room) {
 }
 template <typename T>
 cudaError_t sign_ws_rooms(WsRooms& rooms) {
-  return cuda::ws_rooms<SignWsShape<128, 1>, binary_weight_wgmma_ws_kernel<T, 128, 1, 1>, SignWsShape<256, 1>,
+  return cuda::ws_rooms<SignWsShape<128, 1>, binary_weight_wgmma_ws_kernel<T, 128, 1, 1>, SignWsShape<192, 1>,
+                        binary_weight_wgmma_ws_kernel<T, 192, 1, 1>, SignWsShape<256, 1>,
                         binary_weight_wgmma_ws_kernel<T, 256, 1, 1>>(rooms);
 }
+// Block times, in (128, 1) block times: H200, N = K = 8192 bf16, graph us (2026-12-04, ws_tiles.sweep): one wave of
+// (128, 1) blocks 52.2 us (M = 256), of (192, 1) blocks 64.3 (M = 384), of (256, 1) blocks 83.1 (M = 512).
+constexpr WsBlockTimes kSignBlockTimes{1.23, 1.59};
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
-// (256, 1). From M: (64, 2) up to M = 64, (128, 2) up to 160 (FEAT = 256: half the x re-reads of FEAT = 128), then
-// (256, 1) or (128, 1), the fewer waves (ws_tiling_cost). H200, N = K = 8192 bf16, us in a rotating graph
-// (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 / 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1)
-// 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1) 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2
-// against (128, 1) 222.2. N = 4096 (2026-12-02, the K split by cluster room): M = 192 / 256 (128, 1) x 2 slices
-// 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and x 4 (two waves) 41.0 / 43.9. Multicast pairs (tuning.multicast;
-// 0: where the K split would be 1) for (128, 2) only, the tile that multicast = 2 then takes at any M; a pair the
-// device refuses falls back to one block a feature block.
+// (192, 1) (256, 1). From M: (64, 2) up to M = 64, (128, 2) up to 160 (FEAT = 256: half the x re-reads of FEAT = 128),
+// then wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on (128, 1), (192, 1) or (256, 1)
+// (ws_rows_by_cost). H200, N = K = 8192 bf16, us in a rotating graph (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 /
+// 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1) 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1)
+// 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2 against (128, 1) 222.2. N = 4096 (2026-12-02,
+// the K split by cluster room): M = 192 / 256 (128, 1) x 2 slices 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and
+// x 4 (two waves) 41.0 / 43.9. (2026-12-04) M = 320 / 384 / 576 / 768 / 1152 (192, 1) 63.5 / 64.9 / 129.3 / 137.2 /
+// 219.3 against 98.1 / 82.7 / 156.0 / 155.1 / 259.0 on (256, 1) or (128, 1); 11008 x 4096 M = 384 47.3 against 67.4.
+// Multicast pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only, the tile that multicast = 2
+// then takes at any M; a pair the device refuses falls back to one block a feature block.
 template <typename T>
 cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                               T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
@@ -302,11 +308,21 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
       WsRooms rooms;
       const cudaError_t error = sign_ws_rooms<T>(rooms);
       if (error != cudaSuccess) return error;
-      rows = ws_rows_by_cost(m, n, k, sm_count, rooms);
+      const int64_t head = tuning.head != 0 ? tuning.head : ws_split_head(m, n, k, sm_count, rooms, kSignBlockTimes);
+      if (head > 0 && head < m) {  // two launches, each with its tile
+        WeightLinearTuning once = tuning;
+        once.head = -1;
+        const cudaError_t first = wgmma_ws_dispatch(x, w_bits, head, n, k, ep, out, sm_count, once, stream);
+        if (first != cudaSuccess) return first;
+        Epilogue rest = ep;
+        if (rest.row_factor != nullptr) rest.row_factor += head;
+        return wgmma_ws_dispatch(x + head * k, w_bits, m - head, n, k, rest, out + head * n, sm_count, once, stream);
+      }
+      rows = ws_rows_by_cost(m, n, k, sm_count, rooms, kSignBlockTimes);
       slabs = 1;
     }
   }
-  if (slabs == 0) slabs = rows == 256 ? 1 : 2;
+  if (slabs == 0) slabs = rows >= 192 ? 1 : 2;
   if (rows == 128 && slabs == 2) {
     using Shape = SignWsShape<128, 2>;
     const int64_t blocks = ceil_div(n, Shape::kFeatures) * ceil_div(m, 128);
@@ -329,6 +345,7 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
     return sign_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
   BC_CASE(64, 2)
   BC_CASE(128, 1)
+  BC_CASE(192, 1)
   BC_CASE(256, 1)
 #undef BC_CASE
   return cudaErrorInvalidValue;  // a tile that is not instantiated
@@ -388,7 +405,8 @@ bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tai
     return false;
   }
   const auto cost = [&](int64_t rows) {
-    return ws_tiling_cost(rows, n_rows, k, ws_rows_by_cost(rows, n_rows, k, sm_count, rooms), sm_count, rooms, 2);
+    return ws_tiling_cost(rows, n_rows, k, ws_rows_by_cost(rows, n_rows, k, sm_count, rooms, kSignBlockTimes), sm_count,
+                          rooms, kSignBlockTimes, 2);
   };
   return cost(m_rows - tail) < cost(m_rows);
 }

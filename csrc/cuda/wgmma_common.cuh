@@ -49,9 +49,10 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 #define BC_WG_REGS64 BC_WG_REGS32 \
   ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
   ", %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-#define BC_WG_REGS128 BC_WG_REGS64 \
+#define BC_WG_REGS96 BC_WG_REGS64 \
   ", %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79" \
-  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95" \
+  ", %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
+#define BC_WG_REGS128 BC_WG_REGS96 \
   ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
   ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define BC_WG_D8(C, b) \
@@ -59,7 +60,8 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 #define BC_WG_D32(C, b) BC_WG_D8(C, b), BC_WG_D8(C, b + 8), BC_WG_D8(C, b + 16), BC_WG_D8(C, b + 24)
 #define BC_WG_ACC32(C) BC_WG_D32(C, 0)
 #define BC_WG_ACC64(C) BC_WG_D32(C, 0), BC_WG_D32(C, 32)
-#define BC_WG_ACC128(C) BC_WG_ACC64(C), BC_WG_D32(C, 64), BC_WG_D32(C, 96)
+#define BC_WG_ACC96(C) BC_WG_ACC64(C), BC_WG_D32(C, 64)
+#define BC_WG_ACC128(C) BC_WG_ACC96(C), BC_WG_D32(C, 96)
 
 // ---- b1 AND.POPC wgmma (binary_conv2d.cu, binary_linear_wgmma.cu) ------------------------------------------------
 namespace b1 {

@@ -48,6 +48,7 @@ namespace cuda {
   BC_WGMMA_RS_ONE(F16, "f16", N, REGS, ACC, A_B)
 BC_WGMMA_RS_TYPES(64, BC_WG_REGS32, BC_WG_ACC32, "{%32, %33, %34, %35}, %36")
 BC_WGMMA_RS_TYPES(128, BC_WG_REGS64, BC_WG_ACC64, "{%64, %65, %66, %67}, %68")
+BC_WGMMA_RS_TYPES(192, BC_WG_REGS96, BC_WG_ACC96, "{%96, %97, %98, %99}, %100")
 BC_WGMMA_RS_TYPES(256, BC_WG_REGS128, BC_WG_ACC128, "{%128, %129, %130, %131}, %132")
 #undef BC_WGMMA_RS_TYPES
 #undef BC_WGMMA_RS_ONE
@@ -63,9 +64,11 @@ struct WgmmaRs;
   };
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 64)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 128)
+BC_WGMMA_RS(__nv_bfloat16, Bf16, 192)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 256)
 BC_WGMMA_RS(__half, F16, 64)
 BC_WGMMA_RS(__half, F16, 128)
+BC_WGMMA_RS(__half, F16, 192)
 BC_WGMMA_RS(__half, F16, 256)
 #undef BC_WGMMA_RS
 

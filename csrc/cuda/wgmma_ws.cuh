@@ -316,35 +316,79 @@ cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
-// ---- The tile above kWsFixedTileRows rows of x: (256, 1) or (128, 1) by a cost model ---------------------------
-// The cluster rooms (cluster_room) of a kernel's (128, 1) and (256, 1) tiles.
+// ---- Above kWsFixedTileRows rows of x: the tile (128, 1), (192, 1) or (256, 1), M in one or two launches --------
+// The cluster rooms (cluster_room) of a kernel's three tiles.
 struct WsRooms {
-  ClusterRoom rows128, rows256;
+  ClusterRoom rows128, rows192, rows256;
 };
-template <typename Shape128, auto kernel128, typename Shape256, auto kernel256>
+template <typename Shape128, auto kernel128, typename Shape192, auto kernel192, typename Shape256, auto kernel256>
 cudaError_t ws_rooms(WsRooms& rooms) {
-  const cudaError_t error = prepare_wgmma_launch<Shape128, kernel128>(rooms.rows128);
+  cudaError_t error = prepare_wgmma_launch<Shape128, kernel128>(rooms.rows128);
+  if (error == cudaSuccess) error = prepare_wgmma_launch<Shape192, kernel192>(rooms.rows192);
   return error != cudaSuccess ? error : prepare_wgmma_launch<Shape256, kernel256>(rooms.rows256);
 }
 
+// A kernel's block times of the (192, 1) and (256, 1) tiles, in (128, 1) block times (each kernel's measured ones
+// beside its dispatcher).
+struct WsBlockTimes {
+  double rows192, rows256;
+};
+
 // Relative time of a (rows, 1) tiling: waves of blocks over the SMs (as many as its clusters leave room for:
-// wave_blocks), K split where a wave leaves SMs idle. A (256, 1) block takes ~1.65x a (128, 1) block: H200, sign
-// bits, N = K = 8192 bf16, one wave of (256, 1) blocks 84 us (M = 512), of (128, 1) blocks 51 us (M = 768, 3 waves
-// in 154 us).
+// wave_blocks), K split where a wave leaves SMs idle; in (128, 1) block times.
 inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, const WsRooms& rooms,
-                             int64_t most_slices = kWgmmaMaxSlices) {
-  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rooms.rows128;
+                             const WsBlockTimes& times, int64_t most_slices = kWgmmaMaxSlices) {
+  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rows == 192 ? rooms.rows192 : rooms.rows128;
+  const double block = rows == 256 ? times.rows256 : rows == 192 ? times.rows192 : 1.0;
   const int64_t blocks = ceil_div(m, rows) * ceil_div(n, 128);  // (rows, 1): 128 features a block
   int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, room, 0);
   if (slices > most_slices) slices = most_slices;
   const int64_t waves = ceil_div(blocks * slices, wave_blocks(slices, sm_count, room));
-  return static_cast<double>(waves) * (rows == 256 ? 1.65 : 1.0) / static_cast<double>(slices);
+  return static_cast<double>(waves) * block / static_cast<double>(slices);
 }
 
-// Above kWsFixedTileRows rows of x the tile is (256, 1) or (128, 1), the cheaper by ws_tiling_cost (256 on a tie).
+// Above kWsFixedTileRows rows of x the tile is the cheapest of (256, 1), (192, 1), (128, 1) by ws_tiling_cost (the
+// larger on a tie).
 constexpr int64_t kWsFixedTileRows = 160;
-inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms) {
-  return ws_tiling_cost(m, n, k, 256, sm_count, rooms) <= ws_tiling_cost(m, n, k, 128, sm_count, rooms) ? 256 : 128;
+inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms,
+                           const WsBlockTimes& times, double* cost = nullptr) {
+  int best = 256;
+  double cheapest = ws_tiling_cost(m, n, k, 256, sm_count, rooms, times);
+  for (const int rows : {192, 128}) {
+    const double c = ws_tiling_cost(m, n, k, rows, sm_count, rooms, times);
+    if (c < cheapest) {
+      cheapest = c;
+      best = rows;
+    }
+  }
+  if (cost != nullptr) *cost = cheapest;
+  return best;
+}
+
+// Rows of x for a first launch, the rest in a second (each on its own tile by ws_rows_by_cost), where the two cost
+// less than one launch by ws_tiling_cost plus kWsSplitCost; 0: one launch. The first launch's rows are whole row
+// blocks of 192 or 256 rows, and both launches keep more than kWsFixedTileRows rows. Why: a partial last wave of
+// one launch costs a whole block time (W1A16, 8192^2: M = 640 in one launch takes two waves of (192, 1) blocks;
+// 384 + 256 rows take one wave each, the second of 256-row blocks with K in two).
+constexpr double kWsSplitCost = 0.1;  // a second launch's fixed cost, in (128, 1) block times
+inline int64_t ws_split_head(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms,
+                             const WsBlockTimes& times) {
+  double cheapest = 0.0;
+  ws_rows_by_cost(m, n, k, sm_count, rooms, times, &cheapest);
+  int64_t head = 0;
+  for (const int64_t block : {int64_t{192}, int64_t{256}}) {
+    for (int64_t rows = block; m - rows > kWsFixedTileRows; rows += block) {
+      if (rows <= kWsFixedTileRows) continue;
+      double first = 0.0, second = 0.0;
+      ws_rows_by_cost(rows, n, k, sm_count, rooms, times, &first);
+      ws_rows_by_cost(m - rows, n, k, sm_count, rooms, times, &second);
+      if (first + second + kWsSplitCost < cheapest) {
+        cheapest = first + second + kWsSplitCost;
+        head = rows;
+      }
+    }
+  }
+  return head;
 }
 
 }  // namespace cuda
