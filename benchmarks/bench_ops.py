@@ -181,15 +181,15 @@ def run_rows(quick: bool, only: str = ""):
     return results
 
 
-def sweep_m(quick: bool, sizes=None):
-    """Speedup of binary_linear, binary_weight_linear and apot4 apot_linear over bf16 F.linear, N=K=8192,
-    against M (do_bench, L2 flushed)."""
+def sweep_m(quick: bool, sizes=None, n: int = 8192, k: int = 8192):
+    """Speedup of binary_linear, binary_weight_linear and apot4 apot_linear over bf16 F.linear at N x K (8192^2 by
+    default), against M (do_bench, L2 flushed)."""
     if sizes is None:
         sizes = [1, 4, 16, 64, 256, 1024, 4096] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
     curves = {"binary_linear": [], "binary_weight_linear": [], "apot_linear": []}
     for op in curves:
         for m in sizes:
-            ours, baseline, _ = linear_problem(op, m, 8192, 8192, "cuda")
+            ours, baseline, _ = linear_problem(op, m, n, k, "cuda")
             curves[op].append(time_cuda(baseline, 50) / time_cuda(ours, 50))
     return sizes, curves
 
@@ -236,6 +236,8 @@ def main() -> None:
     parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the table is appended to")
     parser.add_argument("--sizes", help="comma-separated M of the sweep (default: powers of two)")
     parser.add_argument("--sweep-only", action="store_true", help="only the M sweep (GPU)")
+    parser.add_argument("--shape", default="8192,8192", help="N,K of the M sweep (default 8192,8192; the plot is "
+                        "written for 8192,8192 only)")
     parser.add_argument("--only", default="", help="only the rows whose label contains this text (e.g. binary_conv2d)")
     args = parser.parse_args()
 
@@ -249,32 +251,35 @@ def main() -> None:
 
     if torch.cuda.is_available() and not args.no_sweep:
         sizes = [int(m) for m in args.sizes.split(",")] if args.sizes else None
-        sizes, curves = sweep_m(args.quick, sizes)
+        n, k = (int(v) for v in args.shape.split(","))
+        shape = "N=K=8192" if (n, k) == (8192, 8192) else f"N={n} K={k}"
+        sizes, curves = sweep_m(args.quick, sizes, n, k)
         sweep = "| M | " + " | ".join(curves) + " |\n|---|" + "---|" * len(curves) + "\n"
         sweep += "\n".join(f"| {m} | " + " | ".join(f"{curves[op][i]:.2f}x" for op in curves) + " |" for i, m in enumerate(sizes))
-        print("\nspeedup over bf16 F.linear, N=K=8192\n" + sweep)
+        print(f"\nspeedup over bf16 F.linear, {shape}\n" + sweep)
         with open(args.results, "a") as out:
-            out.write(f"\n{header if args.sweep_only else ''}\nSpeedup over bf16 F.linear against M (N=K=8192):\n\n{sweep}\n")
-        try:
-            import matplotlib
+            out.write(f"\n{header if args.sweep_only else ''}\nSpeedup over bf16 F.linear against M ({shape}):\n\n{sweep}\n")
+        if (n, k) == (8192, 8192):  # the plot in the repo is the 8192^2 sweep
+            try:
+                import matplotlib
 
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
+                matplotlib.use("Agg")
+                import matplotlib.pyplot as plt
 
-            figure, axis = plt.subplots(figsize=(6, 4))
-            for op, values in curves.items():
-                axis.plot(sizes, values, marker="o", label=op)
-            axis.axhline(1.0, color="grey", linewidth=0.8)
-            axis.set_xscale("log", base=2)
-            axis.set_xlabel("M (batch rows)")
-            axis.set_ylabel("speedup over bf16 F.linear")
-            axis.set_title(f"N=K=8192, {torch.cuda.get_device_name()}")
-            axis.legend()
-            figure.tight_layout()
-            figure.savefig(HERE / "speedup_vs_m.png", dpi=120)
-            print(f"plot: {HERE / 'speedup_vs_m.png'}")
-        except ImportError:
-            print("matplotlib not installed: no plot")
+                figure, axis = plt.subplots(figsize=(6, 4))
+                for op, values in curves.items():
+                    axis.plot(sizes, values, marker="o", label=op)
+                axis.axhline(1.0, color="grey", linewidth=0.8)
+                axis.set_xscale("log", base=2)
+                axis.set_xlabel("M (batch rows)")
+                axis.set_ylabel("speedup over bf16 F.linear")
+                axis.set_title(f"N=K=8192, {torch.cuda.get_device_name()}")
+                axis.legend()
+                figure.tight_layout()
+                figure.savefig(HERE / "speedup_vs_m.png", dpi=120)
+                print(f"plot: {HERE / 'speedup_vs_m.png'}")
+            except ImportError:
+                print("matplotlib not installed: no plot")
 
 
 if __name__ == "__main__":

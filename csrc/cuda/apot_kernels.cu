@@ -959,24 +959,24 @@ cudaError_t launch_small_batch(const T* x, int64_t m, int64_t k, const uint8_t* 
   // 11008 14.14 -> 14.00, 8192^2 17.93 -> 17.77; M = 4 8192^2 18.28 -> 18.14, M = 8 4096^2 9.62 -> 9.38, M = 16 8192^2
   // 38.25 -> 37.92; fp32 x 8192^2 21.41 -> 21.22; the byte-load path 1000^2 5.94 -> 5.77.
   const bool dependent = device.major >= 9;
+  // The kernel of kGroups 8-row groups a launch: tiles a block from the plan, at most kTop (2 with two groups).
+  auto launch_groups = [&](auto groups) {
+    constexpr int kGroups = decltype(groups)::value;
+    constexpr int kTop = kGroups > 1 ? 2 : kMaxTiles;
+    auto launch = [&](auto tiles, auto byte_loads) {
+      return launch_small_batch_tiles<T, kNibbles, decltype(tiles)::value, kGroups, decltype(byte_loads)::value>(
+          args, m, blocks, dependent, stream);
+    };
+    using std::integral_constant;
+    if (bytes) return launch(integral_constant<int, 1>(), std::true_type());
+    if (plan.tiles == 1) return launch(integral_constant<int, 1>(), std::false_type());
+    if (plan.tiles == 2 || kTop == 2) return launch(integral_constant<int, 2>(), std::false_type());
+    if (plan.tiles == 3) return launch(integral_constant<int, kTop == 4 ? 3 : 2>(), std::false_type());
+    return launch(integral_constant<int, kTop>(), std::false_type());
+  };
   constexpr int kWide = sizeof(T) == 2 ? 2 : 1;  // the groups of a 16-row launch (fp32 x: none)
-  if (two_groups && bytes) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, kWide, true>(args, m, blocks, dependent, stream);
-  } else if (two_groups && plan.tiles == 1) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, kWide, false>(args, m, blocks, dependent, stream);
-  } else if (two_groups) {
-    error = launch_small_batch_tiles<T, kNibbles, 2, kWide, false>(args, m, blocks, dependent, stream);
-  } else if (bytes) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, 1, true>(args, m, blocks, dependent, stream);
-  } else if (plan.tiles == 1) {
-    error = launch_small_batch_tiles<T, kNibbles, 1, 1, false>(args, m, blocks, dependent, stream);
-  } else if (plan.tiles == 2 || kMaxTiles == 2) {
-    error = launch_small_batch_tiles<T, kNibbles, 2, 1, false>(args, m, blocks, dependent, stream);
-  } else if (plan.tiles == 3) {
-    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles == 4 ? 3 : 2, 1, false>(args, m, blocks, dependent, stream);
-  } else {
-    error = launch_small_batch_tiles<T, kNibbles, kMaxTiles, 1, false>(args, m, blocks, dependent, stream);
-  }
+  error = two_groups ? launch_groups(std::integral_constant<int, kWide>())
+                     : launch_groups(std::integral_constant<int, 1>());
   if (error != cudaSuccess || args.partial == nullptr) return error;
   finish_split_k_kernel<T><<<grid_for(m * n), kThreads, 0, stream>>>(workspace, plan.splits, m, n, alpha, alpha_count,
                                                                        bias, y);
