@@ -143,7 +143,7 @@ struct WeightLinearTuning {
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
                    //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
                    //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (192,1) (256,1), warpgroups
-                   //   0 or 2; kernel 0 takes it above M = 128, kernel 2 up to there)
+                   //   0 or 2; kernel 0 takes it above M = 64, kernel 2 up to there)
   int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:

@@ -218,7 +218,7 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 #endif
 }
 
-constexpr int64_t kWsMinRows = 128;  // the op takes the warp-specialized kernel above this M (wgmma_dispatch)
+constexpr int64_t kWsMinRows = 64;  // the op takes the warp-specialized kernel above this M (wgmma_dispatch)
 
 template <typename T, int BN, int WGS, int SLABS>
 cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
@@ -281,8 +281,8 @@ cudaError_t sign_ws_rooms(WsRooms& rooms) {
 constexpr WsBlockTimes kSignBlockTimes{1.23, 1.59};
 
 // Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
-// (192, 1) (256, 1). From M: (64, 2) up to M = 64, (128, 2) up to 160 (FEAT = 256: half the x re-reads of FEAT = 128),
-// then wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on (128, 1), (192, 1) or (256, 1)
+// (192, 1) (256, 1). From M: (64, 2) up to M = 64 (kernel = 3 forced; the op runs the all-threads kernel there), then
+// wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on (128, 1), (192, 1) or (256, 1)
 // (ws_rows_by_cost). H200, N = K = 8192 bf16, us in a rotating graph (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 /
 // 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1) 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1)
 // 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2 against (128, 1) 222.2. N = 4096 (2026-12-02,
@@ -301,8 +301,8 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
     if (tuning.multicast == 2) {  // forced pairs: the one tile they are instantiated for, whatever M
       rows = 128;
       slabs = 2;
-    } else if (m <= kWsFixedTileRows) {
-      rows = m <= 64 ? 64 : 128;
+    } else if (m <= 64) {  // forced kernel = 3 only: the op takes the all-threads kernel here
+      rows = 64;
       slabs = 2;
     } else {
       WsRooms rooms;
@@ -354,9 +354,12 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
 template <typename T>
 cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                            T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
-  // The op's choice (kernel 0): the warp-specialized kernel above M = 128 (H200, N = K = 8192 bf16, graph us: M = 129
-  // 56.1 / 69.9, 256 47.5 / 68.2, 512 83.8 / 126.9, 768 162.2 / 252.5, 1024 183.2 / 254.8), this one up to 128
-  // (M = 17 30.4 / 42.9, 64 31.5 / 47.2, 128 44.1 / 66.5).
+  // The op's choice (kernel 0): the warp-specialized kernel above M = 64, this one up to 64. H200, bf16, graph us
+  // (2026-12-04, pending/w1a16_mid_m.sweep), this kernel / the warp-specialized (128, 1) at M = 96 and 128: 8192^2
+  // 43.3 / 29.4, 44.3 / 30.0; 4096 x 11008 55.0 / 37.2, 55.3 / 37.7; 11008 x 4096 41.9 / 28.1, 42.5 / 28.4; 28672 x
+  // 8192 159.5 / 102.7, 162.0 / 103.6; 4096^2 23.8 / 17.3, 24.5 / 17.7. At M = 17-64 the warp-specialized (64, 2)
+  // lost at 8192^2 (30.4-31.8 against 39.1-40.6) and won at the other four shapes (e.g. 4096 x 11008 M = 32 39.5
+  // against 29.1): not yet a rule.
   if (tuning.kernel == 3 || (tuning.kernel == 0 && m > kWsMinRows)) {
     return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
   }
@@ -393,7 +396,7 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
 
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,
                                      int sm_count) {
-  if (tail <= 0 || m_rows - tail <= kWsFixedTileRows || !binary_weight_wgmma_applies(type, k)) return false;
+  if (tail <= 0 || m_rows - tail <= kWsSplitMinRows || !binary_weight_wgmma_applies(type, k)) return false;
   // The tile wgmma_ws_dispatch takes, its K split past 2 counted as 2 (fitted before the cluster room: at N = K = 4096
   // the 256 rows' 4 slices in two waves made the split lose, 52.6 us at M = 257 against 32.8 in one launch; with the
   // room the 256 rows cost (128, 1) x 2 slices, this rule splits M = 257 and the op measured 31.2).

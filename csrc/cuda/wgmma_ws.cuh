@@ -316,7 +316,7 @@ cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
-// ---- Above kWsFixedTileRows rows of x: the tile (128, 1), (192, 1) or (256, 1), M in one or two launches --------
+// ---- The tile (128, 1), (192, 1) or (256, 1), M in one or two launches, by a cost model ---------------------
 // The cluster rooms (cluster_room) of a kernel's three tiles.
 struct WsRooms {
   ClusterRoom rows128, rows192, rows256;
@@ -347,9 +347,7 @@ inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_c
   return static_cast<double>(waves) * block / static_cast<double>(slices);
 }
 
-// Above kWsFixedTileRows rows of x the tile is the cheapest of (256, 1), (192, 1), (128, 1) by ws_tiling_cost (the
-// larger on a tie).
-constexpr int64_t kWsFixedTileRows = 160;
+// The cheapest tile of (256, 1), (192, 1), (128, 1) by ws_tiling_cost (the larger on a tie).
 inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms,
                            const WsBlockTimes& times, double* cost = nullptr) {
   int best = 256;
@@ -367,18 +365,19 @@ inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const 
 
 // Rows of x for a first launch, the rest in a second (each on its own tile by ws_rows_by_cost), where the two cost
 // less than one launch by ws_tiling_cost plus kWsSplitCost; 0: one launch. The first launch's rows are whole row
-// blocks of 192 or 256 rows, and both launches keep more than kWsFixedTileRows rows. Why: a partial last wave of
+// blocks of 192 or 256 rows, and both launches keep more than kWsSplitMinRows rows. Why: a partial last wave of
 // one launch costs a whole block time (W1A16, 8192^2: M = 640 in one launch takes two waves of (192, 1) blocks;
 // 384 + 256 rows take one wave each, the second of 256-row blocks with K in two).
-constexpr double kWsSplitCost = 0.1;  // a second launch's fixed cost, in (128, 1) block times
+constexpr double kWsSplitCost = 0.1;
+constexpr int64_t kWsSplitMinRows = 160;  // a second launch's fixed cost, in (128, 1) block times
 inline int64_t ws_split_head(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms,
                              const WsBlockTimes& times) {
   double cheapest = 0.0;
   ws_rows_by_cost(m, n, k, sm_count, rooms, times, &cheapest);
   int64_t head = 0;
   for (const int64_t block : {int64_t{192}, int64_t{256}}) {
-    for (int64_t rows = block; m - rows > kWsFixedTileRows; rows += block) {
-      if (rows <= kWsFixedTileRows) continue;
+    for (int64_t rows = block; m - rows > kWsSplitMinRows; rows += block) {
+      if (rows <= kWsSplitMinRows) continue;
       double first = 0.0, second = 0.0;
       ws_rows_by_cost(rows, n, k, sm_count, rooms, times, &first);
       ws_rows_by_cost(m - rows, n, k, sm_count, rooms, times, &second);
