@@ -8,8 +8,9 @@
 // Families and keys (every family: reps=20 graph=1 rotate=1 plant=0 seed=1; rotate=0: the graph replays one copy):
 //   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
 //          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
-//          the warp-specialized wgmma kernel with rows=64|128|256 slabs mc=0|1|2 (x by TMA multicast to a pair of
-//          blocks; 0: where K is not split), 0 from M and the device; split=1|2|4 (the bit-plane kernel at M <= 4:
+//          the warp-specialized wgmma kernel with rows=64|128|192|256 slabs mc=0|1|2 (x by TMA multicast to a pair
+//          of blocks; 0: where K is not split) head (rows of a first launch, -1 one launch; 0 and rows=0: the cost
+//          model of wgmma_ws.cuh), 0 from M and the device; split=1|2|4 (the bit-plane kernel at M <= 4:
 //          warps a 16-row tile; 0: by the shape); expect=reject: the
 //          row passes only if the launcher answers cudaErrorNotSupported) alpha=1|scalar|vec bias=0|1 (the
 //          Epilogue's scale: none, one for all features, one a feature; bias: one a feature) dump=0 (prints the
@@ -18,7 +19,8 @@
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch: tiles=1..4 slices=1..8, 0
 //          from the shape) | 2 | 3 (linear_wgmma, the sm_90a wgmma kernels, apot_wgmma.cu: 2 the all-threads one,
-//          3 the warp-specialized one; rows=64|128|256 (3: 128|256) slices, 0 from the shape); table=random|scheme
+//          3 the warp-specialized one; rows=64|128|256 (3: 128|192|256) slices head, 0 from the shape);
+//          table=random|scheme
 //          (apot4's levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's
 //          pair_product path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer
 //          cudaErrorNotSupported)
@@ -567,7 +569,7 @@ Row run_w1a16(const Args& args, bool apot) {
   }
   if (with_bias) epilogue.bias = bias.as<float>();
   // apot kernel=2 | 3: linear_wgmma (apot_wgmma.cu; 2 the all-threads kernel, 3 the warp-specialized one)
-  // with rows=64|128|256 (3: 128|256) slices (0: from the shape); 0 / 1: linear_small_batch.
+  // with rows=64|128|256 (3: 128|192|256) slices head (0: from the shape); 0 / 1: linear_small_batch.
   bitcompile::apot::WgmmaTuning apot_tuning;
   apot_tuning.rows = tuning.rows_per_pass;
   apot_tuning.slices = tuning.slices;
