@@ -206,25 +206,25 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 #endif
 }
 
-template <typename T, int BN, int SLABS>
+template <typename T, int BN>  // one 64-feature slab a consumer warpgroup
 __global__ void __launch_bounds__(384, 1)
     apot_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, NibbleCodes w, int m_rows, int n_rows, int k,
                          int slices, int w_vector, Epilogue ep, T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
-  cuda::wgmma_ws_block<T, BN, SLABS, 1, NibbleWeights<T>>(map_x, w.codes, [&] { return NibbleWeights<T>(w); }, m_rows,
-                                                          n_rows, k, slices, w_vector, ep, out);
+  cuda::wgmma_ws_block<T, BN, 1, 1, NibbleWeights<T>>(map_x, w.codes, [&] { return NibbleWeights<T>(w); }, m_rows,
+                                                      n_rows, k, slices, w_vector, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
 #endif
 }
 
-template <int BN, int SLABS>
-using NibbleWsShape = cuda::WsShape<BN, SLABS, NibbleWeights<__half>::kWsTileBytes>;
+template <int BN>
+using NibbleWsShape = cuda::WsShape<BN, 1, NibbleWeights<__half>::kWsTileBytes>;
 
-template <typename T, int BN, int SLABS>
+template <typename T, int BN>
 cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                       int sm_count, int slices, cudaStream_t stream) {
-  return cuda::wgmma_ws_launch<NibbleWsShape<BN, SLABS>, apot_wgmma_ws_kernel<T, BN, SLABS>, 1>(
+  return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1>(
       x, w, 0, m, n, k, ep, out, sm_count, slices, stream);
 }
 
@@ -244,8 +244,8 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
   if (rows == 0) {
     cuda::WsRooms rooms;
     const cudaError_t error =
-        cuda::ws_rooms<NibbleWsShape<128, 1>, apot_wgmma_ws_kernel<T, 128, 1>, NibbleWsShape<192, 1>,
-                       apot_wgmma_ws_kernel<T, 192, 1>, NibbleWsShape<256, 1>, apot_wgmma_ws_kernel<T, 256, 1>>(rooms);
+        cuda::ws_rooms<NibbleWsShape<128>, apot_wgmma_ws_kernel<T, 128>, NibbleWsShape<192>,
+                       apot_wgmma_ws_kernel<T, 192>, NibbleWsShape<256>, apot_wgmma_ws_kernel<T, 256>>(rooms);
     if (error != cudaSuccess) return error;
     const int64_t head =
         tuning.head != 0 ? tuning.head : cuda::ws_split_head(m, n, k, sm_count, rooms, kNibbleBlockTimes);
@@ -258,9 +258,9 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
     }
     rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms, kNibbleBlockTimes);
   }
-  if (rows == 128) return ws_launch<T, 128, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
-  if (rows == 192) return ws_launch<T, 192, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
-  if (rows == 256) return ws_launch<T, 256, 1>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 128) return ws_launch<T, 128>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 192) return ws_launch<T, 192>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 256) return ws_launch<T, 256>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   return cudaErrorInvalidValue;  // a tile that is not instantiated
 }
 
