@@ -7,6 +7,7 @@
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 8 workers, failures in $OUT/failures.txt
 #     bench     benchmarks/bench_ops.py --quick
+#     msweep    bench_ops.py's M sweeps, 20 sizes, at N = K = 8192 and N = 4096 K = 11008
 #     resnet    examples/bnn_resnet.py in CUDA graphs with its kernel profile, then in the default mode (both models)
 #     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times)
 #     decode    examples/llm_decode.py dim 4096, 4 layers, CUDA graphs: tokens/s, then each model's kernels a token
@@ -59,6 +60,14 @@ for stage in "$@"; do
     bench)
       stamp bench
       timeout 300 python3 benchmarks/bench_ops.py --quick --results "$OUT/RESULTS.md" 2>&1 | tee "$OUT/bench.log" | tail -32 || status=1
+      cp benchmarks/speedup_vs_m.png "$OUT/" 2>/dev/null ;;
+    msweep)
+      stamp msweep  # issue 10's M sweeps (no cliff at any M): N = K = 8192 (the plot) and N = 4096, K = 11008
+      sizes=1,2,4,8,16,32,64,96,128,160,192,256,384,512,640,768,1024,2048,4096,8192
+      for shape in 8192,8192 4096,11008; do
+        timeout 200 python3 benchmarks/bench_ops.py --quick --sweep-only --shape "$shape" --sizes "$sizes" \
+          --results "$OUT/RESULTS.md" 2>&1 | tee -a "$OUT/msweep.log" | tail -24 || status=1
+      done
       cp benchmarks/speedup_vs_m.png "$OUT/" 2>/dev/null ;;
     resnet)
       stamp resnet
