@@ -368,16 +368,15 @@ inline int ws_rows_by_cost(int64_t m, int64_t n, int64_t k, int sm_count, const 
 // blocks of 192 or 256 rows, and both launches keep more than kWsSplitMinRows rows. Why: a partial last wave of
 // one launch costs a whole block time (W1A16, 8192^2: M = 640 in one launch takes two waves of (192, 1) blocks;
 // 384 + 256 rows take one wave each, the second of 256-row blocks with K in two).
-constexpr double kWsSplitCost = 0.1;
-constexpr int64_t kWsSplitMinRows = 160;  // a second launch's fixed cost, in (128, 1) block times
+constexpr double kWsSplitCost = 0.1;  // a second launch's fixed cost, in (128, 1) block times
+constexpr int64_t kWsSplitMinRows = 160;
 inline int64_t ws_split_head(int64_t m, int64_t n, int64_t k, int sm_count, const WsRooms& rooms,
                              const WsBlockTimes& times) {
   double cheapest = 0.0;
   ws_rows_by_cost(m, n, k, sm_count, rooms, times, &cheapest);
   int64_t head = 0;
   for (const int64_t block : {int64_t{192}, int64_t{256}}) {
-    for (int64_t rows = block; m - rows > kWsSplitMinRows; rows += block) {
-      if (rows <= kWsSplitMinRows) continue;
+    for (int64_t rows = block; m - rows > kWsSplitMinRows; rows += block) {  // rows >= 192 > kWsSplitMinRows
       double first = 0.0, second = 0.0;
       ws_rows_by_cost(rows, n, k, sm_count, rooms, times, &first);
       ws_rows_by_cost(m - rows, n, k, sm_count, rooms, times, &second);
