@@ -82,8 +82,8 @@ struct WgmmaTuning {
   int rows = 0;
   int slices = 0;
   int kernel = 0;  // 0: from M (kWsMinRows); 2: the all-threads kernel; 3: the warp-specialized kernel
-  int head = 0;    // the warp-specialized kernel, tile from M above 160 rows: rows of x of a first launch, the rest in
-                   //   a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
+  int head = 0;    // the warp-specialized kernel with rows = 0 above 128 rows of x: rows of x of a first launch, the
+                   //   rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };
 cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, const uint8_t* w_packed, int64_t n,
                          int bits, const float* code_values, const float* alpha, int64_t alpha_count,

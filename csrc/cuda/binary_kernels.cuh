@@ -155,8 +155,8 @@ struct WeightLinearTuning {
   int multicast = 0;   // warp-specialized wgmma kernel (kernel = 3): 1 each block loads its x tiles, 2 a cluster of two
                        //   blocks (neighbouring features, the same rows of x) share them by TMA multicast (no K split
                        //   then; tile (128, 2) only); 0: 2 where the K split is 1, else 1
-  int head = 0;        // warp-specialized wgmma kernel, tile from M above 160 rows: rows of x of a first launch, the
-                       //   rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
+  int head = 0;        // warp-specialized wgmma kernel with rows = 0 above 64 rows of x: rows of x of a first launch,
+                       //   the rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };
 // workspace: device memory of at least binary_weight_linear_workspace_bytes(type, m_rows, k) bytes, 16-byte
 // aligned: for bf16/fp16 x, the bit planes of x at M <= 4 and x's groups for the 16-row pass kernel at M = 9..16
