@@ -878,12 +878,12 @@ def test_weight_linear_fp32_one_signed_inputs_cuda(inputs):
 
 # ------------------------------------------------------------------------------------------------
 # The edges of binary_weight_linear's wgmma dispatch. On a compute capability 9.0 GPU, bf16/fp16 x runs on the pass
-# kernel up to M = 16, on the wgmma kernel up to 128 (tile from M: 64 rows up to 64, else 128), on the
-# warp-specialized wgmma kernel above (tiles (64|128, 2) up to 160, then (256, 1) or (128, 1) by waves), where
-# k % 64 == 0, x is 16-byte and W 8-byte aligned, and on dequantize + cuBLAS above 4096 rows (128 where wgmma does
-# not apply). Elsewhere (other GPUs, the CPU) the same cases check whatever runs there.
+# kernel up to M = 16, on the warp-specialized wgmma kernel above (one row block of 32 rows up to M = 32, of 64 up to
+# 64, then (128, 1), (192, 1) or (256, 1) tiles by the cost model of wgmma_ws.cuh), where k % 64 == 0, x is 16-byte
+# and W 8-byte aligned, and on dequantize + cuBLAS above 4096 rows (128 where wgmma does not apply). Elsewhere (other
+# GPUs, the CPU) the same cases check whatever runs there.
 # ------------------------------------------------------------------------------------------------
-WGMMA_EDGE_M = [16, 17, 64, 65, 128, 129, 160, 161, 1024, 4096, 4097]
+WGMMA_EDGE_M = [16, 17, 32, 33, 64, 65, 128, 129, 160, 161, 1024, 4096, 4097]
 
 
 def assert_rounded_matches(actual, expected, bias, dtype, what, magnitude):
@@ -925,9 +925,11 @@ def test_weight_linear_wgmma_ws_tiles_cuda(dtype):
     384 + 256), and one row past each (a second row block, or the last rows split off to the small-M kernels); per-
     output scale and bias."""
     skip_without_wgmma()
-    n, k = 8192, 1024
-    _, w_packed = packed_weight(n, k, "cuda")
-    for m in (384, 385, 448, 449, 640, 641):
+    k = 1024
+    # One row block at M <= 64: N = 8192 takes (32, 1) / (64, 1) (K in two), N = 11008 (32, 2) / (64, 2).
+    cases = [(8192, m) for m in (17, 32, 33, 64, 384, 385, 448, 449, 640, 641)] + [(11008, m) for m in (17, 32, 33, 64)]
+    for n, m in cases:
+        _, w_packed = packed_weight(n, k, "cuda")
         x = random_input((m, k), dtype, "cuda")
         scale, bias = scale_and_bias("per_channel", n, "cuda")
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
@@ -989,25 +991,27 @@ def test_weight_linear_wgmma_dispatch_cuda():
     def uses(names, kernel):
         return any(kernel in name for name in names)
 
+    ws = "binary_weight_wgmma_ws_kernel"
     for dtype in (torch.bfloat16, torch.float16):
-        for m in (17, 64):
+        # The warp-specialized kernel from 17 rows, (rows, slabs, multicast): N = 264 is 3 feature blocks, K split
+        # 4-8 ways; one row block of 32 / 64 rows up to 64 (1 slab: the fewest features a block), (128, 1) up to 160
+        # rows (one wave with the least work a block), at 1024 (256, 1).
+        for m, tile in ((17, (32, 1, 1)), (32, (32, 1, 1)), (33, (64, 1, 1)), (64, (64, 1, 1)), (65, (128, 1, 1)),
+                        (128, (128, 1, 1)), (129, (128, 1, 1)), (161, (128, 1, 1)), (1024, (256, 1, 1))):
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
-            assert wgmma_tiles(names) == [(64, 2, 1)], f"{dtype} m={m}: {names}"
-            assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
-        # The warp-specialized kernel above 64 rows, (rows, slabs, multicast): N = 264 is 3 feature blocks, K split
-        # 4-8 ways; up to 160 rows (128, 1) fills the SMs in one wave with the least work a block, at 1024 (256, 1).
-        for m, tile in ((65, (128, 1, 1)), (128, (128, 1, 1)), (129, (128, 1, 1)), (161, (128, 1, 1)),
-                        (1024, (256, 1, 1))):
-            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
-            ws = "binary_weight_wgmma_ws_kernel"
             assert wgmma_tiles(names, ws) == [tile] and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
+        # M <= 64 at N = 11008 (86 blocks of 128 features: one wave without a K split) takes 2 slabs (43 blocks of
+        # 256, K in two); at N = 8192 1 slab (64 blocks, K in two) against 2 (32 blocks: K in four needs clusters
+        # of 4, which hold 120 blocks, not 128).
+        w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
+        for m, w, tile in ((32, w_11008, (32, 2, 1)), (64, w_11008, (64, 2, 1)), (32, w_8192, (32, 1, 1))):
+            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w)
+            assert wgmma_tiles(names, ws) == [tile], f"{dtype} m={m}: {names}"
         # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where one
         # would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split in two).
-        w_wide = packed_weight(8192, 1024, "cuda")[1]
         for m, tiles in ((384, [(192, 1, 1)]), (448, [(192, 1, 1), (256, 1, 1)]), (640, [(192, 1, 1), (256, 1, 1)])):
-            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_wide)
-            ws = "binary_weight_wgmma_ws_kernel"
+            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_8192)
             assert sorted(wgmma_tiles(names, ws)) == tiles and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"

@@ -258,6 +258,8 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
     }
     rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms, kNibbleBlockTimes);
   }
+  if (rows == 32) return ws_launch<T, 32>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  if (rows == 64) return ws_launch<T, 64>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 128) return ws_launch<T, 128>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 192) return ws_launch<T, 192>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 256) return ws_launch<T, 256>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);

@@ -126,8 +126,8 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 // - bf16/fp16 x of M <= 3, and M = 4 at K > 4096: x as 24 fixed-point bit planes on the b1 tensor cores
 //   (binary_weight_linear.cu, "binary_weight_planes");
 // - bf16/fp16 x of M > 16 on a compute capability 9.0 device with sm_90a code: wgmma, W expanded from bits in
-//   registers (binary_weight_wgmma.cu: up to M = 128 x through a swizzled shared-memory ring, above that the
-//   warp-specialized kernel with x by TMA), where k % 64 == 0, x is 16-byte, w_bits 8-byte and out 2-byte aligned;
+//   registers (binary_weight_wgmma.cu: the warp-specialized kernel, x by TMA into a swizzled shared-memory ring),
+//   where k % 64 == 0, x is 16-byte, w_bits 8-byte and out 2-byte aligned;
 // - otherwise the tensor-core pass kernel: every packed weight word read once per pass of up to 32 rows of x (16 for
 //   fp32 x, which runs as an exact three-way bf16 split).
 // K split over a thread block cluster. sm_count: multiprocessors of the device (sizes the K split). Needs sm_80; the
@@ -135,15 +135,15 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 // tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) force a kernel and sweep its launch.
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block; 0: from M. Pass kernel: 8, 16 or 32 (fp32 x: 8 or 16); wgmma kernel:
-                          //   64, 128 or 256, warp-specialized wgmma kernel also 192 (the wgmma N; then warpgroups and
+                          //   64, 128 or 256, warp-specialized wgmma kernel also 32 and 192 (the wgmma N; then warpgroups and
                           //   slabs too)
   int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
                           //   8 / (M + 1) for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
                           //   the device cannot co-schedule falls back to a smaller one
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
                    //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
-                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (64,2) (128,1) (128,2) (192,1) (256,1), warpgroups
-                   //   0 or 2; kernel 0 takes it above M = 64, kernel 2 up to there)
+                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (32,1) (32,2) (64,1) (64,2) (128,1) (128,2)
+                   //   (192,1) (256,1), warpgroups 0 or 2; kernel 0 takes it from M = 17)
   int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
                        //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:

@@ -1,14 +1,14 @@
 // binary_weight_linear on Hopper wgmma: the kernel that launch_binary_weight_linear (binary_weight_linear.cu) runs
 // for bf16 / fp16 x of more than 16 rows on a compute capability 9.0 device, in a build with sm_90a code; the
-// binding runs up to binary_weight_linear_fused_rows = 4096 rows through it (the warp-specialized kernel above 128)
-// and dequantize + cuBLAS above.
+// binding runs up to binary_weight_linear_fused_rows = 4096 rows through it and dequantize + cuBLAS above.
 // y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
-// Two kernels, each where it won on the H200 (wgmma_dispatch): binary_weight_wgmma_kernel (below: all threads copy
-// and compute; wgmma_rs.cuh's block) for M = 17..128, binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an
-// mbarrier ring; wgmma_ws.cuh's block, its comment block further down) above; WeightLinearTuning kernel = 2 / 3
-// forces one.
+// The op runs binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring; wgmma_ws.cuh's block, its
+// comment block further down) at every M it sends here (wgmma_dispatch): since 2026-12-04 it beats the all-threads
+// binary_weight_wgmma_kernel (below; wgmma_rs.cuh's block) at M = 17..64 too, on 32- and 64-row tiles. The
+// all-threads kernel runs only where WeightLinearTuning kernel = 2 forces it: it goes with apot's all-threads kernel
+// (the same block), once the warp-specialized tiles take apot's M = 17..64 as well (benchmarks/NOTES.md).
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
@@ -218,8 +218,6 @@ __global__ void __launch_bounds__(128 * WGS, 1)
 #endif
 }
 
-constexpr int64_t kWsMinRows = 64;  // the op takes the warp-specialized kernel above this M (wgmma_dispatch)
-
 template <typename T, int BN, int WGS, int SLABS>
 cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                          const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
@@ -229,7 +227,7 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
 
 
 // ================================================================================================================
-// The warp-specialized kernel (binary_weight_wgmma_ws_kernel: the op's above M = 128; WeightLinearTuning kernel = 3
+// The warp-specialized kernel (binary_weight_wgmma_ws_kernel: the op's from M = 17; WeightLinearTuning kernel = 3
 // forces it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and cp.async for W, an
 // mbarrier ring of 128-k stages, two consumer warpgroups) with SignWeights: the tile's 4 words a feature (16 bytes
 // at f * 16; one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned, else two 8-byte ones), a consumer
@@ -279,11 +277,17 @@ cudaError_t sign_ws_rooms(WsRooms& rooms) {
 // Block times, in (128, 1) block times: H200, N = K = 8192 bf16, graph us (2026-12-04, ws_tiles.sweep): one wave of
 // (128, 1) blocks 52.2 us (M = 256), of (192, 1) blocks 64.3 (M = 384), of (256, 1) blocks 83.1 (M = 512).
 constexpr WsBlockTimes kSignBlockTimes{1.23, 1.59};
+// (32, 1) (32, 2) (64, 1) (64, 2), from the same sweep's (128, 1) block time and pending/w1a16_small_tiles.sweep
+// (2026-12-04, five shapes; K split as the launch takes it): e.g. 8192^2 M = 32 (32, 1) x 2 slices 21.6 us, M = 64
+// (64, 1) x 2 24.1, 28672 x 8192 M = 32 (32, 2) x 1 63.6, M = 64 (64, 2) x 1 73.1.
+constexpr WsSmallTimes kSignSmallTimes{0.80, 1.35, 0.90, 1.50};
 
-// Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (64, 2) (128, 1) (128, 2)
-// (192, 1) (256, 1). From M: (64, 2) up to M = 64 (kernel = 3 forced; the op runs the all-threads kernel there), then
-// wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on (128, 1), (192, 1) or (256, 1)
-// (ws_rows_by_cost). H200, N = K = 8192 bf16, us in a rotating graph (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 /
+// Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (32, 1) (32, 2) (64, 1) (64, 2)
+// (128, 1) (128, 2) (192, 1) (256, 1). From M: one row block of 32 or 64 rows up to M = 64, 1 or 2 slabs by
+// ws_small_slabs (kSignSmallTimes), then wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on
+// (128, 1), (192, 1) or (256, 1) (ws_rows_by_cost). M = 17..64, graph us, op before (the all-threads kernel) / after
+// (pending/w1a16_small_tiles.sweep, 2026-12-04), M = 32: 8192^2 31.3 / 21.6, 4096 x 11008 35.6 / 25.9, 11008 x 4096
+// 26.8 / 19.8, 28672 x 8192 100.4 / 63.6, 4096^2 17.1 / 12.8; M = 64 8192^2 31.4 / 24.1, 28672 x 8192 100.9 / 73.1. H200, N = K = 8192 bf16, us in a rotating graph (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 /
 // 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1) 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1)
 // 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2 against (128, 1) 222.2. N = 4096 (2026-12-02,
 // the K split by cluster room): M = 192 / 256 (128, 1) x 2 slices 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and
@@ -301,9 +305,13 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
     if (tuning.multicast == 2) {  // forced pairs: the one tile they are instantiated for, whatever M
       rows = 128;
       slabs = 2;
-    } else if (m <= 64) {  // forced kernel = 3 only: the op takes the all-threads kernel here
-      rows = 64;
-      slabs = 2;
+    } else if (m <= 64) {  // one row block of 32 or 64 rows, 1 or 2 slabs (ws_small_slabs)
+      rows = ws_small_rows(m);
+      ClusterRoom room1, room2;
+      cudaError_t error = rows == 32 ? ws_room<T, 32, 1>(room1) : ws_room<T, 64, 1>(room1);
+      if (error == cudaSuccess) error = rows == 32 ? ws_room<T, 32, 2>(room2) : ws_room<T, 64, 2>(room2);
+      if (error != cudaSuccess) return error;
+      slabs = ws_small_slabs(m, n, k, sm_count, room1, room2, kSignSmallTimes);
     } else {
       WsRooms rooms;
       const cudaError_t error = sign_ws_rooms<T>(rooms);
@@ -343,6 +351,9 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
 #define BC_CASE(BN, SLABS)      \
   if (rows == BN && slabs == SLABS) \
     return sign_ws_launch<T, BN, SLABS, 1>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
+  BC_CASE(32, 1)
+  BC_CASE(32, 2)
+  BC_CASE(64, 1)
   BC_CASE(64, 2)
   BC_CASE(128, 1)
   BC_CASE(192, 1)
@@ -354,13 +365,11 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
 template <typename T>
 cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                            T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
-  // The op's choice (kernel 0): the warp-specialized kernel above M = 64, this one up to 64. H200, bf16, graph us
-  // (2026-12-04, pending/w1a16_mid_m.sweep), this kernel / the warp-specialized (128, 1) at M = 96 and 128: 8192^2
-  // 43.3 / 29.4, 44.3 / 30.0; 4096 x 11008 55.0 / 37.2, 55.3 / 37.7; 11008 x 4096 41.9 / 28.1, 42.5 / 28.4; 28672 x
-  // 8192 159.5 / 102.7, 162.0 / 103.6; 4096^2 23.8 / 17.3, 24.5 / 17.7. At M = 17-64 the warp-specialized (64, 2)
-  // lost at 8192^2 (30.4-31.8 against 39.1-40.6) and won at the other four shapes (e.g. 4096 x 11008 M = 32 39.5
-  // against 29.1): not yet a rule.
-  if (tuning.kernel == 3 || (tuning.kernel == 0 && m > kWsMinRows)) {
+  // The op's choice (kernel 0): the warp-specialized kernel at every M. H200, bf16, graph us (2026-12-04,
+  // pending/w1a16_mid_m.sweep), this kernel / the warp-specialized (128, 1) at M = 96 and 128: 8192^2 43.3 / 29.4,
+  // 44.3 / 30.0; 4096 x 11008 55.0 / 37.2, 55.3 / 37.7; 11008 x 4096 41.9 / 28.1, 42.5 / 28.4; 28672 x 8192 159.5 /
+  // 102.7, 162.0 / 103.6; 4096^2 23.8 / 17.3, 24.5 / 17.7; M = 17..64 above wgmma_ws_dispatch.
+  if (tuning.kernel == 3 || tuning.kernel == 0) {
     return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
   }
   int rows = tuning.rows_per_pass, wgs = tuning.warpgroups, slabs = tuning.slabs;

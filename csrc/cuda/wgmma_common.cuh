@@ -43,8 +43,8 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 
 // ---- Literal operand lists for the wgmma wrappers (inline asm takes no loops) -----------------------------------
 // BC_WG_REGSn: the accumulator operands "%0, ..., %(n-1)"; BC_WG_ACCn(C): the n constraints C(d[0]), ..., C(d[n-1]).
-#define BC_WG_REGS32 \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15" \
+#define BC_WG_REGS16 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+#define BC_WG_REGS32 BC_WG_REGS16 \
   ", %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define BC_WG_REGS64 BC_WG_REGS32 \
   ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47" \
@@ -58,6 +58,7 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 #define BC_WG_D8(C, b) \
   C(d[b + 0]), C(d[b + 1]), C(d[b + 2]), C(d[b + 3]), C(d[b + 4]), C(d[b + 5]), C(d[b + 6]), C(d[b + 7])
 #define BC_WG_D32(C, b) BC_WG_D8(C, b), BC_WG_D8(C, b + 8), BC_WG_D8(C, b + 16), BC_WG_D8(C, b + 24)
+#define BC_WG_ACC16(C) BC_WG_D8(C, 0), BC_WG_D8(C, 8)
 #define BC_WG_ACC32(C) BC_WG_D32(C, 0)
 #define BC_WG_ACC64(C) BC_WG_D32(C, 0), BC_WG_D32(C, 32)
 #define BC_WG_ACC96(C) BC_WG_ACC64(C), BC_WG_D32(C, 64)

@@ -35,7 +35,7 @@ namespace cuda {
 #if BC_WGMMA_ENABLED  // the device helpers of the kernel body (sm_90a code only)
 // ---- wgmma.mma_async RS wrappers: D (fp32, BN / 2 registers) += A (4 registers) * B (descriptor) ----------------
 // Operands after the descriptor: scale-d = 1 (accumulate: D starts zeroed), imm-scale-a = 1, imm-scale-b = 1,
-// imm-trans-b = 0 (B K-major). One a (type, N): wgmma_rs_Bf16_n64 ... wgmma_rs_F16_n256; A_B: the operand numbers of
+// imm-trans-b = 0 (B K-major). One a (type, N): wgmma_rs_Bf16_n32 ... wgmma_rs_F16_n256; A_B: the operand numbers of
 // A's 4 registers and B's descriptor after the N / 2 accumulators.
 #define BC_WGMMA_RS_ONE(NAME, PTX, N, REGS, ACC, A_B)                                                             \
   __device__ __forceinline__ void wgmma_rs_##NAME##_n##N(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b) { \
@@ -46,6 +46,7 @@ namespace cuda {
 #define BC_WGMMA_RS_TYPES(N, REGS, ACC, A_B)           \
   BC_WGMMA_RS_ONE(Bf16, "bf16", N, REGS, ACC, A_B) \
   BC_WGMMA_RS_ONE(F16, "f16", N, REGS, ACC, A_B)
+BC_WGMMA_RS_TYPES(32, BC_WG_REGS16, BC_WG_ACC16, "{%16, %17, %18, %19}, %20")
 BC_WGMMA_RS_TYPES(64, BC_WG_REGS32, BC_WG_ACC32, "{%32, %33, %34, %35}, %36")
 BC_WGMMA_RS_TYPES(128, BC_WG_REGS64, BC_WG_ACC64, "{%64, %65, %66, %67}, %68")
 BC_WGMMA_RS_TYPES(192, BC_WG_REGS96, BC_WG_ACC96, "{%96, %97, %98, %99}, %100")
@@ -62,10 +63,12 @@ struct WgmmaRs;
       wgmma_rs_##NAME##_n##N(d, a, desc);                                                           \
     }                                                                                               \
   };
+BC_WGMMA_RS(__nv_bfloat16, Bf16, 32)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 64)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 128)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 192)
 BC_WGMMA_RS(__nv_bfloat16, Bf16, 256)
+BC_WGMMA_RS(__half, F16, 32)
 BC_WGMMA_RS(__half, F16, 64)
 BC_WGMMA_RS(__half, F16, 128)
 BC_WGMMA_RS(__half, F16, 192)

@@ -334,17 +334,42 @@ struct WsBlockTimes {
   double rows192, rows256;
 };
 
-// Relative time of a (rows, 1) tiling: waves of blocks over the SMs (as many as its clusters leave room for:
-// wave_blocks), K split where a wave leaves SMs idle; in (128, 1) block times.
-inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, const WsRooms& rooms,
-                             const WsBlockTimes& times, int64_t most_slices = kWgmmaMaxSlices) {
-  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rows == 192 ? rooms.rows192 : rooms.rows128;
-  const double block = rows == 256 ? times.rows256 : rows == 192 ? times.rows192 : 1.0;
-  const int64_t blocks = ceil_div(m, rows) * ceil_div(n, 128);  // (rows, 1): 128 features a block
+// Relative time of `blocks` blocks of one tile (`block`: its time over the whole K): waves of blocks over the SMs
+// (as many as its clusters leave room for: wave_blocks), K split where a wave leaves SMs idle (split_k_slices, as
+// the launch does).
+inline double ws_waves_cost(int64_t blocks, int64_t k, double block, const ClusterRoom& room, int sm_count,
+                            int64_t most_slices = kWgmmaMaxSlices) {
   int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, room, 0);
   if (slices > most_slices) slices = most_slices;
   const int64_t waves = ceil_div(blocks * slices, wave_blocks(slices, sm_count, room));
   return static_cast<double>(waves) * block / static_cast<double>(slices);
+}
+
+// Relative time of a (rows, 1) tiling (128 features a block), in (128, 1) block times.
+inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_count, const WsRooms& rooms,
+                             const WsBlockTimes& times, int64_t most_slices = kWgmmaMaxSlices) {
+  const ClusterRoom& room = rows == 256 ? rooms.rows256 : rows == 192 ? rooms.rows192 : rooms.rows128;
+  const double block = rows == 256 ? times.rows256 : rows == 192 ? times.rows192 : 1.0;
+  return ws_waves_cost(ceil_div(m, rows) * ceil_div(n, 128), k, block, room, sm_count, most_slices);
+}
+
+// ---- M <= 64: one row block of 32 rows (M <= 32) or 64, with 1 or 2 slabs a warpgroup (128 or 256 features a
+// block), the cheaper by ws_waves_cost. The blocks' time is set by their features (the A expansion and the W
+// stream), hardly by their rows: fewer features a block and more blocks, unless that takes a second wave or a
+// cluster that the SMs do not hold in one (W1A16, graph us: 8192^2 M = 32 (32, 1) x 2 slices 21.6 against (32, 2)
+// 34.6; 4096 x 11008 (32, 2) x 4 slices 25.9 against (32, 1) x 2 27.5).
+struct WsSmallTimes {  // block times over the whole K of (rows, slabs) tiles, in (128, 1) block times
+  double rows32_slabs1, rows32_slabs2, rows64_slabs1, rows64_slabs2;
+};
+inline int ws_small_rows(int64_t m) { return m <= 32 ? 32 : 64; }
+inline int ws_small_slabs(int64_t m, int64_t n, int64_t k, int sm_count, const ClusterRoom& room1,
+                          const ClusterRoom& room2, const WsSmallTimes& times) {
+  const bool rows32 = ws_small_rows(m) == 32;
+  const double one = ws_waves_cost(ceil_div(n, 128), k, rows32 ? times.rows32_slabs1 : times.rows64_slabs1, room1,
+                                   sm_count);
+  const double two = ws_waves_cost(ceil_div(n, 256), k, rows32 ? times.rows32_slabs2 : times.rows64_slabs2, room2,
+                                   sm_count);
+  return two < one ? 2 : 1;
 }
 
 // The cheapest tile of (256, 1), (192, 1), (128, 1) by ws_tiling_cost (the larger on a tie).
