@@ -62,9 +62,9 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // the table in registers, no dequantized copy of W): bf16 / fp16 x, bits 1..4, k % 64 == 0, x and w_packed 16-byte
 // aligned, y 2-byte aligned, a compute capability 9.0 device and a build with sm_90a code (BITCOMPILE_SM90A);
 // cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
-// bias in the fp32 epilogue. Two kernels: the all-threads one up to kWsMinRows rows of x, the warp-specialized one
-// (wgmma_ws.cuh) above. tuning (the kernel harness; null: from the shape): kernel = 2 | 3 forces one; rows = 64 |
-// 128 | 256 rows of x a block (the warp-specialized kernel: 128 | 192 | 256), slices = the K split (a cluster of at
+// bias in the fp32 epilogue. Two kernels: the warp-specialized one (wgmma_ws.cuh) at every M, the all-threads one
+// where tuning forces it. tuning (the kernel harness; null: from the shape): kernel = 2 | 3 forces one; rows = 64 |
+// 128 | 256 rows of x a block (the warp-specialized kernel: 32 | 64 | 128 | 192 | 256), slices = the K split (a cluster of at
 // most 8), head = the rows of a first launch (the warp-specialized kernel; wgmma_ws.cuh ws_split_head).
 // The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04):
 //   M                 17    64    65    96   128   160   256   512  1024  2048  4096
@@ -76,12 +76,11 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // cuBLAS costs that plus ~30-45 us, measured with an x off 16-byte alignment on both): M = 384 111.3 / 74.8, 512
 // 114.2 / 95.8, 640 248.4 / 121.2, 768 253.6 / 149.1, 896 224.8 / 184.3, 1024 230.7 / 189.7, 2048 419.0 / 386.9 us.
 // Hence kWgmmaMaxRows = 512, dequantize + cuBLAS above.
-constexpr int64_t kWsMinRows = 64;
 constexpr int64_t kWgmmaMaxRows = 512;
 struct WgmmaTuning {
   int rows = 0;
   int slices = 0;
-  int kernel = 0;  // 0: from M (kWsMinRows); 2: the all-threads kernel; 3: the warp-specialized kernel
+  int kernel = 0;  // 0 and 3: the warp-specialized kernel; 2: the all-threads kernel
   int head = 0;    // the warp-specialized kernel with rows = 0 above 128 rows of x: rows of x of a first launch, the
                    //   rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };

@@ -5,8 +5,9 @@
 // apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
 // does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
 // apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
-// Two kernels on the same Weights policy (NibbleWeights): apot_wgmma_kernel on wgmma_rs.cuh's all-threads block up
-// to kWsMinRows rows of x, apot_wgmma_ws_kernel on wgmma_ws.cuh's warp-specialized block above (a producer warp, TMA
+// Two kernels on the same Weights policy (NibbleWeights): apot_wgmma_ws_kernel on wgmma_ws.cuh's warp-specialized
+// block, the op's at every M (since 2026-12-04 also at M = 17..64, on 32- and 64-row tiles), and apot_wgmma_kernel on
+// wgmma_rs.cuh's all-threads block, which only WgmmaTuning kernel = 2 reaches now (the warp-specialized one: a producer warp, TMA
 // for x, 128-k stages of 64 code bytes a feature; thirty-third session, 2026-12-04: M = 256 at 8192^2 81.1 -> 59.7 us,
 // at 4096 x 11008 103.4 -> 58.4; ncu at M = 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M
 // instructions issued against 10.7 M, issue slots 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh).
@@ -229,9 +230,11 @@ cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, in
 }
 
 // The warp-specialized kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel,
-// and (128, 2) spills with the tile's codes in registers): as asked, else (128, 1) up to M = 128, then wgmma_ws.cuh's
-// cost model (one launch or two, each on (128, 1), (192, 1) or (256, 1); kNibbleBlockTimes). H200, N = K = 8192 bf16,
-// apot4, graph us (2026-12-04): M = 128 (128, 1) 44.6 against (128, 2) 85.3; M = 256 (256, 1) 59.6 against (128, 1)
+// and (128, 2) spills with the tile's codes in registers): as asked, else one row block of 32 rows up to M = 32, of
+// 64 up to 64, (128, 1) up to M = 128, then wgmma_ws.cuh's cost model (one launch or two, each on (128, 1), (192, 1) or (256, 1); kNibbleBlockTimes). H200, N = K = 8192 bf16,
+// apot4, graph us (2026-12-04): M = 32 (32, 1) against the all-threads kernel (pending/small_m_tiles2.sweep) 35.6 /
+// 41.0, 4096 x 11008 46.1 / 52.3, 11008 x 4096 34.7 / 40.0, 28672 x 8192 130.6 / 150.0, 4096^2 19.8 / 22.6; M = 64
+// (64, 1) 38.1 / 41.9 (4096 x 11008 49.1 / 52.5); M = 128 (128, 1) 44.6 against (128, 2) 85.3; M = 256 (256, 1) 59.6 against (128, 1)
 // 83.2; M = 384 / 768 (192, 1) 93.4 / 192.1 against 107.1 / 248.6 on (256, 1).
 // Block times, in (128, 1) block times (ws_tiles.sweep): one wave of (128, 1) blocks 83.9 us (M = 256), of (192, 1)
 // 92.6 (M = 384), of (256, 1) 106.6 (M = 512).
@@ -240,6 +243,7 @@ template <typename T>
 cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                         int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
   int rows = tuning.rows;
+  if (rows == 0 && m <= 64) rows = cuda::ws_small_rows(m);  // one row block of 32 or 64 rows (1 slab: see above)
   if (rows == 0 && m <= 128) rows = 128;
   if (rows == 0) {
     cuda::WsRooms rooms;
@@ -269,7 +273,7 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
 template <typename T>
 cudaError_t dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                      int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
-  if (tuning.kernel == 3 || (tuning.kernel == 0 && m > kWsMinRows)) {
+  if (tuning.kernel == 3 || tuning.kernel == 0) {
     return ws_dispatch(x, w, m, n, k, ep, out, sm_count, tuning, stream);
   }
   if (tuning.kernel != 0 && tuning.kernel != 2) return cudaErrorInvalidValue;
