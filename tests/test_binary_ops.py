@@ -979,7 +979,7 @@ def test_weight_linear_wgmma_dispatch_cuda():
         w_packed = packed_weight(n, k, "cuda")[1] if w_packed is None else w_packed
         return profiled_kernels(lambda: ops.binary_weight_linear(x, w_packed, k), ("binary_weight", "dequantize_signs"))
 
-    def wgmma_tiles(names, kernel="binary_weight_wgmma_kernel"):
+    def wgmma_tiles(names, kernel="binary_weight_wgmma_ws_kernel"):
         tiles = []
         for name in names:
             if kernel + "<" in name:
@@ -991,7 +991,6 @@ def test_weight_linear_wgmma_dispatch_cuda():
     def uses(names, kernel):
         return any(kernel in name for name in names)
 
-    ws = "binary_weight_wgmma_ws_kernel"
     for dtype in (torch.bfloat16, torch.float16):
         # The warp-specialized kernel from 17 rows, (rows, slabs, multicast): N = 264 is 3 feature blocks, K split
         # 4-8 ways; one row block of 32 / 64 rows up to 64 (1 slab: the fewest features a block), (128, 1) up to 160
@@ -999,7 +998,7 @@ def test_weight_linear_wgmma_dispatch_cuda():
         for m, tile in ((17, (32, 1, 1)), (32, (32, 1, 1)), (33, (64, 1, 1)), (64, (64, 1, 1)), (65, (128, 1, 1)),
                         (128, (128, 1, 1)), (129, (128, 1, 1)), (161, (128, 1, 1)), (1024, (256, 1, 1))):
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
-            assert wgmma_tiles(names, ws) == [tile] and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
+            assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
         # M <= 64 at N = 11008 (86 blocks of 128 features: one wave without a K split) takes 2 slabs (43 blocks of
         # 256, K in two); at N = 8192 1 slab (64 blocks, K in two) against 2 (32 blocks: K in four needs clusters
@@ -1007,16 +1006,16 @@ def test_weight_linear_wgmma_dispatch_cuda():
         w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
         for m, w, tile in ((32, w_11008, (32, 2, 1)), (64, w_11008, (64, 2, 1)), (32, w_8192, (32, 1, 1))):
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w)
-            assert wgmma_tiles(names, ws) == [tile], f"{dtype} m={m}: {names}"
+            assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
         # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where one
         # would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split in two).
         for m, tiles in ((384, [(192, 1, 1)]), (448, [(192, 1, 1), (256, 1, 1)]), (640, [(192, 1, 1), (256, 1, 1)])):
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_8192)
-            assert sorted(wgmma_tiles(names, ws)) == tiles and not wgmma_tiles(names), f"{dtype} m={m}: {names}"
+            assert sorted(wgmma_tiles(names)) == tiles, f"{dtype} m={m}: {names}"
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
         names = kernels(one_element_off(random_input((500, 1024), dtype, "cuda")), 1024)  # copied to aligned memory
-        assert wgmma_tiles(names, "binary_weight_wgmma_ws_kernel"), f"{dtype} x off m=500: {names}"
+        assert wgmma_tiles(names), f"{dtype} x off m=500: {names}"
         assert not uses(names, "binary_weight_linear_tc_kernel"), f"{dtype} x off m=500: {names}"
         names = kernels(random_input((4097, 1024), dtype, "cuda"), 1024)
         assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=4097: {names}"

@@ -6,9 +6,9 @@
 //   harness --sweep FILE                a row per line of FILE ("FAMILY key=value ...", # comments)
 //
 // Families and keys (every family: reps=20 graph=1 rotate=1 plant=0 seed=1; rotate=0: the graph replays one copy):
-//   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices wgs slabs   binary_weight_linear (WeightLinearTuning:
-//          kernel=1 the tensor-core pass kernel, kernel=2 the wgmma kernel with rows=64|128|256 wgs slabs, kernel=3
-//          the warp-specialized wgmma kernel with rows=64|128|192|256 slabs mc=0|1|2 (x by TMA multicast to a pair
+//   w1a16  m n k dtype=bf16|fp16|fp32 kernel rows slices slabs   binary_weight_linear (WeightLinearTuning:
+//          kernel=1 the tensor-core pass kernel, kernel=3 the (warp-specialized) wgmma kernel with
+//          rows=32|64|128|192|256 slabs mc=0|1|2 (x by TMA multicast to a pair
 //          of blocks; 0: where K is not split) head (rows of a first launch, -1 one launch; 0 and rows=0: the cost
 //          model of wgmma_ws.cuh), 0 from M and the device; split=1|2|4 (the bit-plane kernel at M <= 4:
 //          warps a 16-row tile; 0: by the shape); expect=reject: the
@@ -18,8 +18,8 @@
 //   apot   m n k dtype bits=4 alpha=1|vec bias=0|1 offset=0  apot linear_small_batch (codes through a level
 //          table; bits 1-4 nibbles, 5-8 bytes; alpha=vec per-output alpha; offset: W this many bytes off its
 //          16-byte alignment, i.e. the byte-load kernel) kernel=0|1 (linear_small_batch: tiles=1..4 slices=1..8, 0
-//          from the shape) | 2 | 3 (linear_wgmma, the sm_90a wgmma kernels, apot_wgmma.cu: 2 the all-threads one,
-//          3 the warp-specialized one; rows=64|128|256 (3: 128|192|256) slices head, 0 from the shape);
+//          from the shape) | 3 (linear_wgmma, the sm_90a wgmma kernel, apot_wgmma.cu; rows=32|64|128|192|256
+//          slices head, 0 from the shape);
 //          table=random|scheme
 //          (apot4's levels, multiples of 0.1: an integral table, exact in both kernels: linear_small_batch's
 //          pair_product path, apot_frag::plan_table's integral plan); expect=reject: the launcher must answer
@@ -543,7 +543,6 @@ Row run_w1a16(const Args& args, bool apot) {
   tuning.slices = static_cast<int>(args.num("slices", 0));
   tuning.remainder = static_cast<int>(args.num("remainder", 0));  // -1: never split off the last rows
   tuning.kernel = static_cast<int>(args.num("kernel", 0));
-  tuning.warpgroups = static_cast<int>(args.num("wgs", 0));
   tuning.slabs = static_cast<int>(args.num("slabs", 0));
   tuning.multicast = static_cast<int>(args.num("mc", 0));
   tuning.split = static_cast<int>(args.num("split", 0));
@@ -551,8 +550,8 @@ Row run_w1a16(const Args& args, bool apot) {
   Buffer planes(bk::binary_weight_linear_workspace_bytes(type, m, k));  // cudaMalloc: 256-byte aligned
   row.config = apot ? format("bits=%d%s%s%s", bits, alpha_vector ? " a=vec" : "", with_bias ? " bias" : "",
                              offset != 0 ? format(" off=%zu", offset).c_str() : "")
-               : tuning.kernel >= 2 ? format("kern=%d rows=%d wg=%d sb=%d sl=%d%s%s%s", tuning.kernel, tuning.rows_per_pass,
-                                             tuning.warpgroups, tuning.slabs, tuning.slices,
+               : tuning.kernel >= 2 ? format("kern=%d rows=%d sb=%d sl=%d%s%s%s", tuning.kernel, tuning.rows_per_pass,
+                                             tuning.slabs, tuning.slices,
                                              tuning.multicast != 0 ? format(" mc=%d", tuning.multicast).c_str() : "",
                                              alpha_vector ? " a=vec" : (alpha_scalar ? " a=sc" : ""),
                                              with_bias ? " bias" : "")

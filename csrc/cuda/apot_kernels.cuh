@@ -62,13 +62,14 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // the table in registers, no dequantized copy of W): bf16 / fp16 x, bits 1..4, k % 64 == 0, x and w_packed 16-byte
 // aligned, y 2-byte aligned, a compute capability 9.0 device and a build with sm_90a code (BITCOMPILE_SM90A);
 // cudaErrorNotSupported, before any launch, elsewhere. The table entries enter the MMA rounded to x's type, alpha and
-// bias in the fp32 epilogue. Two kernels: the warp-specialized one (wgmma_ws.cuh) at every M, the all-threads one
-// where tuning forces it. tuning (the kernel harness; null: from the shape): kernel = 2 | 3 forces one; rows = 64 |
-// 128 | 256 rows of x a block (the warp-specialized kernel: 32 | 64 | 128 | 192 | 256), slices = the K split (a cluster of at
-// most 8), head = the rows of a first launch (the warp-specialized kernel; wgmma_ws.cuh ws_split_head).
-// The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04):
+// bias in the fp32 epilogue. One kernel, warp-specialized (wgmma_ws.cuh). tuning (the kernel harness; null: from the
+// shape): kernel 0 or 3 (3: forced, as in binary_weight_linear's tuning; other values: cudaErrorInvalidValue); rows =
+// 32 | 64 | 128 | 192 | 256 rows of x a block, slices = the K split (a cluster of at most 8), head = the rows of a
+// first launch (wgmma_ws.cuh ws_split_head).
+// The op calls it for kSmallBatchRows < m <= kWgmmaMaxRows. H200, N = K = 8192 bf16, apot4, graph us (2026-12-04;
+// M = 17 and 64 on the 128-row tile then, now on 32- and 64-row tiles: 35.4 and 38.1):
 //   M                 17    64    65    96   128   160   256   512  1024  2048  4096
-//   all-threads     40.9  42.2  52.1  52.5  54.6  82.5  81.1
+//   all-threads     40.9  42.2  52.1  52.5  54.6  82.5  81.1   (deleted)
 //   warp-specialized 47.1 43.6  43.8  44.2  44.9  57.9  59.7 107.0 233.0 473.5 947.5 (218 / 431 / 852 do_bench)
 // (N = 4096, K = 11008: M = 64 52.5 / 56.0, 96 68.0 / 57.0, 256 103.4 / 58.4.) A block of the warp-specialized
 // kernel runs near the tensor cores' rate (M = 512: 128 blocks of 256 rows x 128 features, one wave, ~600 TFLOPS),
@@ -80,7 +81,7 @@ constexpr int64_t kWgmmaMaxRows = 512;
 struct WgmmaTuning {
   int rows = 0;
   int slices = 0;
-  int kernel = 0;  // 0 and 3: the warp-specialized kernel; 2: the all-threads kernel
+  int kernel = 0;  // 0 or 3 (the one kernel; 2, the all-threads kernel, was deleted on 2026-12-04)
   int head = 0;    // the warp-specialized kernel with rows = 0 above 128 rows of x: rows of x of a first launch, the
                    //   rest in a second (wgmma_ws.cuh ws_split_head); 0: by the cost model, -1: one launch
 };

@@ -5,48 +5,34 @@
 // apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
 // does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
 // apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
-// Two kernels on the same Weights policy (NibbleWeights): apot_wgmma_ws_kernel on wgmma_ws.cuh's warp-specialized
-// block, the op's at every M (since 2026-12-04 also at M = 17..64, on 32- and 64-row tiles), and apot_wgmma_kernel on
-// wgmma_rs.cuh's all-threads block, which only WgmmaTuning kernel = 2 reaches now (the warp-specialized one: a producer warp, TMA
-// for x, 128-k stages of 64 code bytes a feature; thirty-third session, 2026-12-04: M = 256 at 8192^2 81.1 -> 59.7 us,
-// at 4096 x 11008 103.4 -> 58.4; ncu at M = 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M
-// instructions issued against 10.7 M, issue slots 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh).
+// One kernel, apot_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp, TMA for x, 128-k stages of
+// 64 code bytes a feature, two consumer warpgroups) with NibbleWeights below (thirty-third session, 2026-12-04: M =
+// 256 at 8192^2 81.1 -> 59.7 us against the all-threads kernel of then, at 4096 x 11008 103.4 -> 58.4; ncu at M =
+// 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M instructions issued against 10.7 M, issue slots
+// 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh). The all-threads kernel (wgmma_rs.cuh's old
+// cp.async block) served M = 17..64 until the thirty-fifth session, when 32- and 64-row tiles of this one beat it by
+// 7-13% at five shapes; it was deleted.
 //
 // y[m][n] = alpha[n or 0] * sum_k x[m][k] * level(code[n][k]) + bias[n], fp32 accumulation, output of x's type. The
 // 2^bits table entries (bits 1..4; a code past the table reads as 0) enter the MMA in x's type: exact where they are
 // small integer multiples of one value (the APoT schemes, apot_fragment.cuh plan_table), else rounded to x's type
 // (the dequantize + cuBLAS path's rounding); alpha and bias in the fp32 epilogue.
 //
-// ---- The machine: binary_weight_wgmma.cu's all-threads kernel (its header comment is the design) ----------------
-// The same block (wgmma_rs.cuh, wgmma_rs_block): A = 64 output features x 16 k in registers (RS-form
-// wgmma.mma_async.m64nNk16), B = BN rows of x in shared memory (128-byte swizzle, cp.async ring, one 64-k tile a
-// stage), fp32 accumulators, two A register sets alternating between tiles, cluster split-K through DSMEM, the
-// Epilogue (scale = alpha, bias). What differs is the weights (NibbleWeights below):
-//   W in a stage: feature f's 32 bytes of the tile (64 codes, pack_codes nibbles) at f * 32, two 16-byte cp.async
-//   (cg) a feature, features past N zero-filled (code 0: never written out). A lane reads rows g and g + 8 of each
-//   slab with two LDS.128 each (words 0..7 = k 8q..8q+7; the 4 lanes of a quad read the same row: broadcast).
+// ---- The machine: binary_weight_wgmma.cu's (its header comment has the operands' roles and layouts) -------------
+// A = 64 output features x 16 k in registers (RS-form wgmma.mma_async.m64nNk16), B = BN rows of x in shared memory
+// (128-byte swizzle, two TMA boxes a 128-k stage), fp32 accumulators, cluster split-K through DSMEM, the Epilogue
+// (scale = alpha, bias). What differs is the weights (NibbleWeights below):
+//   W in a stage: feature f's 64 bytes of the tile (128 codes, pack_codes nibbles) at f * 64, four 16-byte cp.async
+//   (cg) a feature by the producer warp, features past N zero-filled (code 0: never written out). A consumer lane
+//   reads rows g and g + 8 of its slab with four LDS.128 each (the 4 lanes of a quad read the same row: broadcast).
 //   A: apot_fragment.cuh (checked on the host by benchmarks/kernels/apot_fragment_check.cpp): per row and k16 step a
 //   gather prmt of byte t of the step's two words, then 2 x (2 lookups + 1 pick) prmt over the low- and high-byte
 //   tables (8 registers a thread, built once from code_values) and 2 interleaving prmt: 12 instructions for 2 A
 //   registers (6 a register, sign bits 3).
-//
-// ---- Tiles (WgmmaShape<BN, WGS, SLABS, 32>, stages of x BN * 128 + W FEAT * 32 bytes) ---------------------------
-// From M: M <= 64 (64, 2, 1): 12 KiB stages x 12; M <= 128 (128, 2, 1): 20 KiB x 10; else (256, 2, 1): 36 KiB x 5.
-// FEAT = 128 features a block. K split into a cluster of up to 8 blocks while the grid stays within one wave
-// (split_k_slices). Needs k % 64 == 0, 16-byte aligned x and w_packed, 2-byte aligned y.
-//
-// ---- Expansion cost (SASS, nvcc 13.0, sm_90a) -----------------------------------------------------------------
-// One tile step of a thread (16 A registers of its slab; from the BAR.SYNC to the tile's HGMMA group) in
-// apot_wgmma_kernel<bf16 | fp16, BN, 2, 1>: 72 PRMT (2 rows x 4 k16 steps x 9: gather, 4 lookups, 2 picks, 2
-// interleaves), 16 LOP3 (the 0x7777 masks) + 8 SHF + 8 LOP3 (the pick selectors): 96 instructions = 6 a register,
-// in a step of 205 (BN 64) / 227 (128) / 308 (256) instructions with the copies, the 4 LDS.128 and the address
-// arithmetic. Registers: 105 / 138 / 200 (BN 64 / 128 / 256), no spills. Estimate: N = K = 8192 at M <= 64 is
-// 32 M A registers x 6 / 32 lanes = 6.3 M warp instructions, ~12 K issue cycles on each of an H200's 528 schedulers
-// (~6 us at 1.98 GHz), overlapped with the tensor work (m64n64k16: 32 clk an SM); the 4x larger W than sign bits
-// (32 MiB at 4 bits) is ~7 us of HBM.
+// Needs k % 64 == 0, 16-byte aligned x and w_packed, 2-byte aligned y.
 //
 // ---- Checking it on the H200 (first) ----------------------------------------------------------------------------
-//   BUILD_DIR=benchmarks/kernels/build bash benchmarks/kernels/build.sh
+//   bash benchmarks/kernels/build.sh
 //   benchmarks/kernels/build/harness --sweep benchmarks/kernels/apot_wgmma.sweep
 // Correctness rows first (one block and one tile, then the ring wrapping, split K, odd M / N, fp16, bits 2 / 3,
 // alpha / bias, the refusals, a planted error); a wrong output with structure in feature % 16 or k % 16 is the
@@ -70,7 +56,6 @@ namespace apot {
 namespace {
 
 using cuda::Epilogue;
-using cuda::WgmmaShape;
 
 // The kernel's weight operand: the nibble codes and their table.
 struct NibbleCodes {
@@ -79,13 +64,12 @@ struct NibbleCodes {
   int bits;
 };
 
-// Nibble codes as the Weights of wgmma_rs_block: 32 bytes (64 codes) a feature a tile; A by apot_fragment.cuh from
+// Nibble codes as the Weights of wgmma_ws_block: 64 bytes (128 codes) a feature a stage; A by apot_fragment.cuh from
 // the thread's copy of the table.
 template <typename T>
 struct NibbleWeights {
   using Word = uint8_t;
-  static constexpr int kTileBytes = 32;    // a 64-k tile (wgmma_rs.cuh)
-  static constexpr int kWsTileBytes = 64;  // a 128-k tile (wgmma_ws.cuh)
+  static constexpr int kWsTileBytes = 64;  // a 128-k tile
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
@@ -111,22 +95,6 @@ struct NibbleWeights {
     }
     table = apot_frag::make_table(entries);
   }
-  template <int kFeatures, int kThreads>
-  __device__ __forceinline__ void load(const uint8_t* __restrict__ codes, int64_t row_bytes, uint32_t w_area, int j,
-                                       int64_t n0, int n_rows, int tid) const {
-    constexpr int kChunks = 2 * kFeatures;  // 16-byte halves of the features' 32 bytes
-#pragma unroll
-    for (int i = 0; i < (kChunks + kThreads - 1) / kThreads; ++i) {
-      const int index = i * kThreads + tid;
-      if (kChunks % kThreads == 0 || index < kChunks) {
-        const int64_t feature = n0 + (index >> 1);
-        const bool inside = feature < n_rows;
-        const uint8_t* src = codes + (inside ? feature : 0) * row_bytes + j * 32 + (index & 1) * 16;
-        cuda::cp_async_16(w_area + index * 16, src, inside ? 16u : 0u);
-      }
-    }
-  }
-  // ---- the warp-specialized block (wgmma_ws.cuh): 64 bytes a feature a 128-k tile ----
   // Chunk c (16 bytes, k 32c..32c+31) of feature n0 + f -> w_area + 64 f + 16 c, chunk index 4 f + c = lane + 32 r
   // over rounds r (8 features a round); features past N and, in a half tile, chunks 2 and 3 zero-filled.
   template <int kFeatures>
@@ -178,34 +146,8 @@ struct NibbleWeights {
 #pragma unroll
       for (int v = 0; v < kAcc; ++v) acc[slab][v] *= unscale;
   }
-  template <int SLABS>
-  __device__ __forceinline__ void expand(const uint8_t* w_lane, int t, uint32_t (&a)[SLABS][4][4]) const {
-    const uint32_t gather = apot_frag::gather_selector(t);
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab) {
-      const uint8_t* row_g = w_lane + 64 * slab * 32;
-      const uint4 g0 = *reinterpret_cast<const uint4*>(row_g), g1 = *reinterpret_cast<const uint4*>(row_g + 16);
-      const uint4 h0 = *reinterpret_cast<const uint4*>(row_g + 8 * 32);
-      const uint4 h1 = *reinterpret_cast<const uint4*>(row_g + 8 * 32 + 16);
-      apot_frag::step_registers(g0.x, g0.y, h0.x, h0.y, gather, table, a[slab][0]);  // k 0..15
-      apot_frag::step_registers(g0.z, g0.w, h0.z, h0.w, gather, table, a[slab][1]);  // k 16..31
-      apot_frag::step_registers(g1.x, g1.y, h1.x, h1.y, gather, table, a[slab][2]);  // k 32..47
-      apot_frag::step_registers(g1.z, g1.w, h1.z, h1.w, gather, table, a[slab][3]);  // k 48..63
-    }
-  }
 #endif
 };
-
-template <typename T, int BN, int WGS, int SLABS>
-__global__ void __launch_bounds__(128 * WGS, 1)
-    apot_wgmma_kernel(const T* __restrict__ x, NibbleCodes w, int m_rows, int n_rows, int k, int slices, Epilogue ep,
-                      T* __restrict__ out) {
-#if BC_WGMMA_ENABLED
-  cuda::wgmma_rs_block<T, BN, WGS, SLABS>(x, w.codes, NibbleWeights<T>(w), m_rows, n_rows, k, slices, ep, out);
-#else
-  __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
-#endif
-}
 
 template <typename T, int BN>  // one 64-feature slab a consumer warpgroup
 __global__ void __launch_bounds__(384, 1)
@@ -229,8 +171,8 @@ cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, in
       x, w, 0, m, n, k, ep, out, sm_count, slices, stream);
 }
 
-// The warp-specialized kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel,
-// and (128, 2) spills with the tile's codes in registers): as asked, else one row block of 32 rows up to M = 32, of
+// The kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel of then, and
+// (128, 2) spills with the tile's codes in registers): as asked, else one row block of 32 rows up to M = 32, of
 // 64 up to 64, (128, 1) up to M = 128, then wgmma_ws.cuh's cost model (one launch or two, each on (128, 1), (192, 1) or (256, 1); kNibbleBlockTimes). H200, N = K = 8192 bf16,
 // apot4, graph us (2026-12-04): M = 32 (32, 1) against the all-threads kernel (pending/small_m_tiles2.sweep) 35.6 /
 // 41.0, 4096 x 11008 46.1 / 52.3, 11008 x 4096 34.7 / 40.0, 28672 x 8192 130.6 / 150.0, 4096^2 19.8 / 22.6; M = 64
@@ -270,26 +212,6 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
   return cudaErrorInvalidValue;  // a tile that is not instantiated
 }
 
-template <typename T>
-cudaError_t dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
-                     int sm_count, const WgmmaTuning& tuning, cudaStream_t stream) {
-  if (tuning.kernel == 3 || tuning.kernel == 0) {
-    return ws_dispatch(x, w, m, n, k, ep, out, sm_count, tuning, stream);
-  }
-  if (tuning.kernel != 0 && tuning.kernel != 2) return cudaErrorInvalidValue;
-  const int rows = tuning.rows != 0 ? tuning.rows : (m <= 64 ? 64 : (m <= 128 ? 128 : 256));
-#define BC_CASE(BN)                                                                                               \
-  if (rows == BN)                                                                                                 \
-    return cuda::wgmma_rs_launch<WgmmaShape<BN, 2, 1, 32>, apot_wgmma_kernel<T, BN, 2, 1>>(x, w, m, n, k, ep, out, \
-                                                                                         sm_count, tuning.slices, \
-                                                                                         stream);
-  BC_CASE(64)
-  BC_CASE(128)
-  BC_CASE(256)
-#undef BC_CASE
-  return cudaErrorInvalidValue;  // a tile that is not instantiated
-}
-
 }  // namespace
 
 // apot_ops.cpp calls this for bf16 / fp16 x with kSmallBatchRows < M <= kWgmmaMaxRows and bits <= 4; on
@@ -311,17 +233,18 @@ cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, 
   if (device.major != 9 || device.minor != 0) return cudaErrorNotSupported;  // sm_90a code runs on 9.0 only
   if (m == 0 || n == 0) return cudaSuccess;
   const WgmmaTuning chosen = tuning != nullptr ? *tuning : WgmmaTuning{};
+  if (chosen.kernel != 0 && chosen.kernel != 3) return cudaErrorInvalidValue;  // 3: forced (2 was the all-threads kernel)
   Epilogue ep;
   ep.scale = alpha;
   ep.scale_count = alpha != nullptr ? alpha_count : 0;
   ep.bias = bias;
   const NibbleCodes w{w_packed, code_values, bits};
   if (x_type == FloatType::kBFloat16) {
-    return dispatch(static_cast<const __nv_bfloat16*>(x), w, m, n, k, ep, static_cast<__nv_bfloat16*>(y),
-                    device.sm_count, chosen, stream);
+    return ws_dispatch(static_cast<const __nv_bfloat16*>(x), w, m, n, k, ep, static_cast<__nv_bfloat16*>(y),
+                       device.sm_count, chosen, stream);
   }
-  return dispatch(static_cast<const __half*>(x), w, m, n, k, ep, static_cast<__half*>(y), device.sm_count, chosen,
-                  stream);
+  return ws_dispatch(static_cast<const __half*>(x), w, m, n, k, ep, static_cast<__half*>(y), device.sm_count, chosen,
+                     stream);
 }
 
 }  // namespace apot

@@ -135,19 +135,16 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 // tuning (null: chosen from the shape) lets the kernel harness (benchmarks/kernels) force a kernel and sweep its launch.
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block; 0: from M. Pass kernel: 8, 16 or 32 (fp32 x: 8 or 16); wgmma kernel:
-                          //   64, 128 or 256, warp-specialized wgmma kernel also 32 and 192 (the wgmma N; then warpgroups and
-                          //   slabs too)
+                          //   32, 64, 128, 192 or 256 (the wgmma N; then slabs too)
   int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
                           //   8 / (M + 1) for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
                           //   the device cannot co-schedule falls back to a smaller one
-  int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 2 the wgmma
-                   //   kernel (cudaErrorNotSupported where it does not apply, as for fp32 x), 3 the warp-specialized
-                   //   wgmma kernel (the same refusals; tiles (rows, slabs) (32,1) (32,2) (64,1) (64,2) (128,1) (128,2)
-                   //   (192,1) (256,1), warpgroups 0 or 2; kernel 0 takes it from M = 17)
-  int warpgroups = 0;  // wgmma kernel: warpgroups a block, each of 128 threads (0: 2)
-  int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (0: 1); features a block = 64 * slabs * warpgroups
-                       //   (tiles (rows, warpgroups, slabs): (64,2,1) (128,2,1) (128,2,2) (256,2,1); others:
-                       //   cudaErrorInvalidValue)
+  int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 3 the (warp-
+                   //   specialized) wgmma kernel (cudaErrorNotSupported where it does not apply, as for fp32 x; kernel
+                   //   0 takes it from M = 17); 2, the all-threads wgmma kernel, was deleted (cudaErrorInvalidValue)
+  int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (two warpgroups), features a block = 128 * slabs;
+                       //   tiles (rows, slabs) (32,1) (32,2) (64,1) (64,2) (128,1) (128,2) (192,1) (256,1); others:
+                       //   cudaErrorInvalidValue
   int remainder = 0;   // kernel 0: -1 never splits off the last rows of M > 256 (binary_weight_linear.cu: remainder)
   int split = 0;       // bit-plane kernel (bf16/fp16 x, M <= 4): warps a 16-row tile, 1, 2 or 4 (at M = 4 it also
                        //   takes K <= 4096 to bit planes); 0: by the shape

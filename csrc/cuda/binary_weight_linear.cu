@@ -1271,7 +1271,7 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
                                        n_rows, k, tail, static_cast<char*>(out) + head * n_rows * element,
                                        workspace, workspace_bytes, stream, &whole);
   }
-  const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the warp-specialized wgmma kernel
+  const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the wgmma kernel; 2 (deleted): refused there
   if (forced_wgmma || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {
     const cudaError_t result =
         launch_binary_weight_wgmma(x, type, w_bits, m_rows, n_rows, k, epilogue, out, sm_count, chosen, stream);

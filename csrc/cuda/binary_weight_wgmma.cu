@@ -4,46 +4,33 @@
 // y[m][n] = sum_k x[m][k] * s(w[n][k]), then the Epilogue; fp32 accumulation, output of x's type. Needs k % 64 == 0,
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
-// The op runs binary_weight_wgmma_ws_kernel (warp-specialized: TMA and an mbarrier ring; wgmma_ws.cuh's block, its
-// comment block further down) at every M it sends here (wgmma_dispatch): since 2026-12-04 it beats the all-threads
-// binary_weight_wgmma_kernel (below; wgmma_rs.cuh's block) at M = 17..64 too, on 32- and 64-row tiles. The
-// all-threads kernel runs only where WeightLinearTuning kernel = 2 forces it: it goes with apot's all-threads kernel
-// (the same block), once the warp-specialized tiles take apot's M = 17..64 as well (benchmarks/NOTES.md).
+// One kernel, binary_weight_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp with TMA for x
+// and cp.async for W, an mbarrier ring of 128-k stages, two consumer warpgroups; its header is the pipeline) with
+// SignWeights below; the tile (rows of x, 64-feature slabs a warpgroup) and the launches by wgmma_ws_dispatch.
+// (An all-threads kernel, every thread copying into a cp.async ring, served M = 17..128 until 2026-12-04; the
+// warp-specialized block on 32- and 64-row tiles beat it at every shape measured, and it was deleted.)
 //
 // ---- Roles of the operands -----------------------------------------------------------------------------------
 // wgmma.mma_async.m64nNk16 computes D[64][N] += A[64][16] * B[16][N]. Here
 //   A = 64 output features (rows of W) x 16 k, expanded from the sign bits in registers (the RS form: A from
 //       registers, the only form that needs no shared-memory copy of the expanded weights),
-//   B = BN rows of x (N = BN = 64, 128 or 256) x 16 k, from shared memory through a matrix descriptor,
+//   B = BN rows of x (N = BN = 32, 64, 128, 192 or 256) x 16 k, from shared memory through a matrix descriptor,
 //   D = features x rows of x: thread-private fp32 accumulators, written out transposed (y is [rows][features]).
-//
-// ---- Block tile ----------------------------------------------------------------------------------------------
-// Template <T, BN, WGS, SLABS>: WGS warpgroups (128 threads each) of SLABS 64-feature slabs each, so a block owns
-// FEAT = 64 * SLABS * WGS features and BN rows of x, and walks K in 64-k tiles (one 128-byte swizzle row of x).
-// Warpgroup wg, slab s owns features n0 + 64 (SLABS wg + s) + [0, 64); within it warp w (of the warpgroup) rows
-// 16w..16w+15 (the fragment layout). Accumulators: SLABS x BN / 2 floats a thread (SLABS * BN <= 256).
+// Block tile (rows BN, slabs SLABS): two consumer warpgroups of SLABS 64-feature slabs each, so a block owns
+// FEAT = 128 * SLABS features and BN rows of x; warpgroup wg, slab s owns features n0 + 64 (SLABS wg + s) + [0, 64),
+// within it warp w rows 16w..16w+15 (the fragment layout). Accumulators: SLABS x BN / 2 floats a thread.
 // Grid: x = feature blocks * slices (a cluster of `slices` blocks splits K, reduced through DSMEM), y = row blocks.
-// Tile from M (wgmma_dispatch): M <= 64 (64,2,1), M <= 128 (128,2,1), else (256,2,1); (128,2,2) is instantiated
-// for sweeps (WeightLinearTuning). H200, us per call in a rotating CUDA graph, N = K = 8192 bf16, 2026-12-01:
-//   M         16    32    64   128   192   256   384   512  1024
-//   (64,2,1)  30.5  31.6  31.7  57.7  99.5  99.8  150   195   382
-//   (128,2,1) 41.6  41.7  42.6  44.3  81.5  81.7  162   161   320
-//   (128,2,2) 78.8  80.6  84.3  90.5  79.5  80.0  148   149   295
-//   (256,2,1) 65.2  65.5  67.6  70.6  72.1  68.6  134   127   253
-//   cuBLAS    33.0  34.0  37.5  37.5  43.2  49.0  70.3  88.8  178.6   (bf16 F.linear on the dense weight)
-// N = 4096, K = 11008, M = 128: (64,2,1) 37.9, (128,2,1) 60.8, (128,2,2) 75.2, cuBLAS 30.7.
 //
 // ---- B (x) in shared memory: K-major, 128-byte swizzle -------------------------------------------------------
-// A stage holds the x tile [BN rows][64 k] (bf16/fp16: 128 bytes a row) at a 1024-byte aligned address:
+// A stage holds two TMA boxes of x, [BN rows][64 k] each (bf16/fp16: 128 bytes a row), at 1024-byte aligned
+// addresses (CU_TENSOR_MAP_SWIZZLE_128B; rows past M zero-filled):
 //   row r, 16-byte chunk c (k 8c..8c+7) at  r * 128 + ((c ^ (r & 7)) * 16)
 // i.e. 8-row x 128-byte swizzle atoms (1024 bytes) stacked along N; a core matrix (8 rows x 16 bytes) is chunk c of
 // 8 consecutive rows. Descriptor (PTX "matrix descriptor"): start address >> 4 in bits 0-13, leading byte offset
 // (LBO) >> 4 in 16-29 = 1 (unused for swizzled K-major layouts), stride byte offset (SBO) >> 4 in 32-45 = 1024 >> 4
-// (the next 8 rows), base offset 0 (atoms 1024-aligned), bits 62-63 = 1 (128-byte swizzle). k16 step kk of the
-// tile starts at stage + 32 kk (the hardware XORs address bits 4-6 with bits 7-9, which is the store pattern
-// above). imm-trans-b = 0 (B K-major). The x copy: cp.async 16-byte chunks (cg), rows past M zero-filled.
-// After the stage there are FEAT x 8 bytes of W: feature f's two words of the tile (k 0..31, 32..63) at f * 8
-// (cp.async 8-byte copies, ca; features past N zero-filled: their outputs are not written).
+// (the next 8 rows), base offset 0 (atoms 1024-aligned), bits 62-63 = 1 (128-byte swizzle). k16 step kk of a box
+// starts at box + 32 kk (the hardware XORs address bits 4-6 with bits 7-9, which is the layout above). imm-trans-b =
+// 0 (B K-major). After the boxes there are FEAT x 16 bytes of W: feature f's four words of the 128-k tile at f * 16.
 //
 // ---- A (W) fragment: k natural, 3 ops a register (csrc/cuda/wgmma_fragment.cuh, checked on the host by
 // benchmarks/kernels/wgmma_fragment_check.cpp) ------------------------------------------------------------------
@@ -51,43 +38,19 @@
 // k 2t,2t+1 / 8+2t,8+2t+1 of the k16 step, reg1/reg3 the same for row g + 8 (as mma.sync m16n8k16's A). Word q of
 // a row (k 32q..32q+31 of the tile) gives k16 steps 2q and 2q + 1; chunk c of the word (bits 8c..8c+7) is
 // reg0/reg1 (c even) or reg2/reg3 (c odd) of step 2q + (c >> 1). The x layout is natural k, so no permutation.
-// A lane reads its 4 words of a slab (rows g, g+8 x words 0, 1) with two 8-byte LDS of the stage's W.
-//
-// ---- Pipeline (all threads copy, all warpgroups compute; no warp specialization yet) ---------------------------
-// STAGES-deep ring, one cp.async group per tile (empty groups past the end keep the count uniform). Tile i:
-//   1. cp.async.wait_group(STAGES - 3): this thread's copies of tile i have landed
-//   2. fence.proxy.async.shared::cta (generic-proxy writes -> visible to wgmma's async proxy), __syncthreads:
-//      everyone's copies of tile i are visible, and every warpgroup has passed step 6 of tile i - 1, so the
-//      wgmmas of tile i - 2 are complete
-//   3. cp.async tile i + STAGES - 2 into stage (i - 2) % STAGES (free by 2.); commit
-//   4. LDS the W words of tile i, expand into A register set i % 2 (set (i - 1) % 2 belongs to the in-flight tile)
-//   5. wgmma.fence; 4 k16 steps x SLABS wgmma.mma_async (RS); wgmma.commit_group
-//   6. wgmma.wait_group(1): tile i - 1 complete (tile i stays in flight while tile i + 1 is prepared)
-// After the loop: wait_group(0), cp.async drain,
-// __syncthreads, accumulators -> partial[BN][FEAT + 4] fp32 in shared memory (aliasing the ring; + 4 floats a row:
-// conflict-free fragment stores), then each block of the cluster sums its share of the tile over the cluster's
-// ranks in rank order (deterministic), applies the Epilogue and writes y with 16-byte stores (8 features) where
-// N % 8 == 0 and y is 16-byte aligned, else element by element. Rows past M / features past N are not written.
-//
-// ---- Costs (per SM, H200 ~2048 bf16 MAC/clk) ------------------------------------------------------------------
-// m64nBNk16 holds the tensor pipe BN / 2 clk. A tile of a slab: 4 wgmma = 2 BN clk; its expansion ~16 registers x
-// 3 ops + 4 shifts + 2 LDS ~ 55 instructions a warp, on one SM sub-partition: ~20% of the issue slots at BN = 128.
-// x re-reads from L2: (N / FEAT) * M * K * 2 bytes; at M = 128, N = K = 8192: 64 MiB for FEAT = 256, 128 MiB for
-// FEAT = 128: at ~6 TB/s of L2 that alone is 11 / 22 us (measured all the same: (128,2,1) 44.3 us there, (128,2,2)
-// 90.5, so these re-reads are not what bounds the kernel yet).
-// Shared memory per tile: x writes BN * 128 bytes (amortized over FEAT features), wgmma B reads 64 B/clk.
+// A lane reads its 4 words of a row of a slab (rows g, g + 8) with one LDS.128 each.
 //
 // ---- Checking a change ------------------------------------------------------------------------------------------
-// 0. Without a GPU: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc -Xptxas -v -c
-//    csrc/cuda/binary_weight_wgmma.cu -o x.o: no spills and no C7510 / C7513 ("wgmma serialized") line; then
+// 0. Without a GPU: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -DBITCOMPILE_SM90A=1 -I csrc -Xptxas
+//    -v -c csrc/cuda/binary_weight_wgmma.cu -o x.o: no spills and no C7510 / C7513 ("wgmma serialized") line; then
 //    cuobjdump -sass x.o > x.sass && python3 benchmarks/kernels/hgmma_a_check.py x.sass: "ok" for every kernel (no
 //    write to the A registers of an in-flight HGMMA); benchmarks/kernels/wgmma_fragment_check.cpp checks the A
 //    fragment expansion on the host.
-// 1. H200: harness --sweep benchmarks/kernels/w1a16_wgmma.sweep (one block and one 64-k tile first, then the ring
-//    wrapping, split K, odd M and N, fp16, the refusals, a planted error). A wrong output with structure (it depends
-//    on the feature index mod 16 or the x row mod 8) is the fragment / swizzle layout (x one-hot in k shows which
-//    (feature, k) each output picked up); NaN or garbage that changes from run to run is the pipeline: build with
-//    -DWGMMA_SERIALIZE=1, and if that fixes it, a race.
+// 1. H200: harness --sweep benchmarks/kernels/w1a16_wgmma.sweep (one block and one 128-k tile first, then the half
+//    tile, the ring wrapping, split K, multicast pairs, odd M and N, fp16, the refusals, a planted error). A wrong
+//    output with structure (it depends on the feature index mod 16 or the x row mod 8) is the fragment / swizzle
+//    layout (x one-hot in k shows which (feature, k) each output picked up); NaN or garbage that changes from run to
+//    run is the pipeline: build with -DWGMMA_SERIALIZE=1, and if that fixes it, a race.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -107,29 +70,14 @@ namespace bitcompile {
 namespace cuda {
 namespace {
 
-// Sign bits as the Weights of wgmma_rs_block: two words (k 0..63) a feature a tile, 8-byte cp.async copies;
-// A by wgmma_fragment.cuh (the header's "A (W) fragment").
+// Sign bits as the Weights of wgmma_ws_block: four words (k 0..127) a feature a stage; A by wgmma_fragment.cuh (the
+// header's "A (W) fragment").
 template <typename T>
 struct SignWeights {
   using Word = uint32_t;
-  static constexpr int kTileBytes = 8;     // a 64-k tile (wgmma_rs.cuh)
-  static constexpr int kWsTileBytes = 16;  // a 128-k tile (wgmma_ws.cuh)
+  static constexpr int kWsTileBytes = 16;  // a 128-k tile
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 32; }
 #if BC_WGMMA_ENABLED
-  template <int kFeatures, int kThreads>
-  __device__ __forceinline__ void load(const uint32_t* __restrict__ w_bits, int64_t words, uint32_t w_area, int j,
-                                       int64_t n0, int n_rows, int tid) const {
-#pragma unroll
-    for (int i = 0; i < (kFeatures + kThreads - 1) / kThreads; ++i) {
-      const int f = i * kThreads + tid;
-      if (kFeatures % kThreads == 0 || f < kFeatures) {
-        const int64_t feature = n0 + f;
-        const bool inside = feature < n_rows;
-        const uint32_t* src = w_bits + (inside ? feature : 0) * words + j * 2;
-        cp_async_8(w_area + f * 8, src, inside ? 8u : 0u);
-      }
-    }
-  }
   template <int SLABS, int kAcc>
   __device__ __forceinline__ void finish(float (&)[SLABS][kAcc]) const {}  // +-1 needs no scale
   // ---- the warp-specialized block (wgmma_ws.cuh) ----
@@ -186,49 +134,12 @@ struct SignWeights {
       }
     }
   }
-  template <int SLABS>
-  __device__ __forceinline__ void expand(const uint8_t* w_lane, int t, uint32_t (&a)[SLABS][4][4]) const {
-    constexpr uint32_t minus_one =
-        std::is_same<T, __half>::value ? wgmma_frag::kMinusOneF16 : wgmma_frag::kMinusOneBf16;
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab) {
-      const uint2 row_g = *reinterpret_cast<const uint2*>(w_lane + 64 * slab * 8);
-      const uint2 row_g8 = *reinterpret_cast<const uint2*>(w_lane + (64 * slab + 8) * 8);
-      const uint32_t lo_g0 = wgmma_frag::split_lo(row_g.x, t), hi_g0 = wgmma_frag::split_hi(row_g.x, t);
-      const uint32_t lo_g1 = wgmma_frag::split_lo(row_g.y, t), hi_g1 = wgmma_frag::split_hi(row_g.y, t);
-      const uint32_t lo_h0 = wgmma_frag::split_lo(row_g8.x, t), hi_h0 = wgmma_frag::split_hi(row_g8.x, t);
-      const uint32_t lo_h1 = wgmma_frag::split_lo(row_g8.y, t), hi_h1 = wgmma_frag::split_hi(row_g8.y, t);
-      wgmma_frag::step_registers<0>(lo_g0, hi_g0, lo_h0, hi_h0, minus_one, a[slab][0]);  // k 0..15
-      wgmma_frag::step_registers<1>(lo_g0, hi_g0, lo_h0, hi_h0, minus_one, a[slab][1]);  // k 16..31
-      wgmma_frag::step_registers<0>(lo_g1, hi_g1, lo_h1, hi_h1, minus_one, a[slab][2]);  // k 32..47
-      wgmma_frag::step_registers<1>(lo_g1, hi_g1, lo_h1, hi_h1, minus_one, a[slab][3]);  // k 48..63
-    }
-  }
 #endif
 };
 
-template <typename T, int BN, int WGS, int SLABS>
-__global__ void __launch_bounds__(128 * WGS, 1)
-    binary_weight_wgmma_kernel(const T* __restrict__ x, const uint32_t* __restrict__ w_bits, int m_rows, int n_rows,
-                               int k, int slices, Epilogue ep, T* __restrict__ out) {
-#if BC_WGMMA_ENABLED
-  wgmma_rs_block<T, BN, WGS, SLABS>(x, w_bits, SignWeights<T>{}, m_rows, n_rows, k, slices, ep, out);
-#else
-  __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
-#endif
-}
-
-template <typename T, int BN, int WGS, int SLABS>
-cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
-                         const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
-  return wgmma_rs_launch<WgmmaShape<BN, WGS, SLABS>, binary_weight_wgmma_kernel<T, BN, WGS, SLABS>>(
-      x, w_bits, m_rows, n_rows, k, ep, out, sm_count, slices_wanted, stream);
-}
-
-
 // ================================================================================================================
-// The warp-specialized kernel (binary_weight_wgmma_ws_kernel: the op's from M = 17; WeightLinearTuning kernel = 3
-// forces it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and cp.async for W, an
+// The kernel (binary_weight_wgmma_ws_kernel; WeightLinearTuning kernel = 3 forces it where kernel 0 would not take
+// it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and cp.async for W, an
 // mbarrier ring of 128-k stages, two consumer warpgroups) with SignWeights: the tile's 4 words a feature (16 bytes
 // at f * 16; one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned, else two 8-byte ones), a consumer
 // lane's rows g and g + 8 of each slab by LDS.128 when the tile is full (k 0..127), k16 step kk = half kk & 1 of
@@ -236,8 +147,7 @@ cudaError_t wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int
 // (256, 1) R183. Stages: (64, 2) 20 KiB x 8, (128, 1) 34 KiB x 6, (128, 2) 36 KiB x 6, (256, 1) 66 KiB x 3.
 // L2 -> SM bytes a stage: x 2 * BN * 128 and W FEAT * 16 (32 with the unused half of each 32-byte sector): (128, 2)
 // 32 + 8 KiB per 2048 clk = 20 B/clk an SM, 5.2 TB/s over 132 SMs at 1.98 GHz at the full tensor rate; (256, 1)
-// 64 + 4 KiB, 34 B/clk. (The all-threads kernel at (256, 2, 1): 33 KiB per 1024 clk, 8.5 TB/s, far above what it
-// reached: 253 us at M = 1024.) Hence FEAT = 256 for every M: x re-reads from L2 = (N / FEAT) * M * K * 2.
+// 64 + 4 KiB, 34 B/clk; x re-reads from L2 = (N / FEAT) * M * K * 2.
 // ================================================================================================================
 template <typename T, int BN, int SLABS, int MC>
 __global__ void __launch_bounds__(384, 1)
@@ -282,24 +192,28 @@ constexpr WsBlockTimes kSignBlockTimes{1.23, 1.59};
 // (64, 1) x 2 24.1, 28672 x 8192 M = 32 (32, 2) x 1 63.6, M = 64 (64, 2) x 1 73.1.
 constexpr WsSmallTimes kSignSmallTimes{0.80, 1.35, 0.90, 1.50};
 
-// Tiles (rows, slabs) of the warp-specialized kernel (always 2 consumer warpgroups): (32, 1) (32, 2) (64, 1) (64, 2)
-// (128, 1) (128, 2) (192, 1) (256, 1). From M: one row block of 32 or 64 rows up to M = 64, 1 or 2 slabs by
-// ws_small_slabs (kSignSmallTimes), then wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on
-// (128, 1), (192, 1) or (256, 1) (ws_rows_by_cost). M = 17..64, graph us, op before (the all-threads kernel) / after
-// (pending/w1a16_small_tiles.sweep, 2026-12-04), M = 32: 8192^2 31.3 / 21.6, 4096 x 11008 35.6 / 25.9, 11008 x 4096
-// 26.8 / 19.8, 28672 x 8192 100.4 / 63.6, 4096^2 17.1 / 12.8; M = 64 8192^2 31.4 / 24.1, 28672 x 8192 100.9 / 73.1. H200, N = K = 8192 bf16, us in a rotating graph (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 /
-// 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8 against (128, 1) 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1)
-// 154.3 / 162.2 against (256, 1) 167.2 / 169.3; 1024 (256, 1) 183.2 against (128, 1) 222.2. N = 4096 (2026-12-02,
-// the K split by cluster room): M = 192 / 256 (128, 1) x 2 slices 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and
-// x 4 (two waves) 41.0 / 43.9. (2026-12-04) M = 320 / 384 / 576 / 768 / 1152 (192, 1) 63.5 / 64.9 / 129.3 / 137.2 /
-// 219.3 against 98.1 / 82.7 / 156.0 / 155.1 / 259.0 on (256, 1) or (128, 1); 11008 x 4096 M = 384 47.3 against 67.4.
+// Tiles (rows, slabs) of the kernel (always 2 consumer warpgroups): (32, 1) (32, 2) (64, 1) (64, 2) (128, 1) (128, 2)
+// (192, 1) (256, 1). From M: one row block of 32 or 64 rows up to M = 64, 1 or 2 slabs by ws_small_slabs
+// (kSignSmallTimes), then wgmma_ws.cuh's cost model: one launch or two (ws_split_head), each on (128, 1), (192, 1) or
+// (256, 1) (ws_rows_by_cost). H200, bf16, us in a rotating graph:
+// - M = 17..64 (2026-12-04, pending/w1a16_small_tiles.sweep), the deleted all-threads kernel / this tiling, M = 32:
+//   8192^2 31.3 / 21.6, 4096 x 11008 35.6 / 25.9, 11008 x 4096 26.8 / 19.8, 28672 x 8192 100.4 / 63.6, 4096^2 17.1 /
+//   12.8; M = 64: 8192^2 31.4 / 24.1, 28672 x 8192 100.9 / 73.1.
+// - M = 96 / 128 (2026-12-04, pending/w1a16_mid_m.sweep), the all-threads kernel / (128, 1): 8192^2 43.3 / 29.4,
+//   44.3 / 30.0; 4096 x 11008 55.0 / 37.2, 55.3 / 37.7; 11008 x 4096 41.9 / 28.1, 42.5 / 28.4; 28672 x 8192 159.5 /
+//   102.7, 162.0 / 103.6; 4096^2 23.8 / 17.3, 24.5 / 17.7.
+// - N = K = 8192 (2026-12-01): M = 129 (128, 2) 56.1; 192 / 256 / 384 / 512 (256, 1) 45.9 / 47.5 / 83.5 / 83.8
+//   against (128, 1) 51.4 / 51.6 / 102.8 / 101.7; 640 / 768 (128, 1) 154.3 / 162.2 against (256, 1) 167.2 / 169.3;
+//   1024 (256, 1) 183.2 against (128, 1) 222.2. N = 4096 (2026-12-02, the K split by cluster room): M = 192 / 256
+//   (128, 1) x 2 slices 21.8 / 22.2 against (256, 1) x 2 31.4 / 32.7 and x 4 (two waves) 41.0 / 43.9. (2026-12-04)
+//   M = 320 / 384 / 576 / 768 / 1152 (192, 1) 63.5 / 64.9 / 129.3 / 137.2 / 219.3 against 98.1 / 82.7 / 156.0 /
+//   155.1 / 259.0 on (256, 1) or (128, 1); 11008 x 4096 M = 384 47.3 against 67.4.
 // Multicast pairs (tuning.multicast; 0: where the K split would be 1) for (128, 2) only, the tile that multicast = 2
 // then takes at any M; a pair the device refuses falls back to one block a feature block.
 template <typename T>
 cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
                               T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
   int rows = tuning.rows_per_pass, slabs = tuning.slabs;
-  if (tuning.warpgroups != 0 && tuning.warpgroups != 2) return cudaErrorInvalidValue;
   if (tuning.multicast < 0 || tuning.multicast > 2) return cudaErrorInvalidValue;
   if (rows == 0) {
     if (tuning.multicast == 2) {  // forced pairs: the one tile they are instantiated for, whatever M
@@ -362,35 +276,6 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
   return cudaErrorInvalidValue;  // a tile that is not instantiated
 }
 
-template <typename T>
-cudaError_t wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int64_t n, int64_t k, const Epilogue& ep,
-                           T* out, int sm_count, const WeightLinearTuning& tuning, cudaStream_t stream) {
-  // The op's choice (kernel 0): the warp-specialized kernel at every M. H200, bf16, graph us (2026-12-04,
-  // pending/w1a16_mid_m.sweep), this kernel / the warp-specialized (128, 1) at M = 96 and 128: 8192^2 43.3 / 29.4,
-  // 44.3 / 30.0; 4096 x 11008 55.0 / 37.2, 55.3 / 37.7; 11008 x 4096 41.9 / 28.1, 42.5 / 28.4; 28672 x 8192 159.5 /
-  // 102.7, 162.0 / 103.6; 4096^2 23.8 / 17.3, 24.5 / 17.7; M = 17..64 above wgmma_ws_dispatch.
-  if (tuning.kernel == 3 || tuning.kernel == 0) {
-    return wgmma_ws_dispatch(x, w_bits, m, n, k, ep, out, sm_count, tuning, stream);
-  }
-  int rows = tuning.rows_per_pass, wgs = tuning.warpgroups, slabs = tuning.slabs;
-  if (rows == 0) {  // the tile from M (the table in the header)
-    rows = m <= 64 ? 64 : (m <= 128 ? 128 : 256);
-    wgs = 2;
-    slabs = 1;
-  }
-  if (wgs == 0) wgs = 2;
-  if (slabs == 0) slabs = 1;
-#define BC_CASE(BN, WGS, SLABS)                   \
-  if (rows == BN && wgs == WGS && slabs == SLABS) \
-    return wgmma_launch<T, BN, WGS, SLABS>(x, w_bits, m, n, k, ep, out, sm_count, tuning.slices, stream);
-  BC_CASE(64, 2, 1)
-  BC_CASE(128, 2, 1)
-  BC_CASE(128, 2, 2)
-  BC_CASE(256, 2, 1)
-#undef BC_CASE
-  return cudaErrorInvalidValue;  // a tile that is not instantiated
-}
-
 }  // namespace
 
 bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
@@ -431,12 +316,13 @@ cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint
   if ((reinterpret_cast<uintptr_t>(x) & 15u) != 0 || (reinterpret_cast<uintptr_t>(w_bits) & 7u) != 0 ||
       (reinterpret_cast<uintptr_t>(out) & 1u) != 0)
     return cudaErrorNotSupported;
+  if (tuning.kernel != 0 && tuning.kernel != 3) return cudaErrorInvalidValue;  // 3: forced (2 was the all-threads kernel)
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
   if (type == FloatType::kBFloat16) {
-    return wgmma_dispatch(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
+    return wgmma_ws_dispatch(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
                           static_cast<__nv_bfloat16*>(out), sm_count, tuning, stream);
   }
-  return wgmma_dispatch(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
+  return wgmma_ws_dispatch(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
                         sm_count, tuning, stream);
 }
 

@@ -1,15 +1,11 @@
-// The RS-form wgmma block of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits; apot_wgmma.cu: 4-bit APoT
-// codes): A = 64 output features x 16 k expanded into registers by a weight format, B = BN rows of x in shared memory
-// (128-byte swizzle, cp.async ring), fp32 accumulators, cluster split-K through DSMEM, the Epilogue. The design is
-// binary_weight_wgmma.cu's header comment; what differs between the kernels is the Weights policy of wgmma_rs_block:
-//   kTileBytes                                   bytes of one feature's weights in a 64-k tile (in the stage)
-//   Word                                         the element type of the weights in global memory (w)
-//   row_stride(k)                                Words a feature (a row of w)
-//   load<kFeatures, kThreads>(w, stride, w_area, j, n0, n_rows, tid)  this thread's cp.async copies of tile j
-//   expand<SLABS>(w_lane, t, a)                  the A registers a[slab][k16 step][4] of a tile from the stage;
-//                                                w_lane: this lane's row g of its first slab in the stage's W area
-// Also here: the RS wgmma wrappers, the cp.async helpers, store_accumulators / finish_tile (shared with the
-// warp-specialized kernel), the K split and a generic launcher. Torch-free.
+// The RS-form wgmma pieces of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits; apot_wgmma.cu: 4-bit APoT
+// codes), under wgmma_ws.cuh's warp-specialized block: the RS wgmma wrappers (A = 64 output features x 16 k in
+// registers, B = BN rows of x in shared memory through a 128-byte-swizzle descriptor, fp32 D), the cp.async helpers,
+// the end of a block (store_accumulators, finish_tile: the fp32 tile, cluster split-K through DSMEM, the Epilogue)
+// and the K split (split_k_slices, prepare_wgmma_launch). The operands' roles and layouts are binary_weight_wgmma.cu's
+// header comment. (Until 2026-12-04 an all-threads block lived here too, a cp.async ring that every thread fed; the
+// warp-specialized block beat it at every M the ops send to wgmma, and it was deleted: benchmarks/NOTES.md.)
+// Torch-free.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -23,8 +19,8 @@
 #include "device_common.cuh"
 #include "wgmma_common.cuh"
 
-// WGMMA_SERIALIZE=1 (debug builds): wgmma.wait_group(0) + __syncthreads after every tile, i.e. no overlap of
-// tiles: a result that changes with it points at the pipeline (a race), not at the fragment / swizzle layout.
+// WGMMA_SERIALIZE=1 (debug builds): wgmma_ws.cuh's consumers keep no wgmma step in flight while the next is expanded:
+// a result that changes with it points at the pipeline (a race), not at the fragment / swizzle layout.
 #ifndef WGMMA_SERIALIZE
 #define WGMMA_SERIALIZE 0
 #endif
@@ -97,7 +93,7 @@ __device__ __forceinline__ void cp_async_wait() {
 #endif  // BC_WGMMA_ENABLED
 
 #if BC_WGMMA_ENABLED
-// The end of a block (both kernels), in two parts.
+// The end of a block, in two parts.
 // store_accumulators: a consumer thread's accumulators (warpgroup wg's SLABS slabs of 64 features x BN rows, the
 // wgmma D fragment) -> the fp32 tile partial[BN][kStride] in shared memory. The caller has made `partial` free (no
 // wgmma or copy still reading or writing it).
@@ -183,155 +179,6 @@ __device__ __forceinline__ void finish_tile(const float* const partial, int tid,
 }
 #endif  // BC_WGMMA_ENABLED
 
-// The all-threads kernel's block: WGS warpgroups of SLABS 64-feature slabs, BN rows of x, kTileBytes of weights a
-// feature a 64-k tile (sign bits 8, nibble codes 32).
-template <int BN, int WGS, int SLABS, int kTileBytes = 8>
-struct WgmmaShape {
-  static constexpr int kThreads = 128 * WGS;
-  static constexpr int kFeatures = 64 * SLABS * WGS;            // features a block
-  static constexpr int kXBytes = BN * 128;                      // x tile: BN rows x 64 k x 2 bytes
-  static constexpr int kWBytes = kFeatures * kTileBytes;        // W tile
-  static constexpr int kStageBytes = (kXBytes + kWBytes + 1023) / 1024 * 1024;
-  static constexpr int kStagesFit = (200 * 1024) / kStageBytes;
-  static constexpr int kStages = kStagesFit > 12 ? 12 : kStagesFit;
-  static constexpr int kPartialStride = kFeatures + 4;          // floats a row of the fp32 tile (+4: no conflicts)
-  static constexpr int kPartialBytes = BN * kPartialStride * 4;
-  static constexpr int kRingBytes = kStages * kStageBytes;
-  static constexpr size_t kSmemBytes = (kRingBytes > kPartialBytes ? kRingBytes : kPartialBytes) + 1024;  // + align
-  static_assert(SLABS * BN <= 256, "accumulators: SLABS * BN / 2 registers a thread");
-  static_assert(kStages >= 4, "the ring needs tile i, i + 1 in flight and i - 2 draining");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory");
-};
-
-#if BC_WGMMA_ENABLED
-// The whole block of the all-threads kernel (binary_weight_wgmma.cu's header: "Pipeline"): the cp.async ring of x
-// tiles and weight tiles, A from weights.expand, RS wgmmas, then store_accumulators and finish_tile.
-template <typename T, int BN, int WGS, int SLABS, typename Weights>
-__device__ __forceinline__ void wgmma_rs_block(const T* __restrict__ x, const typename Weights::Word* __restrict__ w,
-                                               Weights weights, int m_rows, int n_rows, int k, int slices,
-                                               Epilogue ep, T* __restrict__ out) {
-  using Shape = WgmmaShape<BN, WGS, SLABS, Weights::kTileBytes>;
-  constexpr int kThreads = Shape::kThreads, kFeatures = Shape::kFeatures, kStages = Shape::kStages;
-  constexpr int kAcc = BN / 2;
-  extern __shared__ uint8_t smem_raw[];
-  // 1024-byte aligned ring (the swizzle atoms); the generic pointer and the shared address move together.
-  const uint32_t raw_address = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t ring_address = (raw_address + 1023u) & ~1023u;
-  uint8_t* const ring = smem_raw + (ring_address - raw_address);
-
-  const int tid = threadIdx.x;
-  const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t = lane & 3;
-  const int rank = static_cast<int>(blockIdx.x) % slices;       // the cluster is `slices` blocks along x
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x / slices) * kFeatures;
-  const int64_t m0 = static_cast<int64_t>(blockIdx.y) * BN;
-  const int64_t w_stride = Weights::row_stride(k);              // Words a row of w
-  const int total_tiles = k / 64;
-  const int per_slice = (total_tiles + slices - 1) / slices;
-  const int tile_begin = rank * per_slice;
-  const int tile_end = min(total_tiles, tile_begin + per_slice);
-  const int tiles = max(0, tile_end - tile_begin);
-
-  // Copies of tile j (absolute k tile) into stage s: x rows (16-byte chunks, swizzled), then the weights.
-  auto load_tile = [&](int j, int s) {
-    const uint32_t stage = ring_address + static_cast<uint32_t>(s * Shape::kStageBytes);
-#pragma unroll
-    for (int i = 0; i < (BN * 8 + kThreads - 1) / kThreads; ++i) {
-      const int index = i * kThreads + tid;
-      if (BN * 8 % kThreads == 0 || index < BN * 8) {
-        const int r = index >> 3, c = index & 7;
-        const int64_t row = m0 + r;
-        const bool inside = row < m_rows;
-        const T* src = x + (inside ? row : 0) * static_cast<int64_t>(k) + j * 64 + c * 8;
-        cp_async_16(stage + r * 128 + ((c ^ (r & 7)) << 4), src, inside ? 16u : 0u);
-      }
-    }
-    weights.template load<kFeatures, kThreads>(w, w_stride, stage + Shape::kXBytes, j, n0, n_rows, tid);
-  };
-
-  float acc[SLABS][kAcc];
-#pragma unroll
-  for (int s = 0; s < SLABS; ++s)
-#pragma unroll
-    for (int i = 0; i < kAcc; ++i) acc[s][i] = 0.f;
-
-  // Prologue: tiles 0 .. kStages - 3 in flight (one group each, empty past the end).
-#pragma unroll
-  for (int s = 0; s < kStages - 2; ++s) {
-    if (s < tiles) load_tile(tile_begin + s, s);
-    cp_async_commit();
-  }
-
-  // This lane's W rows within a stage's W area: feature 64 (SLABS wg + slab) + 16 warp + g (and + 8). The offset
-  // from a stage is taken once here: computed inside the tile step, ptxas redid it (and the ring alignment) every
-  // tile and the W1A16 all-threads kernel ran 5-7% slower (H200, eleventh session).
-  const int w_row = 64 * SLABS * wg + 16 * warp + g;
-  const uint8_t* const w_lane = ring + Shape::kXBytes + w_row * Weights::kTileBytes;
-  // Tile i: steps 1-6 of the header's pipeline; its A fragments into `a`.
-  auto tile_step = [&](int i, uint32_t (&a)[SLABS][4][4]) {
-    const int s = i % kStages;
-    cp_async_wait<kStages - 3>();  // this thread's copies of tile i
-    fence_proxy_async_shared();    // ... visible to the async proxy (wgmma)
-    __syncthreads();               // everyone's; and tile i - 2's wgmmas are complete in every warpgroup
-    if (i + kStages - 2 < tiles) load_tile(tile_begin + i + kStages - 2, (i + kStages - 2) % kStages);
-    cp_async_commit();
-
-    const uint32_t stage = ring_address + static_cast<uint32_t>(s * Shape::kStageBytes);
-    weights.template expand<SLABS>(w_lane + s * Shape::kStageBytes, t, a);
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-      for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int slab = 0; slab < SLABS; ++slab)
-        WgmmaRs<T, BN>::run(acc[slab], a[slab][kk], sw128_descriptor(stage + 32 * kk));
-    wgmma_commit();
-#pragma unroll
-    for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-      for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
-#if WGMMA_SERIALIZE
-    wgmma_wait<0>();
-    __syncthreads();
-#else
-    wgmma_wait<1>();
-#endif
-  };
-  // The A registers of tile i must not be written until a wait_group covering tile i's wgmmas (PTX ISA,
-  // wgmma.wait_group: "Accessing ... the input register containing the fragments of matrix A of a wgmma.mma_async
-  // instruction without first performing a wgmma.wait_group ... that waits on a wgmma-group including that
-  // wgmma.mma_async instruction is undefined behavior"). Tile i is still in flight (wait_group(1)) while tile i + 1
-  // expands its A, so consecutive tiles alternate between two register sets: a0 is rewritten only after the
-  // wait_group(1) that follows a1's commit, which completes a0's group. (One array declared inside a rolled loop is
-  // ONE set of PTX registers: ptxas gave no warning but the SASS rewrote the in-flight HGMMA's A registers, e.g.
-  // LDS.64 R56 / LOP3 R56.. of tile i + 1 before the DEPBAR that retires tile i's HGMMA ... R56.) With the two sets
-  // ptxas keeps them apart (the loop body has two A ranges, no C7510 / C7513, no added WARPGROUP.DEPBAR gsb0 0x0):
-  // check a build with benchmarks/kernels/hgmma_a_check.py.
-  uint32_t a0[SLABS][4][4], a1[SLABS][4][4];  // [slab][k16 step][register]
-  int i = 0;
-  for (; i + 1 < tiles; i += 2) {
-    tile_step(i, a0);
-    tile_step(i + 1, a1);
-  }
-  if (i < tiles) tile_step(i, a0);
-  wgmma_wait<0>();
-#pragma unroll
-  for (int slab = 0; slab < SLABS; ++slab)
-#pragma unroll
-    for (int v = 0; v < kAcc; ++v) fence_operand(acc[slab][v]);
-  weights.template finish<SLABS, kAcc>(acc);  // the weights' scale that the A registers left out (if any)
-  cp_async_wait<0>();
-  __syncthreads();  // every warpgroup's wgmmas and copies are done: the ring becomes the fp32 tile
-
-  float* const partial = reinterpret_cast<float*>(ring);
-  store_accumulators<BN, SLABS, Shape::kPartialStride>(partial, acc, wg, warp, g, t);
-  finish_tile<T, BN, kFeatures, kThreads, Shape::kPartialStride>(partial, tid, rank, slices, m0, n0, m_rows, n_rows, ep,
-                                                                  out);
-}
-#endif  // BC_WGMMA_ENABLED
-
 constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
 
 // Blocks in one wave of a grid of clusters of `size` blocks, one block an SM: the SMs, or fewer where clusters of
@@ -366,35 +213,6 @@ cudaError_t prepare_wgmma_launch(ClusterRoom& room) {
   static ClusterRoomCache rooms = {};
   room = cluster_room(kernel, Shape::kThreads, Shape::kSmemBytes, rooms);
   return cudaSuccess;
-}
-
-// Launches an all-threads kernel `kernel` (parameters x, w, m_rows, n_rows, k, slices, ep, out; its block Shape) over
-// ceil(N / FEAT) feature blocks x ceil(M / BN) row blocks, K split by split_k_slices (a cluster the device fits,
-// one wave by cluster_room; one block a feature block where a cluster is refused all the same).
-template <typename Shape, auto kernel, typename T, typename W>
-cudaError_t wgmma_rs_launch(const T* x, W w, int64_t m_rows, int64_t n_rows, int64_t k, const Epilogue& ep, T* out,
-                            int sm_count, int slices_wanted, cudaStream_t stream) {
-  constexpr int BN = Shape::kXBytes / 128;
-  const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
-  const int64_t row_blocks = ceil_div(m_rows, BN);
-  const int64_t total_tiles = k / 64;
-  if (row_blocks > 65535 || feature_blocks * kWgmmaMaxSlices > INT_MAX) return cudaErrorNotSupported;
-  ClusterRoom room;
-  cudaError_t error = prepare_wgmma_launch<Shape, kernel>(room);
-  if (error != cudaSuccess) return error;
-  const int64_t slices = split_k_slices(feature_blocks * row_blocks, total_tiles, sm_count, room, slices_wanted);
-  auto launch = [&](int64_t cluster) {
-    const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * cluster), static_cast<unsigned>(row_blocks), 1),
-                               Shape::kThreads, Shape::kSmemBytes, cluster, stream);
-    return cudaLaunchKernelEx(&config.config, kernel, x, w, static_cast<int>(m_rows), static_cast<int>(n_rows),
-                              static_cast<int>(k), static_cast<int>(cluster), ep, out);
-  };
-  error = launch(slices);
-  if (error != cudaSuccess && slices > 1) {
-    (void)cudaGetLastError();  // a cluster refused all the same: one block a feature block, over the whole K
-    error = launch(1);
-  }
-  return error != cudaSuccess ? error : cudaGetLastError();
 }
 
 }  // namespace cuda

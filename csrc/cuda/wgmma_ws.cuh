@@ -1,8 +1,8 @@
-// The warp-specialized RS-form wgmma block of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits, the op's
-// kernel above M = 128; apot_wgmma.cu: 4-bit APoT codes). The operands, the A fragments' roles, the B (x) layout and
-// the end of a block are wgmma_rs.cuh's (binary_weight_wgmma.cu's header comment is the design); what this block
-// changes is who moves the data (a producer warp: TMA for x, cp.async for W, an mbarrier ring), the stage length
-// (128 k) and how the steps wait for each other. What differs between the kernels is the Weights policy:
+// The warp-specialized RS-form wgmma block of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits;
+// apot_wgmma.cu: 4-bit APoT codes; each op's one wgmma kernel, from M = 17). The operands' roles and layouts are
+// binary_weight_wgmma.cu's header comment, the RS wrappers and the end of a block wgmma_rs.cuh's; here: who moves the
+// data (a producer warp: TMA for x, cp.async for W, an mbarrier ring), the stage (128 k), how the steps wait for each
+// other, the launch, and the cost model of the tiles. What differs between the kernels is the Weights policy:
 //   Word, kWsTileBytes                           the weights' element type in global memory; bytes of one feature's
 //                                                weights in a 128-k tile (in the stage: feature f at f * kWsTileBytes)
 //   row_stride(k)                                Words a feature (a row of w)
