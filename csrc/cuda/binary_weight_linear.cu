@@ -1206,11 +1206,12 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 
 // bf16/fp16 x of more than kWgmmaMinRows rows runs on the wgmma kernel where it applies. H200, us per call in a
 // rotating CUDA graph, N = K = 8192 bf16 (2026-12-01), pass kernel against wgmma's tile for that M: M = 16 22.6 / 30.5,
-// 32 37.4 / 31.6, 64 66.1 / 31.7, 128 75.1 / 44.3 (N = 4096, K = 11008, M = 128: 93.2 / 60.8).
+// 32 37.4 / 31.6, 64 66.1 / 31.7, 128 75.1 / 44.3 (N = 4096, K = 11008, M = 128: 93.2 / 60.8). (2026-12-04: the
+// pass kernel at M = 16 17.6 us, the wgmma kernel's 32-row tile at M = 17 21.6.)
 constexpr int64_t kWgmmaMinRows = 16;
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
-// (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel above M = 128), harness us L2 flushed / graph:
+// (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel), harness us L2 flushed / graph:
 // M = 1024 170 / 175, 2048 336 / 363, 4096 666 / 728, against cuBLAS alone 179 / ~360 / 688 plus ~64 of
 // dequantization; both grow linearly, so the kernel keeps its ~60 us lead to about M = 8192 (not measured past
 // 4096: the switch sits there). Pass kernel (other GPUs): 94.7 us at M = 128 and 164.9 at 160 (do_bench),
