@@ -1000,18 +1000,22 @@ def test_weight_linear_wgmma_dispatch_cuda():
             names = kernels(random_input((m, 1024), dtype, "cuda"), 1024)
             assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
-        # M <= 64 at N = 11008 (86 blocks of 128 features: one wave without a K split) takes 2 slabs (43 blocks of
-        # 256, K in two); at N = 8192 1 slab (64 blocks, K in two) against 2 (32 blocks: K in four needs clusters
-        # of 4, which hold 120 blocks, not 128).
-        w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
-        for m, w, tile in ((32, w_11008, (32, 2, 1)), (64, w_11008, (64, 2, 1)), (32, w_8192, (32, 1, 1))):
-            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w)
-            assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
-        # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where one
-        # would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split in two).
-        for m, tiles in ((384, [(192, 1, 1)]), (448, [(192, 1, 1), (256, 1, 1)]), (640, [(192, 1, 1), (256, 1, 1)])):
-            names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_8192)
-            assert sorted(wgmma_tiles(names)) == tiles, f"{dtype} m={m}: {names}"
+        # The plans below count waves of 132 SMs (H100 SXM, H200); another SM count plans other tiles.
+        if torch.cuda.get_device_properties(0).multi_processor_count == 132:
+            # M <= 64 at N = 11008 (86 blocks of 128 features: one wave without a K split) takes 2 slabs (43 blocks
+            # of 256, K in two); at N = 8192 1 slab (64 blocks, K in two) against 2 (32 blocks: K in four needs
+            # clusters of 4, which hold 120 blocks, not 128).
+            w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
+            for m, w, tile in ((32, w_11008, (32, 2, 1)), (64, w_11008, (64, 2, 1)), (32, w_8192, (32, 1, 1))):
+                names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w)
+                assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
+            # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where
+            # one would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split
+            # in two).
+            for m, tiles in ((384, [(192, 1, 1)]), (448, [(192, 1, 1), (256, 1, 1)]),
+                             (640, [(192, 1, 1), (256, 1, 1)])):
+                names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w_8192)
+                assert sorted(wgmma_tiles(names)) == tiles, f"{dtype} m={m}: {names}"
         names = kernels(random_input((16, 1024), dtype, "cuda"), 1024)
         assert uses(names, "binary_weight_linear_tc_kernel") and not wgmma_tiles(names), f"{dtype} m=16: {names}"
         names = kernels(one_element_off(random_input((500, 1024), dtype, "cuda")), 1024)  # copied to aligned memory
