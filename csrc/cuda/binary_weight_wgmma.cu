@@ -320,10 +320,10 @@ cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
   if (type == FloatType::kBFloat16) {
     return wgmma_ws_dispatch(static_cast<const __nv_bfloat16*>(x), w_bits, m_rows, n_rows, k, epilogue,
-                          static_cast<__nv_bfloat16*>(out), sm_count, tuning, stream);
+                             static_cast<__nv_bfloat16*>(out), sm_count, tuning, stream);
   }
-  return wgmma_ws_dispatch(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
-                        sm_count, tuning, stream);
+  return wgmma_ws_dispatch(static_cast<const __half*>(x), w_bits, m_rows, n_rows, k, epilogue,
+                           static_cast<__half*>(out), sm_count, tuning, stream);
 }
 
 }  // namespace cuda
