@@ -567,8 +567,8 @@ Row run_w1a16(const Args& args, bool apot) {
     epilogue.scale_count = alpha_count;
   }
   if (with_bias) epilogue.bias = bias.as<float>();
-  // apot kernel=2 | 3: linear_wgmma (apot_wgmma.cu; 2 the all-threads kernel, 3 the warp-specialized one)
-  // with rows=64|128|256 (3: 128|192|256) slices head (0: from the shape); 0 / 1: linear_small_batch.
+  // apot kernel=3: linear_wgmma (apot_wgmma.cu) with rows=32|64|128|192|256 slices head (0: from the shape; kernel=2,
+  // the deleted all-threads kernel, reaches it too and is refused there); 0 / 1: linear_small_batch.
   bitcompile::apot::WgmmaTuning apot_tuning;
   apot_tuning.rows = tuning.rows_per_pass;
   apot_tuning.slices = tuning.slices;

@@ -225,7 +225,7 @@ cudaError_t wgmma_ws_dispatch(const T* x, const uint32_t* w_bits, int64_t m, int
       cudaError_t error = rows == 32 ? ws_room<T, 32, 1>(room1) : ws_room<T, 64, 1>(room1);
       if (error == cudaSuccess) error = rows == 32 ? ws_room<T, 32, 2>(room2) : ws_room<T, 64, 2>(room2);
       if (error != cudaSuccess) return error;
-      slabs = ws_small_slabs(m, n, k, sm_count, room1, room2, kSignSmallTimes);
+      slabs = ws_small_slabs(rows, n, k, sm_count, room1, room2, kSignSmallTimes);
     } else {
       WsRooms rooms;
       const cudaError_t error = sign_ws_rooms<T>(rooms);

@@ -362,9 +362,10 @@ struct WsSmallTimes {  // block times over the whole K of (rows, slabs) tiles, i
   double rows32_slabs1, rows32_slabs2, rows64_slabs1, rows64_slabs2;
 };
 inline int ws_small_rows(int64_t m) { return m <= 32 ? 32 : 64; }
-inline int ws_small_slabs(int64_t m, int64_t n, int64_t k, int sm_count, const ClusterRoom& room1,
+// The slabs of a `rows` (ws_small_rows) tiling.
+inline int ws_small_slabs(int rows, int64_t n, int64_t k, int sm_count, const ClusterRoom& room1,
                           const ClusterRoom& room2, const WsSmallTimes& times) {
-  const bool rows32 = ws_small_rows(m) == 32;
+  const bool rows32 = rows == 32;
   const double one = ws_waves_cost(ceil_div(n, 128), k, rows32 ? times.rows32_slabs1 : times.rows64_slabs1, room1,
                                    sm_count);
   const double two = ws_waves_cost(ceil_div(n, 256), k, rows32 ? times.rows32_slabs2 : times.rows64_slabs2, room2,
