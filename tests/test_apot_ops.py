@@ -262,16 +262,19 @@ def test_apot_linear_wgmma_edges_cuda(dtype, bits):
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_apot_linear_wgmma_ws_tiles_cuda(dtype):
     """The warp-specialized kernel's tiles at N = 8192 (64 feature blocks), K = 1024: (192, 1) at 129-384 rows,
-    (256, 1) at 448-512, on both sides of each switch; per-output alpha and bias."""
-    n, k, bits = 8192, 1024, 4
-    _, packed, table = make_weight(n, k, bits, "cuda", "scheme")
-    alpha = make_alpha(n, True, "cuda")
-    bias = torch.randn(n, device="cuda")
-    for m in (129, 192, 193, 384, 385, 448, 512):
+    (256, 1) at 448-512, on both sides of each switch; at N = 4096 (32 feature blocks) K split 3 ways (a cluster of 3)
+    on every tile, K = 1088 (8.5 tiles: 3 + 3 + 2.5); per-output alpha and bias."""
+    bits = 4
+    cases = [(8192, 1024, m) for m in (129, 192, 193, 384, 385, 448, 512)]
+    cases += [(4096, 1088, m) for m in (17, 32, 64, 96, 160, 256)]
+    for n, k, m in cases:
+        _, packed, table = make_weight(n, k, bits, "cuda", "scheme")
+        alpha = make_alpha(n, True, "cuda")
+        bias = torch.randn(n, device="cuda")
         x = torch.randn(m, k, device="cuda").to(dtype)
         y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
         expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
-        assert_close_relative(y, expected, dtype, f"m={m} k={k} bits={bits}")
+        assert_close_relative(y, expected, dtype, f"m={m} n={n} k={k} bits={bits}")
 
 
 @requires_cuda

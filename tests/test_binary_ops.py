@@ -922,13 +922,18 @@ def test_weight_linear_wgmma_edges(device, dtype, m):
 def test_weight_linear_wgmma_ws_tiles_cuda(dtype):
     """The warp-specialized kernel's tiles and two-launch plans at N = 8192 (64 feature blocks), K = 1024, where the
     cost model of wgmma_ws.cuh picks (192, 1) (384 rows: one wave) and two launches (448 and 640 rows: 192 + 256 and
-    384 + 256), and one row past each (a second row block, or the last rows split off to the small-M kernels); per-
-    output scale and bias."""
+    384 + 256), and one row past each (a second row block, or the last rows split off to the small-M kernels); K
+    splits of 3 to 7 at N = 4096; per-output scale and bias."""
     skip_without_wgmma()
-    k = 1024
-    # One row block at M <= 64: N = 8192 takes (32, 1) / (64, 1) (K in two), N = 11008 (32, 2) / (64, 2).
-    cases = [(8192, m) for m in (17, 32, 33, 64, 384, 385, 448, 449, 640, 641)] + [(11008, m) for m in (17, 32, 33, 64)]
-    for n, m in cases:
+    # One row block at M <= 64: N = 8192 takes (32, 1) / (64, 1) (K in two), N = 11008 (32, 1) / (64, 1) (K = 1024
+    # is too short to split), N = 28672 (32, 2) / (64, 2) (112 blocks, one wave). N = 4096 and 2048 (32 or 16 feature blocks) split K 3 to 7 ways (clusters that are not
+    # a power of two), some slices without a tile: K = 1024 is 8 tiles, 1088 is 8.5 (the last slice with a tile ends
+    # on the half one).
+    cases = [(8192, 1024, m) for m in (17, 32, 33, 64, 384, 385, 448, 449, 640, 641)]
+    cases += [(11008, 1024, m) for m in (17, 32, 33, 64)] + [(28672, 1024, m) for m in (32, 64)]  # (32, 2) / (64, 2)
+    cases += [(4096, k, m) for k in (1024, 1088) for m in (17, 32, 64, 96, 160, 192)]
+    cases += [(2048, k, m) for k in (1024, 1088) for m in (17, 64)]  # 16 feature blocks: K in 5-7 (rooms permitting)
+    for n, k, m in cases:
         _, w_packed = packed_weight(n, k, "cuda")
         x = random_input((m, k), dtype, "cuda")
         scale, bias = scale_and_bias("per_channel", n, "cuda")
@@ -1002,13 +1007,19 @@ def test_weight_linear_wgmma_dispatch_cuda():
             assert not uses(names, "binary_weight_linear_tc_kernel") and not uses(names, "dequantize_signs"), names
         # The plans below count waves of 132 SMs (H100 SXM, H200); another SM count plans other tiles.
         if torch.cuda.get_device_properties(0).multi_processor_count == 132:
-            # M <= 64 at N = 11008 (86 blocks of 128 features: one wave without a K split) takes 2 slabs (43 blocks
-            # of 256, K in two); at N = 8192 1 slab (64 blocks, K in two) against 2 (32 blocks: K in four needs
-            # clusters of 4, which hold 120 blocks, not 128).
+            # M <= 64 (ws_small_slabs: waves x (a slice's 128-k tiles + a block's fixed 6.8) x the tile's time a
+            # tile): N = 11008, K = 4096 takes 2 slabs at 32 rows (43 blocks of 256 features, K in two, against 86
+            # of 128 over the whole K), at K = 1024 (8 tiles: the fixed time outweighs the split) 1 slab; N = 8192
+            # 1 slab (64 blocks, K in two, against 32 x 3); N = 4096 1 slab (32 blocks, K in three: clusters of 3);
+            # N = 28672 2 slabs (112 blocks in one wave, against 224 in two).
             w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
-            for m, w, tile in ((32, w_11008, (32, 2, 1)), (64, w_11008, (64, 2, 1)), (32, w_8192, (32, 1, 1))):
-                names = kernels(random_input((m, 1024), dtype, "cuda"), 1024, w)
-                assert wgmma_tiles(names) == [tile], f"{dtype} m={m}: {names}"
+            w_11008_4096, w_4096 = packed_weight(11008, 4096, "cuda")[1], packed_weight(4096, 1024, "cuda")[1]
+            w_28672 = packed_weight(28672, 1024, "cuda")[1]
+            for m, k, w, tile in ((32, 4096, w_11008_4096, (32, 2, 1)), (32, 1024, w_11008, (32, 1, 1)),
+                                  (64, 1024, w_11008, (64, 1, 1)), (32, 1024, w_8192, (32, 1, 1)),
+                                  (64, 1024, w_4096, (64, 1, 1)), (64, 1024, w_28672, (64, 2, 1))):
+                names = kernels(random_input((m, k), dtype, "cuda"), k, w)
+                assert wgmma_tiles(names) == [tile], f"{dtype} m={m} k={k}: {names}"
             # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where
             # one would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split
             # in two).

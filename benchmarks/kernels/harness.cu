@@ -1120,6 +1120,23 @@ Args parse(const std::vector<std::string>& words) {
   return args;
 }
 
+// An empty kernel of one 200 KiB block an SM (as the warp-specialized wgmma kernels), for the cluster rooms the
+// header prints: the blocks that clusters of 2-8 hold at once (device_common.cuh's cluster_room), which
+// split_k_slices and the cost models of wgmma_ws.cuh plan with.
+__global__ void room_probe_kernel() {}
+void print_cluster_rooms() {
+  constexpr int kSmem = 200 * 1024;
+  if (cudaFuncSetAttribute(room_probe_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  static bk::ClusterRoomCache cache = {};
+  const bk::ClusterRoom room = bk::cluster_room(room_probe_kernel, 384, kSmem, cache);
+  std::printf("# blocks in clusters of 2..8 at once, one 200 KiB block an SM:");
+  for (int size = 2; size <= bk::ClusterRoom::kLargest; ++size) std::printf(" %d:%lld", size, static_cast<long long>(room.of(size)));
+  std::printf("\n");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1130,6 +1147,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   std::printf("# %s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+  print_cluster_rooms();
   const auto begin = std::chrono::steady_clock::now();
   int failures = 0;
   print_header();

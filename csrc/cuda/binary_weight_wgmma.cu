@@ -187,10 +187,8 @@ cudaError_t sign_ws_rooms(WsRooms& rooms) {
 // Block times, in (128, 1) block times: H200, N = K = 8192 bf16, graph us (2026-12-04, ws_tiles.sweep): one wave of
 // (128, 1) blocks 52.2 us (M = 256), of (192, 1) blocks 64.3 (M = 384), of (256, 1) blocks 83.1 (M = 512).
 constexpr WsBlockTimes kSignBlockTimes{1.23, 1.59};
-// (32, 1) (32, 2) (64, 1) (64, 2), from the same sweep's (128, 1) block time and pending/w1a16_small_tiles.sweep
-// (2026-12-04, five shapes; K split as the launch takes it): e.g. 8192^2 M = 32 (32, 1) x 2 slices 21.6 us, M = 64
-// (64, 1) x 2 24.1, 28672 x 8192 M = 32 (32, 2) x 1 63.6, M = 64 (64, 2) x 1 73.1.
-constexpr WsSmallTimes kSignSmallTimes{0.80, 1.35, 0.90, 1.50};
+// (32, 1) (32, 2) (64, 1) (64, 2): us a 128-k tile (wgmma_ws.cuh, beside kWsSmallFixedTiles).
+constexpr WsSmallTimes kSignSmallTimes{0.54, 0.87, 0.60, 1.04};
 
 // Tiles (rows, slabs) of the kernel (always 2 consumer warpgroups): (32, 1) (32, 2) (64, 1) (64, 2) (128, 1) (128, 2)
 // (192, 1) (256, 1). From M: one row block of 32 or 64 rows up to M = 64, 1 or 2 slabs by ws_small_slabs

@@ -159,15 +159,17 @@ struct ClusterLaunch {
   ClusterLaunch& operator=(const ClusterLaunch&) = delete;
 };
 
-// The blocks of a kernel the current device runs at once in clusters of 2, 4 and 8 blocks (0: that cluster is
-// refused, or clusters are not supported before sm_90). Clusters are placed within a GPC, so past 2 blocks a cluster
-// can leave SMs idle: H200, one 200 KiB block an SM, 132 SMs: clusters of 2 hold 132 blocks, of 4 and of 8 only 120.
+// The blocks of a kernel the current device runs at once in clusters of 2 to 8 blocks (0: that cluster is refused,
+// or clusters are not supported before sm_90). Clusters are placed within a GPC, so past 2 blocks a cluster can leave
+// SMs idle: H200, one 200 KiB block an SM, 132 SMs: clusters of 2 hold 132 blocks, of 4 and of 8 only 120.
 // Asked up front (cudaOccupancyMaxActiveClusters, not a stream operation) rather than learned from a refused launch,
 // which inside a CUDA-graph capture would invalidate the capture; after the kernel's shared memory opt-in.
 struct ClusterRoom {
-  int64_t blocks[3] = {0, 0, 0};  // clusters of 2, 4, 8
-  int64_t of(int64_t size) const { return size == 2 ? blocks[0] : (size == 4 ? blocks[1] : (size == 8 ? blocks[2] : 0)); }
-  // The largest cluster of at most `slices` blocks (a power of two) that holds blocks; 1 where none does.
+  static constexpr int kLargest = 8;  // a portable cluster
+  int64_t blocks[kLargest - 1] = {};  // clusters of 2, 3, ..., 8
+  int64_t of(int64_t size) const { return size >= 2 && size <= kLargest ? blocks[size - 2] : 0; }
+  // The largest cluster of a power of two blocks, at most `slices` (a power of two), that holds blocks; 1 where none
+  // does.
   int64_t largest_within(int64_t slices) const {
     while (slices > 1 && of(slices) == 0) slices /= 2;
     return slices > 1 ? slices : 1;
@@ -176,11 +178,12 @@ struct ClusterRoom {
 // The answers, cached per device: a static of the launcher of one kernel instantiation (racing callers store the
 // same values before they set the device's bit).
 struct ClusterRoomCache {
-  int blocks[64][3];
+  int blocks[64][ClusterRoom::kLargest - 1];
   unsigned long long known;
 };
 template <typename Kernel>
 ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCache& cache) {
+  constexpr int kSizes = ClusterRoom::kLargest - 1;
   ClusterRoom room;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
@@ -189,13 +192,13 @@ ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCac
   }
   const unsigned long long bit = device < 64 ? 1ull << device : 0ull;
   if (bit != 0 && (__atomic_load_n(&cache.known, __ATOMIC_ACQUIRE) & bit) != 0) {
-    for (int i = 0; i < 3; ++i) room.blocks[i] = __atomic_load_n(&cache.blocks[device][i], __ATOMIC_RELAXED);
+    for (int i = 0; i < kSizes; ++i) room.blocks[i] = __atomic_load_n(&cache.blocks[device][i], __ATOMIC_RELAXED);
     return room;
   }
   int supported = 0;
   bool failed = cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, device) != cudaSuccess;
-  for (int i = 0; i < 3 && !failed && supported; ++i) {
-    const int size = 2 << i;
+  for (int i = 0; i < kSizes && !failed && supported; ++i) {
+    const int size = i + 2;
     int count = 0;
     const ClusterLaunch launch(dim3(static_cast<unsigned>(size), 1, 1), threads, smem, size, nullptr);
     if (cudaOccupancyMaxActiveClusters(&count, kernel, &launch.config) != cudaSuccess) {
@@ -206,7 +209,8 @@ ClusterRoom cluster_room(Kernel kernel, int threads, size_t smem, ClusterRoomCac
   }
   if (failed) (void)cudaGetLastError();  // only the queries' own errors are cleared, not an earlier launch's
   if (bit != 0) {
-    for (int i = 0; i < 3; ++i) __atomic_store_n(&cache.blocks[device][i], static_cast<int>(room.blocks[i]), __ATOMIC_RELAXED);
+    for (int i = 0; i < kSizes; ++i)
+      __atomic_store_n(&cache.blocks[device][i], static_cast<int>(room.blocks[i]), __ATOMIC_RELAXED);
     __atomic_fetch_or(&cache.known, bit, __ATOMIC_RELEASE);
   }
   return room;

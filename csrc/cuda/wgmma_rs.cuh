@@ -171,7 +171,7 @@ __device__ __forceinline__ void finish_tile(const float* const partial, int tid,
 }
 #endif  // BC_WGMMA_ENABLED
 
-constexpr int kWgmmaMaxSlices = 8;  // a portable cluster
+constexpr int kWgmmaMaxSlices = ClusterRoom::kLargest;  // a portable cluster
 
 // Blocks in one wave of a grid of clusters of `size` blocks, one block an SM: the SMs, or fewer where clusters of
 // that size leave SMs idle (cluster_room; 0 where that cluster is refused).
@@ -180,18 +180,26 @@ inline int64_t wave_blocks(int64_t size, int sm_count, const ClusterRoom& room) 
   return room.of(size) < sm_count ? room.of(size) : sm_count;
 }
 
-// Split K (a power of two, a cluster of at most 8, at most one slice a k tile): as asked, or while the grid of
-// `blocks` tiles x slices stays within one wave (wave_blocks: H200 clusters of 4 hold 120 blocks, not 132; N = K =
-// 4096, M = 256, the (256, 1) tile's 32 blocks x 4 slices took 43.9 us in two waves, x 2 slices 32.7 in one). Cut to
-// the largest cluster the device co-schedules with the kernel.
+// Split K (a cluster of at most 8 blocks, at most one slice a 128-k tile): as asked, cut to the largest cluster the
+// device co-schedules with the kernel; else the most slices, of any count 2 to 8, whose grid of `blocks` tiles x
+// slices stays within one wave (wave_blocks: H200 clusters of 4 hold 120 blocks, not 132; N = K = 4096, M = 256, the
+// (256, 1) tile's 32 blocks x 4 slices took 43.9 us in two waves, x 2 slices 32.7 in one). Not only powers of two:
+// 32 blocks x 3 slices fill 96 SMs where x 2 fill 64 and x 4 take two waves (H200, graph us, 2026-12-04,
+// pending/odd_slices.sweep: 4096 x 11008 W1A16 M = 32 (32, 1) 27.4 -> 20.4, M = 96 (128, 1) 37.0 -> 28.2; apot4 M = 32
+// 45.8 -> 32.8, M = 96 56.6 -> 41.2; 4096^2 W1A16 M = 32 12.7 -> 10.5).
 inline int64_t split_k_slices(int64_t blocks, int64_t total_tiles, int sm_count, const ClusterRoom& room,
                               int slices_wanted) {
-  int64_t slices = 1;
-  while (slices * 2 <= kWgmmaMaxSlices && slices * 2 <= total_tiles &&
-         (slices_wanted > 0 ? slices * 2 <= slices_wanted : blocks * slices * 2 <= wave_blocks(slices * 2, sm_count, room))) {
-    slices *= 2;
+  const int64_t most = total_tiles < kWgmmaMaxSlices ? total_tiles : kWgmmaMaxSlices;
+  if (slices_wanted > 0) {
+    int64_t slices = slices_wanted < most ? slices_wanted : most;
+    while (slices > 1 && room.of(slices) == 0) --slices;
+    return slices > 1 ? slices : 1;
   }
-  return room.largest_within(slices);
+  int64_t slices = 1;
+  for (int64_t s = 2; s <= most; ++s) {
+    if (blocks * s <= wave_blocks(s, sm_count, room)) slices = s;
+  }
+  return slices;
 }
 
 // Readies the wgmma kernel `kernel` (block Shape) for its launches: the dynamic shared memory limit raised (once a

@@ -334,15 +334,26 @@ struct WsBlockTimes {
   double rows192, rows256;
 };
 
-// Relative time of `blocks` blocks of one tile (`block`: its time over the whole K): waves of blocks over the SMs
-// (as many as its clusters leave room for: wave_blocks), K split where a wave leaves SMs idle (split_k_slices, as
-// the launch does).
+// The K split (split_k_slices, as the launch takes it, at most `most_slices`) and the waves of `blocks` blocks of one
+// tile over the SMs (as many as its clusters leave room for: wave_blocks).
+struct WsWaves {
+  int64_t slices, waves;
+};
+inline WsWaves ws_waves(int64_t blocks, int64_t tiles, const ClusterRoom& room, int sm_count,
+                        int64_t most_slices = kWgmmaMaxSlices) {
+  int64_t slices = split_k_slices(blocks, tiles, sm_count, room, 0);
+  if (slices > most_slices) slices = most_slices;
+  return {slices, ceil_div(blocks * slices, wave_blocks(slices, sm_count, room))};
+}
+
+// Relative time of `blocks` blocks of one tile (`block`: its time over the whole K): its waves (ws_waves), a block's
+// time its slice's share of the 128-k tiles (the largest: ceil(tiles / slices)).
 inline double ws_waves_cost(int64_t blocks, int64_t k, double block, const ClusterRoom& room, int sm_count,
                             int64_t most_slices = kWgmmaMaxSlices) {
-  int64_t slices = split_k_slices(blocks, ceil_div(k, 128), sm_count, room, 0);
-  if (slices > most_slices) slices = most_slices;
-  const int64_t waves = ceil_div(blocks * slices, wave_blocks(slices, sm_count, room));
-  return static_cast<double>(waves) * block / static_cast<double>(slices);
+  const int64_t tiles = ceil_div(k, 128);
+  const WsWaves w = ws_waves(blocks, tiles, room, sm_count, most_slices);
+  return static_cast<double>(w.waves) * block * static_cast<double>(ceil_div(tiles, w.slices)) /
+         static_cast<double>(tiles);
 }
 
 // Relative time of a (rows, 1) tiling (128 features a block), in (128, 1) block times.
@@ -354,11 +365,15 @@ inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_c
 }
 
 // ---- M <= 64: one row block of 32 rows (M <= 32) or 64, with 1 or 2 slabs a warpgroup (128 or 256 features a
-// block), the cheaper by ws_waves_cost. The blocks' time is set by their features (the A expansion and the W
-// stream), hardly by their rows: fewer features a block and more blocks, unless that takes a second wave or a
-// cluster that the SMs do not hold in one (W1A16, graph us: 8192^2 M = 32 (32, 1) x 2 slices 21.6 against (32, 2)
-// 34.6; 4096 x 11008 (32, 2) x 4 slices 25.9 against (32, 1) x 2 27.5).
-struct WsSmallTimes {  // block times over the whole K of (rows, slabs) tiles, in (128, 1) block times
+// block), the cheaper by waves x (the slice's 128-k tiles + kWsSmallFixedTiles) x the tile's time a 128-k tile. The
+// blocks' time is set by their features (the A expansion and the W stream), hardly by their rows: fewer features a
+// block and more blocks, unless that takes a second wave or leaves the K split short (W1A16, graph us: 8192^2 M = 32
+// (32, 1) x 2 slices 21.6 against (32, 2) x 3 25.3; 4096 x 11008 (32, 1) x 3 20.0 against (32, 2) x 6 20.0).
+// Fitted (2026-12-04, H200, W1A16, 62 forced rows of pending/odd_slices.sweep and pending/w1a16_small_tiles.sweep at
+// N x K = 4096 x 11008, 4096^2, 8192^2, 11008 x 4096; one-wave rows within 10%): a block's fixed time (pipeline fill,
+// the cluster's reduction, the Epilogue) 6.8 tiles, us a tile 0.54 / 0.87 / 0.60 / 1.04.
+constexpr double kWsSmallFixedTiles = 6.8;
+struct WsSmallTimes {  // time a 128-k tile of the (rows, slabs) tiles
   double rows32_slabs1, rows32_slabs2, rows64_slabs1, rows64_slabs2;
 };
 inline int ws_small_rows(int64_t m) { return m <= 32 ? 32 : 64; }
@@ -366,10 +381,13 @@ inline int ws_small_rows(int64_t m) { return m <= 32 ? 32 : 64; }
 inline int ws_small_slabs(int rows, int64_t n, int64_t k, int sm_count, const ClusterRoom& room1,
                           const ClusterRoom& room2, const WsSmallTimes& times) {
   const bool rows32 = rows == 32;
-  const double one = ws_waves_cost(ceil_div(n, 128), k, rows32 ? times.rows32_slabs1 : times.rows64_slabs1, room1,
-                                   sm_count);
-  const double two = ws_waves_cost(ceil_div(n, 256), k, rows32 ? times.rows32_slabs2 : times.rows64_slabs2, room2,
-                                   sm_count);
+  const int64_t tiles = ceil_div(k, 128);
+  const auto cost = [&](int64_t features, double tile, const ClusterRoom& room) {
+    const WsWaves w = ws_waves(ceil_div(n, features), tiles, room, sm_count);
+    return static_cast<double>(w.waves) * tile * (static_cast<double>(ceil_div(tiles, w.slices)) + kWsSmallFixedTiles);
+  };
+  const double one = cost(128, rows32 ? times.rows32_slabs1 : times.rows64_slabs1, room1);
+  const double two = cost(256, rows32 ? times.rows32_slabs2 : times.rows64_slabs2, room2);
   return two < one ? 2 : 1;
 }
 
