@@ -369,9 +369,10 @@ inline double ws_tiling_cost(int64_t m, int64_t n, int64_t k, int rows, int sm_c
 // blocks' time is set by their features (the A expansion and the W stream), hardly by their rows: fewer features a
 // block and more blocks, unless that takes a second wave or leaves the K split short (W1A16, graph us: 8192^2 M = 32
 // (32, 1) x 2 slices 21.6 against (32, 2) x 3 25.3; 4096 x 11008 (32, 1) x 3 20.0 against (32, 2) x 6 20.0).
-// Fitted (2026-12-04, H200, W1A16, 62 forced rows of pending/odd_slices.sweep and pending/w1a16_small_tiles.sweep at
-// N x K = 4096 x 11008, 4096^2, 8192^2, 11008 x 4096; one-wave rows within 10%): a block's fixed time (pipeline fill,
-// the cluster's reduction, the Epilogue) 6.8 tiles, us a tile 0.54 / 0.87 / 0.60 / 1.04.
+// Fitted (2026-12-04, H200, W1A16, graph us): 51 forced one-wave rows of pending/odd_slices.sweep and
+// w1a16_small_tiles.sweep at N x K = 4096 x 11008, 4096^2, 8192^2, 11008 x 4096 within 10%; 28672 x 8192, not in the
+// fit, within 3%. A block's fixed time (pipeline fill, the cluster's reduction, the Epilogue): 6.8 tiles; us a tile:
+// 0.54 / 0.87 / 0.60 / 1.04 (binary_weight_wgmma.cu's kSignSmallTimes).
 constexpr double kWsSmallFixedTiles = 6.8;
 struct WsSmallTimes {  // time a 128-k tile of the (rows, slabs) tiles
   double rows32_slabs1, rows32_slabs2, rows64_slabs1, rows64_slabs2;
