@@ -6,6 +6,7 @@ test_binary_ops.py / test_apot_ops.py) and are correct."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import pytest
@@ -16,8 +17,18 @@ pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 
 # An H200-like device: 132 SMs; clusters of 2 hold 132 blocks, of 4 and 8 only 120 (measured); 3, 5, 6, 7 as given.
 H200 = "132,126,120,120,120,112,120"
-SIGN_SMALL = ("0.54", "0.87", "0.60", "1.04")  # binary_weight_wgmma.cu's kSignSmallTimes
-SIGN_BLOCKS = ("1.23", "1.59")  # its kSignBlockTimes
+
+
+def _constant(name: str) -> tuple[str, ...]:
+    """The numbers of `constexpr ... name{a, b, ...};` in binary_weight_wgmma.cu (the kernel's fitted times)."""
+    source = (ROOT / "csrc" / "cuda" / "binary_weight_wgmma.cu").read_text()
+    match = re.search(name + r"\{([^}]*)\}", source)
+    assert match, f"{name} not found in binary_weight_wgmma.cu"
+    return tuple(v.strip() for v in match.group(1).split(","))
+
+
+SIGN_SMALL = _constant("kSignSmallTimes")
+SIGN_BLOCKS = _constant("kSignBlockTimes")
 
 
 @pytest.fixture(scope="module")
