@@ -1133,7 +1133,8 @@ void print_cluster_rooms() {
   static bk::ClusterRoomCache cache = {};
   const bk::ClusterRoom room = bk::cluster_room(room_probe_kernel, 384, kSmem, cache);
   std::printf("# blocks in clusters of 2..8 at once, one 200 KiB block an SM:");
-  for (int size = 2; size <= bk::ClusterRoom::kLargest; ++size) std::printf(" %d:%lld", size, static_cast<long long>(room.of(size)));
+  for (int size = 2; size <= bk::ClusterRoom::kLargest; ++size)
+    std::printf(" %d:%lld", size, static_cast<long long>(room.of(size)));
   std::printf("\n");
 }
 

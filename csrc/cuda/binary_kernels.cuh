@@ -136,9 +136,10 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
 struct WeightLinearTuning {
   int rows_per_pass = 0;  // rows of x a block; 0: from M. Pass kernel: 8, 16 or 32 (fp32 x: 8 or 16); wgmma kernel:
                           //   32, 64, 128, 192 or 256 (the wgmma N; then slabs too)
-  int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8; 0: from the shape (about two blocks an SM,
-                          //   8 / (M + 1) for the bit-plane kernel, one wave of one block an SM for wgmma); a cluster that
-                          //   the device cannot co-schedule falls back to a smaller one
+  int slices = 0;         // blocks (a cluster) that split K: 1, 2, 4 or 8 (the wgmma kernel: any of 1 to 8); 0: from
+                          //   the shape (about two blocks an SM, 8 / (M + 1) for the bit-plane kernel, one wave of one
+                          //   block an SM for wgmma); a cluster that the device cannot co-schedule falls back to a
+                          //   smaller one
   int kernel = 0;  // bf16/fp16: 0 chosen from M and the device (above), 1 the tensor-core pass kernel, 3 the (warp-
                    //   specialized) wgmma kernel (cudaErrorNotSupported where it does not apply, as for fp32 x; kernel
                    //   0 takes it from M = 17); 2, the all-threads wgmma kernel, was deleted (cudaErrorInvalidValue)
