@@ -3,6 +3,7 @@
 #   bash benchmarks/gpu_session.sh STAGE...    stages, in the order given:
 #     harness   every sweep of benchmarks/kernels with the carried harness binary (built there if it cannot run)
 #     ncu       ncu SpeedOfLight/Occupancy/WarpStateStats/MemoryWorkloadAnalysis of the rows in $NCU_ROWS
+#               (with $HARNESS, a variant's binary, instead of the carried main build)
 #               (kernels matching $NCU_KERNELS, skipping $NCU_SKIP launches, profiling $NCU_COUNT)
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 8 workers, failures in $OUT/failures.txt
@@ -17,7 +18,7 @@ OUT=${OUT:-.out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/bitcompile_extensions}
 here="$(cd "$(dirname "$0")" && pwd)"
-harness="$here/kernels/build/harness"
+harness="${HARNESS:-$here/kernels/build/harness}"  # HARNESS=path: another build (a variant)
 status=0
 stamp() { echo "=== $1 ($(date +%T), ${SECONDS}s)"; }
 
