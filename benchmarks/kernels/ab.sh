@@ -37,7 +37,10 @@ case "${1:-}" in
       gunzip -c "$gz" > "$work/$name" && chmod +x "$work/$name" && names+=("$name")
     done
     for pass in $(seq "$passes"); do
-      for name in "${names[@]}"; do "$work/$name" --sweep "$sweep" > "$work/$name.$pass.txt" 2>&1 || true; done
+      # AB_TIMEOUT (s, default 300): a hung variant costs one pass of its sweep, not the call
+      for name in "${names[@]}"; do
+        timeout "${AB_TIMEOUT:-300}" "$work/$name" --sweep "$sweep" > "$work/$name.$pass.txt" 2>&1 || true
+      done
     done
     python3 - "$sweep" "$work" "$passes" "${names[@]}" <<'PY'
 import sys
