@@ -1531,11 +1531,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const int channels = static_cast<int>(shape.channels);
 
   if (tid == 0) {
-    for (int s = 0; s < stages; ++s) {
-      mbar_init(full_bar + 8 * s, kCwFullArrivals);
-      mbar_init(empty_bar + 8 * s, kCwEmptyArrivals);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    init_stage_ring(full_bar, empty_bar, stages, kCwFullArrivals, kCwEmptyArrivals);
     fence_proxy_async_shared();
     // B does not depend on the rows: the first stages' boxes go out before the row set-up.
     for (int kb = 0; kb < stages && kb < kblocks; ++kb) {

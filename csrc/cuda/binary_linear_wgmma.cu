@@ -463,11 +463,7 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
   const int kblocks = static_cast<int>(ceil_div(shape.words, kWgBKWords));  // words < 2^26 (k <= INT_MAX)
 
   if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar + 8 * s, 1);
-      mbar_init(empty_bar + 8 * s, 8);  // the 8 consumer warps
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    init_stage_ring(full_bar, empty_bar, S, 1, 8);  // empty: the 8 consumer warps
     fence_proxy_async_shared();
   }
   __syncthreads();

@@ -100,6 +100,17 @@ __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
+// A ring of `stages` stages: full[s] at full_bar + 8 s, empty[s] at empty_bar + 8 s, with their arrival counts;
+// the init fence makes them visible to the cluster and the async proxy. One thread calls it; the block (or the
+// cluster, where peers arrive on them) synchronizes before any use.
+__device__ __forceinline__ void init_stage_ring(uint32_t full_bar, uint32_t empty_bar, int stages,
+                                                uint32_t full_arrivals, uint32_t empty_arrivals) {
+  for (int s = 0; s < stages; ++s) {
+    mbar_init(full_bar + 8 * s, full_arrivals);
+    mbar_init(empty_bar + 8 * s, empty_arrivals);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
 // One arrival, and `bytes` more transaction bytes that the phase waits for (complete_tx of async copies).
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");

@@ -140,13 +140,7 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const t
   const int tile_begin = rank * per_slice;
   const int tiles = max(0, min(total_tiles, tile_begin + per_slice) - tile_begin);
 
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) {
-      mbar_init(full_bar + 8 * s, kFullArrivals);
-      mbar_init(empty_bar + 8 * s, kEmptyArrivals);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
+  if (tid == 0) init_stage_ring(full_bar, empty_bar, S, kFullArrivals, kEmptyArrivals);
   namespace cg = cooperative_groups;
   if (MC > 1) {
     cg::this_cluster().sync();  // the peer's barriers are initialized before any multicast or arrival reaches them
