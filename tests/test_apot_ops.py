@@ -125,7 +125,7 @@ def test_apot_linear(device, dtype, k, m, n):
 
 
 @pytest.mark.parametrize("bits", range(1, 9))
-@pytest.mark.parametrize("m", [1, 5, 16, 17, 40])
+@pytest.mark.parametrize("m", [1, 5, 16, 17, 32, 33, 40])  # CPU: small-batch kernel up to 32 rows; CUDA: up to 16
 def test_apot_linear_every_bits(device, bits, m):
     k, n = 77, 40
     _, packed, table = make_weight(n, k, bits, device)
@@ -730,6 +730,22 @@ def test_apot_linear_small_batch_blocks(device, bits, k):
         y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
         expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
         assert_close_relative(y, expected, torch.float32, f"bits={bits} k={k} m={m}")
+
+
+@pytest.mark.parametrize("bits", [3, 4, 5, 6])
+def test_apot_linear_small_batch_x_row_blocks(device, bits):
+    """The CPU small-batch kernel meets x a block of rows at a time (256 KiB of reordered x: 12 rows at K = 4097):
+    13, 31 and 32 rows make whole blocks, a short last block and tails of 1-3 rows past the 4-row groups; 33 rows
+    take the GEMM path (its decode buffer reused over 4 MiB blocks of weight rows: N = 300 at K = 4097 is 2 blocks)."""
+    k = 4097
+    for m, n in ((13, 37), (31, 37), (32, 37), (33, 300)):
+        _, packed, table = make_weight(n, k, bits, device, "scheme" if bits <= 5 else "random")
+        alpha = make_alpha(n, True, device)
+        bias = torch.randn(n, device=device)
+        x = torch.randn(m, k, device=device)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m}")
 
 
 @pytest.mark.parametrize("bits", [3, 5])

@@ -38,9 +38,11 @@ namespace {
 using bitcompile::packed_code_bytes;
 using bitcompile::with_last_dim;
 
-// Batches up to this many rows take the GEMV-style loop; larger ones decode blocks of W and use
-// the BLAS GEMM (at::mm), which is then faster than any decode-as-you-go loop.
-constexpr int64_t kSmallBatchRows = 16;
+// Batches up to this many rows take the small-batch kernel (codes decoded in registers); larger ones decode blocks
+// of W and use the BLAS GEMM (at::mm), then the faster (2026-12-05 table at apot_linear).
+constexpr int64_t kSmallBatchRows = 32;
+// Bytes of reordered x a small-batch tile sweeps at a time (a block of x rows, small_batch_run).
+constexpr int64_t kXBlockBytes = int64_t(256) << 10;
 // Bytes of decoded fp32 weight per block on the GEMM path (the packed weight is what is stored;
 // the decoded block is a per-call temporary of bounded size).
 constexpr int64_t kDecodeBlockBytes = int64_t(4) << 20;
@@ -161,9 +163,9 @@ inline void decode_row_float(const uint8_t* row, int64_t k, int64_t bits, const 
 }
 
 // alpha[n] * code_values[code[n, k]] for rows [row0, row0 + rows) of the packed weight, fp32.
-at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows, int64_t k, int64_t bits,
-                         const std::array<float, 256>& levels, const at::Tensor& alpha) {
-  auto out = at::empty({rows, k}, at::TensorOptions().dtype(at::kFloat));
+// Weight rows row0 .. row0 + rows - 1 decoded to fp32, alpha applied, into `out` (contiguous, rows x k).
+void decode_weight_into(const at::Tensor& w_packed, int64_t row0, int64_t rows, int64_t k, int64_t bits,
+                        const std::array<float, 256>& levels, const at::Tensor& alpha, at::Tensor& out) {
   const uint8_t* w = w_packed.data_ptr<uint8_t>();
   const int64_t row_bytes = w_packed.size(1);
   const float* alpha_data = alpha.data_ptr<float>();
@@ -175,6 +177,12 @@ at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows,
       decode_row_float(w + n * row_bytes, k, bits, levels.data(), alpha_data[per_row ? n : 0], o + r * k);
     }
   });
+}
+
+at::Tensor decode_weight(const at::Tensor& w_packed, int64_t row0, int64_t rows, int64_t k, int64_t bits,
+                         const std::array<float, 256>& levels, const at::Tensor& alpha) {
+  auto out = at::empty({rows, k}, at::TensorOptions().dtype(at::kFloat));
+  decode_weight_into(w_packed, row0, rows, k, bits, levels, alpha, out);
   return out;
 }
 
@@ -251,6 +259,23 @@ at::Tensor pack_codes_cpu(const at::Tensor& codes, int64_t bits) {
 // 4096 x 4096 1149/1200/2186 (fp32 ~3900): on AVX2 the two permutes + blend per 8 codes bound it.
 // M > 16 (GEMM path: vectorized decode + at::mm), K=1024 N=2816 M=17: ~1.9 ms, fp32 ~1.9 ms
 // (the scalar decode made it 2.6 ms).
+//
+// 2026-12-05, the same machine, 2 threads, apot4; small-batch kernel, GEMM path and fp32 F.linear interleaved in one
+// process (9 rounds, medians, us). Before: the GEMM path from 17 rows, each block's product written to a temporary
+// and copied into y's columns: 0.53-0.90x of fp32 at M = 32, 0.60-0.96x at 4096 x 11008 M = 17-256; the small-batch
+// kernel swept all of x for each tile of weight rows (0.52x of fp32 at M = 1024, 4096^2). Now the small-batch
+// kernel takes x in blocks of rows (kXBlockBytes) and the GEMM path writes y.T's rows from one reused decode buffer:
+//   N x K         M:   16            24            32            48            64
+//   4096 x 4096      3622/4723     6353/6656     6838/7242    10611/10176   17060/12766   (small / GEMM path)
+//                     fp32 8517         9083         10716        13684         16029
+//   2816 x 1024       666/787       952/1227     1293/1310     2035/1784     3166/2302    fp32 1208 .. 2648
+//   4096 x 11008     9092/12564   13553/19881   18884/25816   35113/35330   35734/44674   fp32 20626 .. 53975
+//   11008 x 4096     9488/12047   17086/18430   18834/19474   27460/27087   37050/34370   fp32 29404 .. 53158
+// The small-batch kernel wins or ties up to M = 32 at every shape, the GEMM path from 48 at most: kSmallBatchRows
+// = 32. Both paths are at least fp32's speed at every row (GEMM path 4096^2: M = 128 1.10x, 256 1.04x), where the
+// old GEMM path was below it from 17 rows on. Run to run, single rows moved by up to 20% (a shared 2-core machine).
+// The AVX2 kernel (BITCOMPILE_APOT_FORCE_AVX2, same machine) crosses over at 32 too: 4096^2 M = 32 8492 / 8492,
+// 4096 x 11008 M = 24 16490 / 20363, M = 32 24792 / 21813.
 
 // ---- small-batch kernel (M <= kSmallBatchRows) ------------------------------------------------
 // Each weight row is decoded in registers, a block of codes at a time, straight from the packed
@@ -522,16 +547,17 @@ inline bool small_batch_tile(const SmallBatch& p, const Decoder& decode, int64_t
   return true;
 }
 
-// R weight rows from j0 against every row of x: MB = 1 for one row of x, else groups of up to 4.
+// R weight rows from j0 against rows [i_begin, i_end) of x: MB = 1 for one row of x, else groups of up to 4.
 template <int R, bool kOneRow, typename Decoder>
-inline bool small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int64_t j0) {
+inline bool small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i_begin,
+                                int64_t i_end) {
   if constexpr (kOneRow) {
     return small_batch_tile<R, 1>(p, decode, j0, 0);
   } else {
-    int64_t i0 = 0;
-    for (; i0 + 4 <= p.m; i0 += 4)
+    int64_t i0 = i_begin;
+    for (; i0 + 4 <= i_end; i0 += 4)
       if (!small_batch_tile<R, 4>(p, decode, j0, i0)) return false;
-    switch (p.m - i0) {
+    switch (i_end - i0) {
       case 1: return small_batch_tile<R, 1>(p, decode, j0, i0);
       case 2: return small_batch_tile<R, 2>(p, decode, j0, i0);
       case 3: return small_batch_tile<R, 3>(p, decode, j0, i0);
@@ -542,17 +568,22 @@ inline bool small_batch_rows_of(const SmallBatch& p, const Decoder& decode, int6
 
 // small_batch_rows_of; a tile the unmasked bits = 5 decoder gave up on is redone masked.
 template <int R, bool kOneRow, typename Decoder>
-inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0) {
-  if (small_batch_rows_of<R, kOneRow>(p, decode, j0)) return;
+inline void small_batch_rows(const SmallBatch& p, const Decoder& decode, int64_t j0, int64_t i_begin, int64_t i_end) {
+  if (small_batch_rows_of<R, kOneRow>(p, decode, j0, i_begin, i_end)) return;
 #if defined(BITCOMPILE_APOT_AVX512)
-  if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>) small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<true>(decode), j0);
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder<false>>)
+    small_batch_rows_of<R, kOneRow>(p, Byte32Decoder<true>(decode), j0, i_begin, i_end);
 #else
   // Same block size and column order as Byte32Decoder, so the reordered x serves both.
-  if constexpr (std::is_same_v<Decoder, Byte32Decoder>) small_batch_rows_of<R, kOneRow>(p, Byte32GatherDecoder(p.levels), j0);
+  if constexpr (std::is_same_v<Decoder, Byte32Decoder>)
+    small_batch_rows_of<R, kOneRow>(p, Byte32GatherDecoder(p.levels), j0, i_begin, i_end);
 #endif
 }
 
-// One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2).
+// One row of x: 8 weight rows a tile (8 independent FMA chains); more rows of x: 4 (AVX2: 2). A thread's weight
+// rows meet x a block of rows at a time (kXBlockBytes of reordered x, a multiple of 4 rows), so that the x rows a
+// tile reads come from the core's L2 whatever M is: without the blocks every tile swept all of x (2 MB at M = 128,
+// K = 4096), and M = 1024 ran at 0.52x of fp32.
 template <typename Decoder>
 void small_batch_run(const SmallBatch& p, const float* levels) {
   const Decoder decode(levels);
@@ -565,15 +596,20 @@ void small_batch_run(const SmallBatch& p, const float* levels) {
   const int64_t tile_rows = p.m == 1 ? kRowsM1 : kRows;
   const int64_t tiles = (p.n + tile_rows - 1) / tile_rows;
   const int64_t grain = grain_for(tile_rows * p.k * (p.m + 1), kMinParallelWork);
+  const int64_t x_block_rows = std::max<int64_t>(4, kXBlockBytes / (4 * p.xs_stride) / 4 * 4);
   at::parallel_for(0, tiles, grain, [&](int64_t begin, int64_t end) {
     const int64_t j1 = std::min(p.n, end * tile_rows);
     int64_t j = begin * tile_rows;
     if (p.m == 1) {
-      for (; j + kRowsM1 <= j1; j += kRowsM1) small_batch_rows<kRowsM1, true>(p, decode, j);
-      for (; j < j1; ++j) small_batch_rows<1, true>(p, decode, j);
-    } else {
-      for (; j + kRows <= j1; j += kRows) small_batch_rows<kRows, false>(p, decode, j);
-      for (; j < j1; ++j) small_batch_rows<1, false>(p, decode, j);
+      for (; j + kRowsM1 <= j1; j += kRowsM1) small_batch_rows<kRowsM1, true>(p, decode, j, 0, 1);
+      for (; j < j1; ++j) small_batch_rows<1, true>(p, decode, j, 0, 1);
+      return;
+    }
+    const int64_t j_first = j;
+    for (int64_t i0 = 0; i0 < p.m; i0 += x_block_rows) {
+      const int64_t i1 = std::min(p.m, i0 + x_block_rows);
+      for (j = j_first; j + kRows <= j1; j += kRows) small_batch_rows<kRows, false>(p, decode, j, i0, i1);
+      for (; j < j1; ++j) small_batch_rows<1, false>(p, decode, j, i0, i1);
     }
   });
 }
@@ -667,17 +703,19 @@ at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
     auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     apot_linear_small_batch(x2, w, k, bits, levels, alpha_f, bias.has_value() ? bias_f.data_ptr<float>() : nullptr, y);
   } else {
-    // GEMM path: decode blocks of weight rows to fp32 (alpha applied) and hand them to BLAS.
-    const int64_t block = std::max<int64_t>(1, kDecodeBlockBytes / (4 * k));
+    // GEMM path: decode blocks of weight rows to fp32 (alpha applied) into one buffer and hand each to BLAS, which
+    // writes y.T's rows for them (contiguous; y itself is a transposed copy at the end).
+    const int64_t block = std::min(n, std::max<int64_t>(1, kDecodeBlockBytes / (4 * k)));
+    auto decoded = at::empty({block, k}, x2.options());
+    auto y_t = at::empty({n, m}, x2.options());
     for (int64_t n0 = 0; n0 < n; n0 += block) {
       const int64_t rows = std::min(block, n - n0);
-      auto decoded = decode_weight(w, n0, rows, k, bits, levels, alpha_f);
-      if (rows == n) {
-        at::mm_out(y, x2, decoded.t());
-      } else {
-        y.narrow(1, n0, rows).copy_(at::mm(x2, decoded.t()));
-      }
+      auto part = decoded.narrow(0, 0, rows);
+      decode_weight_into(w, n0, rows, k, bits, levels, alpha_f, part);
+      auto out_rows = y_t.narrow(0, n0, rows);
+      at::mm_out(out_rows, part, x2.t());
     }
+    y.copy_(y_t.t());
     if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
   }
   return y.to(x.scalar_type()).reshape(out_sizes);
