@@ -2,6 +2,7 @@
 
     python benchmarks/bench_ops.py            # every row this machine can run, plus the M sweep on GPU
     python benchmarks/bench_ops.py --quick    # fewer repetitions (a smoke run)
+    python benchmarks/bench_ops.py --sweep-only --sweep-device cpu   # the M sweep on the CPU (fp32, 4096^2)
 
 Baselines (DESIGN.md "Benchmarks"): cuBLAS through F.linear in bf16, cuDNN through F.conv2d in
 fp16 channels_last, fp32 F.linear / F.conv2d on CPU. GPU times are triton.testing.do_bench
@@ -45,6 +46,24 @@ def time_cpu(fn, repeat: int) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples) * 1e6
+
+
+def time_cpu_pair(ours, baseline, rounds: int) -> tuple[float, float]:
+    """Median wall times (us) of two callables timed in alternating rounds of a few calls each, so that a busy
+    machine's slow spells fall on both alike."""
+    for fn in (ours, baseline):
+        fn()
+    start = time.perf_counter()
+    baseline()
+    calls = max(1, int(0.05 / max(time.perf_counter() - start, 1e-6)))  # ~50 ms a round
+    samples = ([], [])
+    for _ in range(rounds):
+        for fn, out in zip((ours, baseline), samples):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - start) / calls)
+    return statistics.median(samples[0]) * 1e6, statistics.median(samples[1]) * 1e6
 
 
 def time_cuda(fn, repeat_ms: int) -> float:
@@ -181,16 +200,24 @@ def run_rows(quick: bool, only: str = ""):
     return results
 
 
-def sweep_m(quick: bool, sizes=None, n: int = 8192, k: int = 8192):
-    """Speedup of binary_linear, binary_weight_linear and apot4 apot_linear over bf16 F.linear at N x K (8192^2 by
-    default), against M (do_bench, L2 flushed)."""
+def sweep_m(quick: bool, sizes=None, n: int = 8192, k: int = 8192, device: str = "cuda"):
+    """Speedup of binary_linear, binary_weight_linear and apot4 apot_linear over F.linear (bf16 on CUDA, fp32 on the
+    CPU) at N x K, against M. CUDA: do_bench, L2 flushed. CPU: ours and F.linear in alternating rounds (medians)."""
     if sizes is None:
-        sizes = [1, 4, 16, 64, 256, 1024, 4096] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+        if device == "cuda":
+            sizes = [1, 4, 16, 64, 256, 1024, 4096] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
+                                                                   4096, 8192]
+        else:
+            sizes = [1, 4, 16, 64, 256, 1024] if quick else [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     curves = {"binary_linear": [], "binary_weight_linear": [], "apot_linear": []}
     for op in curves:
         for m in sizes:
-            ours, baseline, _ = linear_problem(op, m, n, k, "cuda")
-            curves[op].append(time_cuda(baseline, 50) / time_cuda(ours, 50))
+            ours, baseline, _ = linear_problem(op, m, n, k, device)
+            if device == "cuda":
+                curves[op].append(time_cuda(baseline, 50) / time_cuda(ours, 50))
+            else:
+                t_ours, t_base = time_cpu_pair(ours, baseline, 3 if quick else 9)
+                curves[op].append(t_base / t_ours)
     return sizes, curves
 
 
@@ -233,10 +260,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--no-sweep", action="store_true", help="skip the M sweep on GPU")
+    parser.add_argument("--sweep-device", choices=("cuda", "cpu"), default=None,
+                        help="where the M sweep runs (default: cuda when there is a GPU, else no sweep); cpu times the "
+                             "ops against fp32 F.linear, at N = K = 4096 unless --shape says otherwise")
     parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the table is appended to")
     parser.add_argument("--sizes", help="comma-separated M of the sweep (default: powers of two)")
-    parser.add_argument("--sweep-only", action="store_true", help="only the M sweep (GPU)")
-    parser.add_argument("--shape", default="8192,8192", help="N,K of the M sweep (default 8192,8192; the plot is "
+    parser.add_argument("--sweep-only", action="store_true", help="only the M sweep")
+    parser.add_argument("--shape", default=None, help="N,K of the M sweep (default 8192,8192; the plot is "
                         "written for 8192,8192 only)")
     parser.add_argument("--only", default="", help="only the rows whose label contains this text (e.g. binary_conv2d)")
     args = parser.parse_args()
@@ -249,17 +279,22 @@ def main() -> None:
         with open(args.results, "a") as out:
             out.write(f"\n{header}\n\n{table}\n")
 
-    if torch.cuda.is_available() and not args.no_sweep:
+    sweep_device = args.sweep_device or ("cuda" if torch.cuda.is_available() else None)
+    if sweep_device == "cuda" and not torch.cuda.is_available():
+        parser.error("--sweep-device cuda: no CUDA device")
+    if sweep_device is not None and not args.no_sweep:
         sizes = [int(m) for m in args.sizes.split(",")] if args.sizes else None
-        n, k = (int(v) for v in args.shape.split(","))
-        shape = "N=K=8192" if (n, k) == (8192, 8192) else f"N={n} K={k}"
-        sizes, curves = sweep_m(args.quick, sizes, n, k)
+        shape_arg = args.shape or ("8192,8192" if sweep_device == "cuda" else "4096,4096")
+        n, k = (int(v) for v in shape_arg.split(","))
+        shape = f"N=K={n}" if n == k else f"N={n} K={k}"
+        baseline = "bf16 F.linear" if sweep_device == "cuda" else "fp32 F.linear (CPU)"
+        sizes, curves = sweep_m(args.quick, sizes, n, k, sweep_device)
         sweep = "| M | " + " | ".join(curves) + " |\n|---|" + "---|" * len(curves) + "\n"
         sweep += "\n".join(f"| {m} | " + " | ".join(f"{curves[op][i]:.2f}x" for op in curves) + " |" for i, m in enumerate(sizes))
-        print(f"\nspeedup over bf16 F.linear, {shape}\n" + sweep)
+        print(f"\nspeedup over {baseline}, {shape}\n" + sweep)
         with open(args.results, "a") as out:
-            out.write(f"\n{header if args.sweep_only else ''}\nSpeedup over bf16 F.linear against M ({shape}):\n\n{sweep}\n")
-        if (n, k) == (8192, 8192):  # the plot in the repo is the 8192^2 sweep
+            out.write(f"\n{header if args.sweep_only else ''}\nSpeedup over {baseline} against M ({shape}):\n\n{sweep}\n")
+        if sweep_device == "cuda" and (n, k) == (8192, 8192):  # the plot in the repo is the 8192^2 sweep
             try:
                 import matplotlib
 
