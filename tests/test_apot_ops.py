@@ -735,10 +735,9 @@ def test_apot_linear_small_batch_blocks(device, bits, k):
 @pytest.mark.parametrize("bits", [3, 4, 5, 6])
 def test_apot_linear_small_batch_x_row_blocks(device, bits):
     """The CPU small-batch kernel meets x a block of rows at a time (256 KiB of reordered x: 12 rows at K = 4097):
-    13, 31 and 32 rows make whole blocks, a short last block and tails of 1-3 rows past the 4-row groups; 33 rows
-    take the GEMM path (its decode buffer reused over 4 MiB blocks of weight rows: N = 300 at K = 4097 is 2 blocks)."""
+    13, 31 and 32 rows make whole blocks, a short last block and tails of 1-3 rows past the 4-row groups."""
     k = 4097
-    for m, n in ((13, 37), (31, 37), (32, 37), (33, 300)):
+    for m, n in ((13, 37), (31, 37), (32, 37)):
         _, packed, table = make_weight(n, k, bits, device, "scheme" if bits <= 5 else "random")
         alpha = make_alpha(n, True, device)
         bias = torch.randn(n, device=device)
@@ -746,6 +745,21 @@ def test_apot_linear_small_batch_x_row_blocks(device, bits):
         y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
         expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
         assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m}")
+
+
+@pytest.mark.parametrize("bits", [4, 5])
+def test_apot_linear_gemm_path_blocks(device, bits):
+    """The CPU GEMM path (33 rows and up) decodes the weight in blocks of max(4 MiB, min(max(M, 256), 512)) rows into
+    one buffer: y.T written by BLAS up to 512 rows of x, y's columns past them. Each form with one block and with a
+    short second block (K = 4097: 256 rows at M = 33, 512 at M = 513)."""
+    for m, n, k in ((33, 300, 4097), (512, 40, 129), (513, 600, 4097), (513, 40, 129)):
+        _, packed, table = make_weight(n, k, bits, device, "scheme")
+        alpha = make_alpha(n, True, device)
+        bias = torch.randn(n, device=device)
+        x = torch.randn(m, k, device=device)
+        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+        assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m} n={n} k={k}")
 
 
 @pytest.mark.parametrize("bits", [3, 5])

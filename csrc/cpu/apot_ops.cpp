@@ -41,6 +41,10 @@ using bitcompile::with_last_dim;
 // Batches up to this many rows take the small-batch kernel (codes decoded in registers); larger ones decode blocks
 // of W and use the BLAS GEMM (at::mm), then the faster (2026-12-05 table at apot_linear).
 constexpr int64_t kSmallBatchRows = 32;
+// Rows of x up to which the GEMM path has BLAS write y.T, past them y (2026-12-05, interleaved, fp32 = 1): M = 512
+// y.T / y 1.02 / 0.99 (4096^2), 1.05 / 0.99 (4096 x 11008), 1.04 / 1.06 (11008 x 4096); M = 1024 0.96 / 1.02,
+// 1.05 / 1.08, 0.90 / 0.97; M = 64 y.T 1.44 / 1.22 / 1.51, y 0.65 / 1.03 / 1.16.
+constexpr int64_t kGemmTransposedMaxRows = 512;
 // Bytes of reordered x a small-batch tile sweeps at a time (a block of x rows, small_batch_run).
 constexpr int64_t kXBlockBytes = int64_t(256) << 10;
 // Bytes of decoded fp32 weight per block on the GEMM path (the packed weight is what is stored;
@@ -703,19 +707,30 @@ at::Tensor apot_linear_cpu(const at::Tensor& x, const at::Tensor& w_packed, int6
     auto bias_f = bias.has_value() ? bitcompile::as_float_vector(*bias) : at::Tensor();
     apot_linear_small_batch(x2, w, k, bits, levels, alpha_f, bias.has_value() ? bias_f.data_ptr<float>() : nullptr, y);
   } else {
-    // GEMM path: decode blocks of weight rows to fp32 (alpha applied) into one buffer and hand each to BLAS, which
-    // writes y.T's rows for them (contiguous; y itself is a transposed copy at the end).
-    const int64_t block = std::min(n, std::max<int64_t>(1, kDecodeBlockBytes / (4 * k)));
+    // GEMM path: decode blocks of weight rows to fp32 (alpha applied) into one buffer and hand each to BLAS. A block
+    // is kDecodeBlockBytes of rows, and at least min(max(M, 256), 512) rows: every product packs all of x again, and
+    // 95-row blocks (K = 11008) ran at 0.70-0.83x of fp32 from M = 512. Up to kGemmTransposedMaxRows rows of x BLAS
+    // writes y.T's rows for a block (contiguous; y is a transposed copy at the end), past them y's columns through
+    // a copy of the block's product. (at::mm_out straight into y's column view took 2-3x as long.)
+    const int64_t least_rows = std::min<int64_t>(std::max<int64_t>(m, 256), 512);
+    const int64_t block = std::min(n, std::max(kDecodeBlockBytes / (4 * k), least_rows));
+    const bool transposed = m <= kGemmTransposedMaxRows;
     auto decoded = at::empty({block, k}, x2.options());
-    auto y_t = at::empty({n, m}, x2.options());
+    auto y_t = transposed ? at::empty({n, m}, x2.options()) : at::Tensor();
     for (int64_t n0 = 0; n0 < n; n0 += block) {
       const int64_t rows = std::min(block, n - n0);
       auto part = decoded.narrow(0, 0, rows);
       decode_weight_into(w, n0, rows, k, bits, levels, alpha_f, part);
-      auto out_rows = y_t.narrow(0, n0, rows);
-      at::mm_out(out_rows, part, x2.t());
+      if (transposed) {
+        auto out_rows = y_t.narrow(0, n0, rows);
+        at::mm_out(out_rows, part, x2.t());
+      } else if (rows == n) {
+        at::mm_out(y, x2, part.t());
+      } else {
+        y.narrow(1, n0, rows).copy_(at::mm(x2, part.t()));
+      }
     }
-    y.copy_(y_t.t());
+    if (transposed) y.copy_(y_t.t());
     if (bias.has_value()) y.add_(bitcompile::as_float_vector(*bias));
   }
   return y.to(x.scalar_type()).reshape(out_sizes);
