@@ -718,33 +718,31 @@ def test_device_mismatch_raises():
 # blocks of 64 / 32 / 16), zero-padded last blocks, tiles of 8 / 4 / 2 rows plus single rows, and
 # codes outside the table (a hand-made w_packed) reading as level 0.
 # ----------------------------------------------------------------------------------------------
+def assert_apot_linear_matches(device, m, n, k, bits, table_kind):
+    """fp32 apot_linear of random x (m rows) on a random n x k weight, per-output alpha and bias, against the float64
+    reference."""
+    _, packed, table = make_weight(n, k, bits, device, table_kind)
+    alpha = make_alpha(n, True, device)
+    bias = torch.randn(n, device=device)
+    x = torch.randn(m, k, device=device)
+    y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
+    expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
+    assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m} n={n} k={k}")
+
+
 @pytest.mark.parametrize("bits", [3, 4, 5, 6])
 @pytest.mark.parametrize("k", [15, 64, 127, 128, 129, 257, 1000])
 def test_apot_linear_small_batch_blocks(device, bits, k):
-    n = 37  # 8-row and 4-row tiles and leftover single rows
-    _, packed, table = make_weight(n, k, bits, device, "scheme" if bits <= 5 else "random")
-    alpha = make_alpha(n, True, device)
-    bias = torch.randn(n, device=device)
-    for m in (1, 2, 3, 5, 16):
-        x = torch.randn(m, k, device=device)
-        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
-        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
-        assert_close_relative(y, expected, torch.float32, f"bits={bits} k={k} m={m}")
+    for m in (1, 2, 3, 5, 16):  # n = 37: 8-row and 4-row tiles and leftover single rows
+        assert_apot_linear_matches(device, m, 37, k, bits, "scheme" if bits <= 5 else "random")
 
 
 @pytest.mark.parametrize("bits", [3, 4, 5, 6])
 def test_apot_linear_small_batch_x_row_blocks(device, bits):
     """The CPU small-batch kernel meets x a block of rows at a time (256 KiB of reordered x: 12 rows at K = 4097):
     13, 31 and 32 rows make whole blocks, a short last block and tails of 1-3 rows past the 4-row groups."""
-    k = 4097
-    for m, n in ((13, 37), (31, 37), (32, 37)):
-        _, packed, table = make_weight(n, k, bits, device, "scheme" if bits <= 5 else "random")
-        alpha = make_alpha(n, True, device)
-        bias = torch.randn(n, device=device)
-        x = torch.randn(m, k, device=device)
-        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
-        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
-        assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m}")
+    for m in (13, 31, 32):
+        assert_apot_linear_matches(device, m, 37, 4097, bits, "scheme" if bits <= 5 else "random")
 
 
 @pytest.mark.parametrize("bits", [4, 5])
@@ -753,13 +751,7 @@ def test_apot_linear_gemm_path_blocks(device, bits):
     one buffer: y.T written by BLAS up to 512 rows of x, y's columns past them. Each form with one block and with a
     short second block (K = 4097: 256 rows at M = 33, 512 at M = 513)."""
     for m, n, k in ((33, 300, 4097), (512, 40, 129), (513, 600, 4097), (513, 40, 129)):
-        _, packed, table = make_weight(n, k, bits, device, "scheme")
-        alpha = make_alpha(n, True, device)
-        bias = torch.randn(n, device=device)
-        x = torch.randn(m, k, device=device)
-        y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
-        expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
-        assert_close_relative(y, expected, torch.float32, f"bits={bits} m={m} n={n} k={k}")
+        assert_apot_linear_matches(device, m, n, k, bits, "scheme")
 
 
 @pytest.mark.parametrize("bits", [3, 5])

@@ -260,7 +260,6 @@ struct Output {
 // than a small GEMM takes on one thread.
 constexpr int64_t kMinParallelWork = int64_t(1) << 18;
 
-//
 // The threads take runs of consecutive blocks, so the order decides their shares. Row by row (a row of blocks
 // keeps its x rows in cache), a short last row of blocks is a thread's share of next to nothing: with 2 row blocks
 // (M = 33 over 32-row blocks) one thread did all the work, twice the time of M = 32. Where the rows do not split
