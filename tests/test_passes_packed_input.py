@@ -1,6 +1,6 @@
-"""bitcompile.passes.packed_input: binary convs of inference graphs under inductor read activations packed by
-aten ops in the graph (for inductor to fuse into their producer), with the same results bit for bit, and only
-where that holds (channels_last x, ste_sign x)."""
+"""bitcompile.passes.packed_input: binary convs of inference graphs under inductor read activations packed in the
+graph (by aten ops for inductor to fuse into their producer on CUDA, by pack_signs on CPU), with the same results
+bit for bit, and only where that holds (channels_last x, ste_sign x)."""
 
 import operator
 import os
@@ -72,14 +72,25 @@ def _passes(captured, inputs, pack=True, monkeypatch=None):
     return run(captured, inputs, inner_inductor=True)[0]
 
 
+def _fuse_packing(monkeypatch):
+    """The aten form of the packing, which CUDA graphs get, in a CPU graph: the same words on either device."""
+    monkeypatch.setattr(packed_input, "fuses_packing", lambda device: True)
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["pack_signs", "aten"])
 @torch.no_grad()
-def test_packed_graph_equals_unpacked(monkeypatch):
+def test_packed_graph_equals_unpacked(monkeypatch, fused):
+    if fused:
+        _fuse_packing(monkeypatch)
     model = XnorBlock().eval()
     x, skip = _inputs()
     captured, inputs = dynamo_graph(model, x, skip)
     packed = _passes(captured, inputs)
     found = targets(packed)
     assert found.count(torch.ops.bitcompile.packed_conv2d_of_weight.default) == 2
+    # x (40 channels: a partial word) and y; the CPU graph calls the kernel, the fused form has none of it
+    assert found.count(torch.ops.bitcompile.pack_signs.default) == (0 if fused else 2)
+    assert (torch.ops.aten.bitwise_left_shift.Tensor in found) == fused
     assert torch.ops.bitcompile.conv2d_of_weight.default not in found
     assert counters["bitcompile"]["packed_input"] == 2
     out = packed(*inputs)[0]
@@ -117,7 +128,9 @@ class XnorResidual(XnorBlock):
 @torch.no_grad()
 def test_shared_activation_keeps_channels_last(monkeypatch):
     """An activation read by the packing and by another node is pinned to its eager (channels_last) strides for
-    inductor; one read by the packing alone (x here) is not."""
+    inductor; one read by the packing alone (x here) is not. (The fused form's rule: pack_signs, an extern op,
+    reads x as traced.)"""
+    _fuse_packing(monkeypatch)
     model = XnorResidual().eval()
     x, skip = _inputs()
     captured, inputs = dynamo_graph(model, x, skip)
