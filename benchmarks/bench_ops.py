@@ -146,14 +146,15 @@ def linear_problem(op: str, m: int, n: int, k: int, device: str):
     return cycling(call, rotating(packed, device)), baseline, 2 * m * n * k
 
 
-def conv_problem(batch: int, channels: int, size: int, device: str):
+def conv_problem(batch: int, channels: int, size: int, device: str, op: str = "binary_conv2d"):
     dtype = torch.float16 if device == "cuda" else torch.float32
     x = torch.randn(batch, channels, size, size, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
     w = torch.randn(channels, channels, 3, 3, device=device)
     dense_w = w.to(dtype).contiguous(memory_format=torch.channels_last)
     packed = ops.pack_signs(w.permute(0, 2, 3, 1))
     inputs = rotating(x, device)  # the activations rotate (the timing rule of issue 11), the weights stay
-    ours = cycling(lambda a: torch.ops.bitcompile.binary_conv2d(a, packed, channels, [3, 3], [1, 1], [1, 1], [1, 1]), inputs)
+    kernel = getattr(torch.ops.bitcompile, op)  # binary_conv2d, or binary_weight_conv2d (x not binarized)
+    ours = cycling(lambda a: kernel(a, packed, channels, [3, 3], [1, 1], [1, 1], [1, 1]), inputs)
     baseline = cycling(lambda a: F.conv2d(a, dense_w, padding=1), inputs)
     return ours, baseline, 2 * batch * channels * channels * 9 * size * size
 
@@ -176,6 +177,8 @@ ROWS = [
     ("binary_weight_linear M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("binary_weight_linear", 1, 4096, 4096, "cpu"), 4),
     ("apot_linear apot4 M=1 N=K=4096 (CPU)", "cpu", lambda: linear_problem("apot_linear", 1, 4096, 4096, "cpu"), None),
     ("binary_conv2d 3x3 pad 1 B=8 C=128 14x14 (CPU)", "cpu", lambda: conv_problem(8, 128, 14, "cpu"), 8),
+    ("binary_weight_conv2d 3x3 pad 1 B=8 C=128 28x28 (CPU)", "cpu",
+     lambda: conv_problem(8, 128, 28, "cpu", "binary_weight_conv2d"), None),
 ]
 
 

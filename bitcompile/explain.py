@@ -124,7 +124,7 @@ def _quantized_op(module) -> str:
     if module.scheme in ("apot3", "apot4", "apot5"):
         return "apot_linear" if module.kind == "linear" else "apot_conv2d"
     if module.kind == "conv2d":
-        return "binary_conv2d" if module.scheme == "binary" else "conv2d"  # binary_weight: F.conv2d on s(W) * alpha
+        return "binary_conv2d" if module.scheme == "binary" else "binary_weight_conv2d"
     return "binary_linear" if module.scheme == "binary" else "binary_weight_linear"
 
 
@@ -138,12 +138,10 @@ def _with_quantized_modules(subject: torch.nn.Module, entries: list) -> list:
     for name, module in subject.named_modules():
         if isinstance(module, (QuantizedLinear, QuantizedConv2d)):
             op = _quantized_op(module)
-            how = "packed weight" if op != "conv2d" else "packed weight, run as F.conv2d on s(W) * alpha"
-            quantized.append(Entry(name, module.kind, "quantized", op, f"quantize_ {module.scheme}: {how}",
+            quantized.append(Entry(name, module.kind, "quantized", op, f"quantize_ {module.scheme}: packed weight",
                                    scheme=module.scheme))
     names = {e.name for e in quantized}
-    # A quantized conv of scheme binary_weight reaches the graph as a conv2d on a computed weight:
-    # its quantized entry describes it.
+    # a quantized module's entry replaces any the graph gave its name
     merged = [e for e in entries if e.name not in names] + quantized
     return sorted(merged, key=lambda e: order.get(e.name, len(order)))
 

@@ -13,7 +13,7 @@ Storage formats (SPEC.md 2.1, 2.5):
 
 Two kinds of linear/conv op:
 - inference ops take packed weights (binary_linear, binary_weight_linear, binary_conv2d,
-  apot_linear, apot_linear_int, apot_conv2d). They are not differentiable: called with inputs
+  binary_weight_conv2d, apot_linear, apot_linear_int, apot_conv2d). They are not differentiable: called with inputs
   that require grad (a quantize_'d model run without torch.no_grad) they return the same result
   as without, and a backward through them raises an error naming the op and its training form
   ("Inference ops under autograd" below). A training graph uses
@@ -55,6 +55,8 @@ KERNEL_OPS = (
     "apot_linear_int",
     "apot_conv2d",
 )
+# Ops whose C++ kernel is the CPU's alone (AVX-512 builds): elsewhere their composite form below runs.
+CPU_KERNEL_OPS = ("binary_weight_conv2d",)
 
 _lib.define("ste_sign(Tensor x, float clip=1.0) -> Tensor")
 _lib.define("pack_signs(Tensor x) -> Tensor")
@@ -74,6 +76,12 @@ _lib.define(
     "binary_conv2d(Tensor x, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, "
     "Tensor? bias=None, *, float pad_value=0.0, bool sign_zero=False) -> Tensor"
+)
+# A binary-weight conv (x not binarized: BinaryConnect / XNOR-Net's BWN layers, quantize_("binary_weight")):
+# conv2d(x, s(W)) * scale[OC] + bias, fp32 sums, zero padding, the weight packed as binary_conv2d's.
+_lib.define(
+    "binary_weight_conv2d(Tensor x, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None) -> Tensor"
 )
 # binary_conv2d on activations packed already: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W,
 # ceil(C / 32)] (bit 1 for x >= 0, so no torch.sign zeros). The same values as binary_conv2d(x, ...) (sign_zero
@@ -133,9 +141,10 @@ class _LazyKernels:
     and calls the op again; from then on the dispatcher goes straight to C++.
     """
 
-    def __init__(self, dispatch_key: str, build):
+    def __init__(self, dispatch_key: str, build, ops: Sequence[str]):
         self.dispatch_key = dispatch_key
         self.build = build
+        self.ops = ops
         self.loaded = False
         self.built: list[str] = []
         self.lock = threading.Lock()
@@ -144,7 +153,7 @@ class _LazyKernels:
 
     def _register_stand_ins(self) -> None:
         self.library = torch.library.Library("bitcompile", "IMPL")
-        for name in KERNEL_OPS:
+        for name in self.ops:
             self.library.impl(name, self._stand_in(name), self.dispatch_key)
 
     def _stand_in(self, name: str):
@@ -169,8 +178,8 @@ class _LazyKernels:
 
 
 _lazy_kernels = {
-    "cpu": _LazyKernels("CPU", _build.build_cpu),
-    "cuda": _LazyKernels("CUDA", _build.build_cuda),
+    "cpu": _LazyKernels("CPU", _build.build_cpu, KERNEL_OPS + CPU_KERNEL_OPS),
+    "cuda": _LazyKernels("CUDA", _build.build_cuda, KERNEL_OPS),
 }
 
 
@@ -364,6 +373,39 @@ def _binary_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, 
     _check_same_device(op, x, w_packed=w_packed)
     _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
     return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+
+
+@torch.library.register_fake("bitcompile::binary_weight_conv2d")
+def _binary_weight_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
+                               bias=None):
+    op = "binary_weight_conv2d"
+    _check_float_input(op, x)
+    _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
+    _check_same_device(op, x, w_packed=w_packed)
+    _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
+    return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+
+
+@torch.library.impl(_lib, "binary_weight_conv2d", "CompositeExplicitAutograd")
+def _binary_weight_conv2d_composite(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
+                                    bias=None):
+    """Where no kernel is registered (CUDA, a CPU build without AVX-512): the weight dequantized to x's dtype, the
+    dense conv (cuDNN / oneDNN; fp32 without TF32), the bias in fp32 after it."""
+    _binary_weight_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias)
+    shifts = torch.arange(32, dtype=torch.int32, device=w_packed.device)
+    bits = ((w_packed.unsqueeze(-1) >> shifts) & 1).flatten(-2)[..., :in_channels]  # [OC, KH, KW, C]
+    weight = (bits.permute(0, 3, 1, 2).to(torch.float32) * 2 - 1)
+    if scale is not None:
+        weight = weight * scale.to(torch.float32).reshape(-1, 1, 1, 1)
+    memory_format = torch._prims_common.suggest_memory_format(x)
+    cudnn = torch.backends.cudnn  # the user's settings, TF32 off (as apot_conv2d's CUDA kernel)
+    y = torch.ops.aten._convolution(x, weight.to(x.dtype).contiguous(memory_format=memory_format), None,
+                                    list(stride), list(padding), list(dilation), False, [0, 0], 1, cudnn.benchmark,
+                                    cudnn.deterministic, cudnn.enabled, False)
+    if bias is not None:
+        y = (y.float() + bias.to(torch.float32).reshape(1, -1, 1, 1)).to(x.dtype)
+    return y.contiguous(memory_format=memory_format)
 
 
 @torch.library.register_fake("bitcompile::binary_conv2d_packed")
@@ -754,11 +796,12 @@ _TRAINING_FORMS = {
     "binary_weight_linear": "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))",
     "binary_conv2d": "binary_conv2d_ste (or ste_sign + F.conv2d)",
     "binary_conv2d_packed": "binary_conv2d_ste (or ste_sign + F.conv2d)",
+    "binary_weight_conv2d": "F.conv2d(x, ste_sign(W)) (the backend rewrites it in inference graphs)",
     "apot_linear": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
     "apot_linear_int": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
     "apot_conv2d": "bitcompile.nn.APoTConv2d (fake quantization with an STE)",
 }
-assert set(_TRAINING_FORMS) == set(KERNEL_OPS)
+assert set(_TRAINING_FORMS) == set(KERNEL_OPS + CPU_KERNEL_OPS)
 for _name, _instead in _TRAINING_FORMS.items():
     register_not_differentiable(_name, _instead)
 
@@ -798,6 +841,13 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=
         x, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
         pad_value=pad_value, sign_zero=sign_zero,
     )
+
+
+def binary_weight_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+                         scale=None, bias=None):
+    """conv2d(x, s(W)) * scale[OC] + bias with fp32 sums, x not binarized (a binary-weight conv)."""
+    return torch.ops.bitcompile.binary_weight_conv2d(
+        x, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias)
 
 
 def binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1),

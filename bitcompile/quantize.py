@@ -10,9 +10,7 @@ Schemes (what changes numerically):
                   (XNOR-Net's weight scale); conv: conv2d(s(x), s(W)) * alpha + bias with zero
                   padding (a padded position contributes 0). Ops: binary_linear, binary_conv2d.
 - "binary_weight" W1A16: y = x @ (s(W) * alpha).T + bias, same alpha; op binary_weight_linear.
-                  Conv: there is no binary-weight conv kernel, so QuantizedConv2d rebuilds the
-                  weight s(W) * alpha from its packed buffer at every forward and calls F.conv2d
-                  (the state dict still holds only the packed form).
+                  Conv: conv2d(x, s(W)) * alpha + bias; op binary_weight_conv2d.
 - "apot3", "apot4", "apot5": codes, alpha = bitcompile.apot.quantize_weight(W, scheme,
                   per_channel=True) (alpha = max|W| per output channel);
                   y = x @ (alpha * code_values[code]).T + bias. Ops: apot_linear, apot_conv2d.
@@ -29,7 +27,6 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 import bitcompile.ops  # noqa: F401  (registers the bitcompile ops; ops.py imports nothing from here)
@@ -195,8 +192,8 @@ class QuantizedLinear(nn.Module):
 class QuantizedConv2d(nn.Module):
     """A Conv2d layer (groups = 1) with a packed weight (made by quantize_).
 
-    "binary" calls binary_conv2d (zero padding), the APoT schemes apot_conv2d; "binary_weight"
-    rebuilds s(W) * scale from the packed buffer and calls F.conv2d (no binary-weight conv op).
+    "binary" calls binary_conv2d (zero padding), "binary_weight" binary_weight_conv2d, the APoT schemes
+    apot_conv2d.
     """
 
     kind = "conv2d"  # bitcompile.explain's layer kind
@@ -235,8 +232,10 @@ class QuantizedConv2d(nn.Module):
                 self.scale, self.bias, pad_value=0.0,
             )
         if self.scheme == "binary_weight":
-            bias = None if self.bias is None else self.bias.to(x.dtype)
-            return F.conv2d(x, self.dequantized_weight(x.dtype), bias, self.stride, self.padding, self.dilation)
+            return torch.ops.bitcompile.binary_weight_conv2d(
+                x, self.w_packed, self.in_channels, self.kernel_size, self.stride, self.padding, self.dilation,
+                self.scale, self.bias,
+            )
         return torch.ops.bitcompile.apot_conv2d(
             x, self.w_packed, self.in_channels, self.kernel_size, self.stride, self.padding, self.dilation,
             self.bits, self.code_values, self.alpha, self.bias,

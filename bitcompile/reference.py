@@ -80,6 +80,17 @@ def binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilati
     return out
 
 
+def binary_weight_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None, bias=None):
+    """y = conv2d(x, s(W)) * scale[OC] + bias (x not binarized, zero padding), w_packed as binary_conv2d's."""
+    sw = unpack_signs(w_packed, in_channels).permute(0, 3, 1, 2)
+    out = F.conv2d(x.to(torch.float64), sw, stride=list(stride), padding=list(padding), dilation=list(dilation))
+    if scale is not None:
+        out = out * (scale.to(torch.float64).reshape(()) if scale.numel() == 1 else scale.to(torch.float64).reshape(1, -1, 1, 1))
+    if bias is not None:
+        out = out + bias.to(torch.float64).reshape(1, -1, 1, 1)
+    return out
+
+
 def pack_codes(codes: Tensor, bits: int) -> Tensor:
     """APoT storage: nibbles (element 2j low, 2j+1 high) for bits <= 4, else one byte a code."""
     codes = codes.to(torch.int64)

@@ -381,14 +381,9 @@ def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, 
             x, converted.packed, channels, kernel_size, stride, padding, dilation, converted.bits,
             converted.code_values, _combined_scale(converted.alpha, scale), bias)
     if converted.kind == "binary" and x_form == "float":
-        # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel)
-        scale_total = _combined_scale(converted.alpha, scale)
-        dequantized = _sign(dense_weight()).to(torch.float32)
-        if scale_total is not None:
-            dequantized = dequantized * scale_total.reshape(-1, 1, 1, 1)
-        bias = None if bias is None else bias.to(x.dtype)
-        return torch.nn.functional.conv2d(x, dequantized.to(x.dtype), bias, list(stride), list(padding),
-                                          list(dilation))
+        return torch.ops.bitcompile.binary_weight_conv2d(
+            x, converted.packed, channels, kernel_size, stride, padding, dilation,
+            _combined_scale(converted.alpha, scale), bias)
     # Dense: the layer's original math.
     xs = _binarize_dense(x, x_form)
     if padding[0] or padding[1]:

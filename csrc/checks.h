@@ -237,19 +237,38 @@ inline void check_binary_linear(const char* op, const at::Tensor& x, const at::T
   check_scale_bias(op, x, w_packed.size(0), scale, bias);
 }
 
-// binary_conv2d: float NCHW x, w_packed = pack_signs(W.permute(0, 2, 3, 1)); returns the geometry.
-inline ConvGeometry check_binary_conv2d(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
-                                        at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
-                                        at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
-                                        const std::optional<at::Tensor>& bias, double pad_value) {
-  const char* op = "binary_conv2d";
+// binary_conv2d / binary_weight_conv2d: float NCHW x, w_packed = pack_signs(W.permute(0, 2, 3, 1)), scale, bias;
+// returns the geometry.
+inline ConvGeometry check_binary_conv_operands(const char* op, const at::Tensor& x, const at::Tensor& w_packed,
+                                               int64_t in_channels, at::IntArrayRef kernel_size,
+                                               at::IntArrayRef stride, at::IntArrayRef padding,
+                                               at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                               const std::optional<at::Tensor>& bias) {
   check_float_input(op, x);
   const int64_t out_channels = w_packed.dim() >= 1 ? w_packed.size(0) : 0;
   const ConvGeometry g = check_conv_geometry(op, x, in_channels, out_channels, kernel_size, stride, padding, dilation);
   check_binary_conv_weight(op, x, w_packed, in_channels, kernel_size);
-  check_pad_value(op, pad_value);
   check_scale_bias(op, x, out_channels, scale, bias);
   return g;
+}
+
+inline ConvGeometry check_binary_conv2d(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                                        at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                        at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                        const std::optional<at::Tensor>& bias, double pad_value) {
+  const ConvGeometry g = check_binary_conv_operands("binary_conv2d", x, w_packed, in_channels, kernel_size, stride,
+                                                    padding, dilation, scale, bias);
+  check_pad_value("binary_conv2d", pad_value);
+  return g;
+}
+
+inline ConvGeometry check_binary_weight_conv2d(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                                               at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                               at::IntArrayRef padding, at::IntArrayRef dilation,
+                                               const std::optional<at::Tensor>& scale,
+                                               const std::optional<at::Tensor>& bias) {
+  return check_binary_conv_operands("binary_weight_conv2d", x, w_packed, in_channels, kernel_size, stride, padding,
+                                    dilation, scale, bias);
 }
 
 // binary_conv2d_packed: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W, ceil(C / 32)], the output

@@ -126,7 +126,7 @@ def _plan_training(layer: Layer) -> Union[Plan, str]:
             return "weight STE clip not known at compile time (a symbolic float)"
     if layer.x_form == "float":
         if layer.kind == "conv2d":
-            return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
+            return "float activations with a binary conv2d weight in a training graph (binary_weight_conv2d has no training form)"
         plan = Plan("binary_weight_linear_ste", layer.x, "float", weight_form, clip=clip)
         plan.n_post = _foldable_post(layer, allow_row=False)
         plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None
@@ -193,12 +193,7 @@ def _finish_inference(layer: Layer, weight_form: str, note: str) -> Union[Plan, 
     if apot and layer.x_form != "float":
         return "binarized activations with an APoT weight"
     if layer.kind == "conv2d":
-        if weight_form == "quantize:binary_weight":
-            op = "conv2d"  # as quantize_: F.conv2d on s(W) * alpha (there is no binary-weight conv kernel)
-        elif not apot and not x_binarized:
-            return "float activations with a binary conv2d weight (no binary-weight conv2d op)"
-        else:
-            op = "apot_conv2d" if apot else "binary_conv2d"
+        op = "apot_conv2d" if apot else ("binary_conv2d" if x_binarized else "binary_weight_conv2d")
     else:
         op = "apot_linear" if apot else ("binary_linear" if x_binarized else "binary_weight_linear")
     plan = Plan(op, layer.x, layer.x_form, weight_form, note=note)
@@ -344,14 +339,6 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
     if converted.kind == "dense":
         return "weight has no packed form (exact zeros, or off its grid)"
     prefix = layer.fqn or layer.node.name
-    if layer.kind == "conv2d" and converted.kind == "binary" and plan.x_form == "float" and not converted.x_binarized:
-        # quantize_("binary_weight") conv: F.conv2d on s(W) * alpha (no binary-weight conv kernel);
-        # stored dequantized, so this layer does not shrink
-        alpha = _constant_scale(graph, scale, converted.alpha, f"{prefix}.weight_scale", ctx)
-        dequantized = torch.where(real >= 0, 1.0, -1.0).to(torch.float32) * ctx.evaluate(alpha).reshape(-1, 1, 1, 1)
-        weight = ctx.add_constant(f"{prefix}.weight_dequantized", dequantized.to(real.dtype))
-        return ir.emit(graph, aten.conv2d.default, (plan.x_in, weight, bias, list(layer.stride), list(plan.padding),
-                                                    list(layer.dilation)), fake_mode=ctx.fake_mode)
     packed = ctx.add_constant(f"{prefix}.weight_packed", converted.packed.contiguous())
     x_form = "ste_sign" if converted.x_binarized else plan.x_form
     k = real.shape[1]
@@ -371,9 +358,11 @@ def _emit_lowered(graph, layer, plan, scale, bias, ctx):
                            fake_mode=ctx.fake_mode)
         return ir.emit(graph, bc.binary_linear.default, (plan.x_in, packed, k, scale, bias),
                        {"sign_zero": x_form == "sign", "row_scale": plan.row_scale}, ctx.fake_mode)
-    return ir.emit(graph, bc.binary_conv2d.default,
-                   (plan.x_in, packed, k, [real.shape[2], real.shape[3]], list(layer.stride), list(plan.padding),
-                    list(layer.dilation), scale, bias),
+    geometry = (plan.x_in, packed, k, [real.shape[2], real.shape[3]], list(layer.stride), list(plan.padding),
+                list(layer.dilation), scale, bias)
+    if x_form == "float":
+        return ir.emit(graph, bc.binary_weight_conv2d.default, geometry, fake_mode=ctx.fake_mode)
+    return ir.emit(graph, bc.binary_conv2d.default, geometry,
                    {"pad_value": plan.pad_value, "sign_zero": x_form == "sign"}, ctx.fake_mode)
 
 

@@ -371,6 +371,88 @@ def test_conv2d_non_contiguous_and_empty(device):
 
 
 # ------------------------------------------------------------------------------------------------
+# binary_weight_conv2d (x not binarized)
+# ------------------------------------------------------------------------------------------------
+def run_weight_conv(x, weight, stride, padding, dilation, scale=None, bias=None):
+    """The op's output, the float64 reference and its magnitude (the root of the sum of each output's squared terms,
+    scaled, plus |bias|), as run_linear."""
+    oc, c, kh, kw = weight.shape
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    args = (c, [kh, kw], list(stride), list(padding), list(dilation))
+    kernel = ops.binary_weight_conv2d(x, w_packed, *args, scale, bias)
+    cpu = lambda t: None if t is None else t.cpu()  # noqa: E731
+    expected = reference.binary_weight_conv2d(x.cpu(), w_packed.cpu(), *args, cpu(scale), cpu(bias))
+    all_plus = torch.full_like(w_packed.cpu(), -1)  # every bit set: s(W) = +1, so the conv sums the squares
+    squares = reference.binary_weight_conv2d(x.cpu().double() ** 2, all_plus, *args)
+    magnitude = squares.abs().sqrt()
+    if scale is not None:
+        magnitude = magnitude * scale.cpu().double().abs().reshape(-1 if scale.numel() > 1 else 1, 1, 1)
+    if bias is not None:
+        magnitude = magnitude + bias.cpu().double().abs().reshape(-1, 1, 1)
+    return kernel, expected, magnitude
+
+
+# (channels, kernel, stride, padding, dilation): the CPU kernel's table lookups from 3/4 of whole 32-channel words
+# (24, 48, 64, 100, 300), oneDNN's dense conv below (3, 23, 47: its switch), output channels past 16-lane blocks.
+WEIGHT_CONV_CASES = [
+    (3, 7, 2, 3, 1),
+    (23, 3, 1, 1, 1),
+    (24, 3, 1, 1, 1),
+    (47, 3, 2, 1, 2),
+    (48, 3, 2, 1, 2),
+    (64, 1, 1, 0, 1),
+    (64, 3, 1, 2, 2),
+    (100, 5, 1, 2, 1),
+    (300, 3, 2, 0, 1),
+]
+
+
+@pytest.mark.parametrize("c,kernel,stride,padding,dilation", WEIGHT_CONV_CASES)
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_weight_conv2d_geometry(device, c, kernel, stride, padding, dilation, memory_format):
+    x = random_input((2, c, 11, 13), device=device).contiguous(memory_format=memory_format)  # odd H and W
+    for oc in (5, 16, 37):
+        weight = torch.randn(oc, c, kernel, kernel, device=device)
+        scale, bias = scale_and_bias("per_channel", oc, device)
+        actual, expected, magnitude = run_weight_conv(x, weight, (stride, stride), (padding, padding),
+                                                      (dilation, dilation), scale, bias)
+        assert actual.is_contiguous(memory_format=memory_format)
+        assert_matches(actual, expected, torch.float32, False, f"weight conv c={c} oc={oc} k={kernel}", magnitude)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@pytest.mark.parametrize("scale_kind", ["none", "scalar", "per_channel"])
+@pytest.mark.parametrize("c", [40, 64])
+def test_weight_conv2d_dtypes_scale(device, dtype, scale_kind, c):
+    x = random_input((3, c, 9, 8), dtype, device).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(20, c, 3, 3, device=device)
+    scale, bias = scale_and_bias(scale_kind, 20, device)
+    actual, expected, magnitude = run_weight_conv(x, weight, (1, 2), (1, 0), (1, 1), scale, bias)
+    assert_matches(actual, expected, dtype, False, f"weight conv {dtype} {scale_kind} c={c}", magnitude)
+
+
+def test_weight_conv2d_composite_and_empty(device):
+    """The composite form (CUDA's, and a CPU's without AVX-512) against the op, stray tail bits ignored, and an
+    empty batch."""
+    from bitcompile import ops as bc_ops
+
+    x = random_input((2, 70, 6, 7), device=device)
+    weight = torch.randn(18, 70, 3, 3, device=device)
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    w_packed[..., -1] |= torch.tensor(-(2**31), dtype=torch.int32, device=device)  # channel 95: past C
+    scale, bias = torch.rand(18, device=device) + 0.5, torch.randn(18, device=device)
+    args = (70, [3, 3], [1, 1], [1, 1], [1, 1], scale, bias)
+    actual = ops.binary_weight_conv2d(x, w_packed, *args)
+    composite = bc_ops._binary_weight_conv2d_composite(x, w_packed, *args)
+    expected = reference.binary_weight_conv2d(x.cpu(), w_packed.cpu(), *[a.cpu() if torch.is_tensor(a) else a
+                                                                        for a in args])
+    assert_matches(actual, expected, torch.float32, False, "weight conv, stray tail bits")
+    assert_matches(composite, expected, torch.float32, False, "weight conv composite")
+    empty = ops.binary_weight_conv2d(x[:0], w_packed, *args)
+    assert empty.shape == (0, 18, 6, 7)
+
+
+# ------------------------------------------------------------------------------------------------
 # opcheck
 # ------------------------------------------------------------------------------------------------
 def opcheck_samples(device):
@@ -404,6 +486,10 @@ def opcheck_samples(device):
                                   torch.randn(4, device=device)), {"out_dtype": torch.bfloat16, "pad_value": 1.0}),
         ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
                                   torch.randn(4, device=device)), {"out_dtype": torch.int32}),
+        ("binary_weight_conv2d", (xc, wc_packed, 3, *geometry), {}),
+        ("binary_weight_conv2d", (random_input((2, 64, 5, 6), torch.bfloat16, device).contiguous(
+            memory_format=torch.channels_last), reference.pack_signs(torch.randn(4, 3, 3, 64, device=device)), 64,
+            *geometry, scale[:4], torch.randn(4, device=device)), {}),
         ("ste_sign", (leaf(x),), {}),
         ("ste_sign", (leaf(x), 0.5), {}),
         ("binary_linear_ste", (leaf(x), leaf(w)), {}),
@@ -417,10 +503,10 @@ def opcheck_samples(device):
     ]
 
 
-@pytest.mark.parametrize("index", range(21))
+@pytest.mark.parametrize("index", range(23))
 def test_opcheck(device, index):
     samples = opcheck_samples(device)
-    assert len(samples) == 21
+    assert len(samples) == 23
     name, args, kwargs = samples[index]
     torch.library.opcheck(getattr(ops, name).default, args, kwargs)
 
@@ -603,10 +689,18 @@ def bad_calls(device):
         ("binary_conv2d", "scale", conv(xc, wc_packed, 3, *geometry, torch.rand(3, device=device))),
         ("binary_conv2d", "bias", conv(xc, wc_packed, 3, *geometry, None, torch.rand(5, device=device))),
     ]
+    weight_conv = lambda *a: lambda: ops.binary_weight_conv2d(*a)  # noqa: E731
+    calls += [
+        ("binary_weight_conv2d", "must be float32", weight_conv(xc.double(), wc_packed, 3, *geometry)),
+        ("binary_weight_conv2d", "channels", weight_conv(xc, wc_packed, 4, *geometry)),
+        ("binary_weight_conv2d", "w_packed", weight_conv(xc, wc_packed[:, :2], 3, *geometry)),
+        ("binary_weight_conv2d", "too small", weight_conv(xc, wc_packed, 3, [3, 3], [1, 1], [0, 0], [4, 4])),
+        ("binary_weight_conv2d", "bias", weight_conv(xc, wc_packed, 3, *geometry, None, torch.rand(5, device=device))),
+    ]
     return calls
 
 
-BAD_CALL_COUNT = 3 + 2 * 9 + 15
+BAD_CALL_COUNT = 3 + 2 * 9 + 15 + 5
 
 
 @pytest.mark.parametrize("index", range(BAD_CALL_COUNT))

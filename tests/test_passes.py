@@ -214,6 +214,44 @@ def test_unmatched_patterns_are_left_alone():
     assert {e.name: e.action for e in ctx.entries} == {"fc": "rewritten", "conv": "skipped"}
 
 
+class BinaryWeightCNN(nn.Module):
+    """Binary-weight convs (BinaryConnect / XNOR-Net's BWN): float activations, conv2d(x, s(W)) * mean|W| per
+    output channel; conv1 on the CPU kernel's table lookups (64 channels), conv2 on its dense fallback (5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(5, 64, 3, padding=1, bias=False)
+        self.conv1 = nn.Conv2d(64, 40, 3, stride=2, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(5, 7, 1, bias=True)
+
+    def forward(self, x, small):
+        y = self.stem(x).relu()
+        alpha = self.conv1.weight.abs().mean(dim=(1, 2, 3))
+        y = F.conv2d(y, bitcompile.ste_sign(self.conv1.weight), None, 2, 1) * alpha.view(1, -1, 1, 1)
+        z = F.conv2d(small, torch.sign(self.conv2.weight), self.conv2.bias)
+        return y, z
+
+
+@pytest.mark.parametrize("inner_inductor", [False, True])
+@torch.no_grad()
+def test_binary_weight_conv_rewritten(inner_inductor):
+    model = BinaryWeightCNN().eval()
+    x, small = torch.randn(2, 5, 9, 11), torch.randn(3, 5, 4, 6)
+    gm, inputs = dynamo_graph(model, x, small)
+    new, ctx = run(gm, inputs, inner_inductor=inner_inductor)
+    assert {e.name: e.op for e in ctx.entries if e.action == "rewritten"} == {
+        "conv1": "binary_weight_conv2d", "conv2": "binary_weight_conv2d"}
+    for actual, expected in zip(new(*inputs), model(x, small)):
+        assert_close(actual, expected)
+    exported = bitcompile.lower(torch.export.export(model, (x, small)))
+    assert {e.name: e.op for e in exported._bitcompile_report if e.op} == {
+        "conv1": "binary_weight_conv2d", "conv2": "binary_weight_conv2d"}
+    assert exported.state_dict["conv1.weight_packed"].dtype == torch.int32
+    assert "conv1.weight" not in exported.state_dict
+    for actual, expected in zip(exported.module()(x, small), model(x, small)):
+        assert_close(actual, expected)
+
+
 # ----------------------------------------------------------------------------------------------
 # explain
 # ----------------------------------------------------------------------------------------------

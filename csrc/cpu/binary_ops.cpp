@@ -1348,6 +1348,130 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
   return result.to(out_dtype);
 }
 
+#if defined(__AVX512F__)
+// ------------------------------------------------------------------------------------------------
+// binary_weight_conv2d: conv2d(x, s(W)) * scale[OC] + bias, x not binarized (a binary-weight network), fp32 sums
+// ------------------------------------------------------------------------------------------------
+// The table lookups of binary_weight_linear as an implicit GEMM: every input pixel's channels get their tables
+// (build_sign_tables) in an image grown by the padding, whose border pixels' tables are zeros (a padded value is 0).
+// Output pixel (oh, ow) reads tap (kh, kw) from input pixel (oh sh + kh dh, ow sw + kw dw) of that image. The weight
+// is re-laid once a call so that one vector holds word c of tap t of 16 output channels:
+// lanes[ob][t][c][j] = w[16 ob + j][t][c] (0 past OC), the nibbles vpermps indexes, no transpose in the loop.
+// Without AVX-512 the op's composite form runs (bitcompile/ops.py: the weight dequantized, then at::conv2d).
+constexpr int64_t kConvLutPixels = 4;  // output pixels a tile: they share the weight vector and its shifts
+
+template <int MR>
+inline void conv_lut_tile(const float* const* pixel_tables, const int64_t* tap_offsets, int64_t taps, int64_t words,
+                          const int32_t* lanes, float (*out)[kLutCols]) {
+  __m512 acc[MR][2];
+  for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; ++t) {
+    for (int64_t c = 0; c < words; ++c) {
+      const __m512i word = _mm512_loadu_si512(lanes + 16 * (t * words + c));
+      const int64_t offset = tap_offsets[t] + kLutTableFloats * c;
+      for (int nibble = 0; nibble < 8; ++nibble) {
+        const __m512i index = _mm512_srli_epi32(word, 4 * nibble);
+        for (int i = 0; i < MR; ++i) {
+          const __m512 table = _mm512_loadu_ps(pixel_tables[i] + offset + 16 * nibble);
+          acc[i][nibble & 1] = _mm512_add_ps(acc[i][nibble & 1], _mm512_permutexvar_ps(index, table));
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) _mm512_storeu_ps(out[i], _mm512_add_ps(acc[i][0], acc[i][1]));
+}
+
+at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, int64_t in_channels,
+                                    at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                    at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                    const std::optional<at::Tensor>& bias) {
+  const ConvGeometry g = check_binary_weight_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation,
+                                                    scale, bias);
+  const at::MemoryFormat memory_format = x.suggest_memory_format();
+  const int64_t words = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
+  if (4 * g.channels < 3 * 32 * words) {
+    // Mostly padding in each word (a 3-channel stem): the lookups cost as for 32 channels, and oneDNN's dense conv
+    // on the dequantized weight is faster. B = 8, 56x56 -> 64: C = 8 0.45x, 16 0.8x, 24 1.1-1.2x, 48 ~1.0x the
+    // dense conv; 4 x 3 x 224^2, 7x7 stride 2: 0.11x.
+    const at::Tensor shifts = at::arange(32, w_packed.options());
+    const at::Tensor bits = w_packed.unsqueeze(-1).bitwise_right_shift(shifts).bitwise_and(1).flatten(-2);
+    at::Tensor weight = bits.narrow(-1, 0, g.channels).permute({0, 3, 1, 2}).to(at::kFloat).mul(2).sub(1);
+    if (scale.has_value()) weight = weight.mul(as_float_vector(*scale).view({-1, 1, 1, 1}));
+    at::Tensor y = at::conv2d(x.to(at::kFloat), weight.contiguous(memory_format), std::nullopt, stride, padding,
+                              dilation);
+    if (bias.has_value()) y.add_(as_float_vector(*bias).view({1, -1, 1, 1}));
+    return y.to(x.scalar_type()).contiguous(memory_format);
+  }
+  at::Tensor result = at::empty({g.batch, g.out_height, g.out_width, g.out_channels}, x.options().dtype(at::kFloat));
+  if (result.numel() > 0) {
+    const int64_t out_blocks = (g.out_channels + kLutCols - 1) / kLutCols;
+    // x as NHWC fp32 with the channels zero padded to whole words (a copy into zeros: constant_pad_nd of the
+    // permuted x took 5 ms at B = 8, C = 48, 56x56, twice the conv).
+    at::Tensor pixels = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous();
+    if (32 * words != g.channels) {
+      at::Tensor padded = at::zeros({g.batch, g.height, g.width, 32 * words}, pixels.options());
+      padded.narrow(3, 0, g.channels).copy_(pixels);
+      pixels = padded;
+    }
+    // lanes[ob][t][c][j]
+    const at::Tensor weight = w_packed.contiguous();
+    const int32_t* w = weight.data_ptr<int32_t>();
+    at::Tensor lanes_tensor = at::zeros({out_blocks, taps, words, kLutCols}, weight.options());
+    int32_t* lanes = lanes_tensor.data_ptr<int32_t>();
+    for (int64_t oc = 0; oc < g.out_channels; ++oc)
+      for (int64_t tc = 0; tc < taps * words; ++tc)
+        lanes[((oc / kLutCols) * taps * words + tc) * kLutCols + oc % kLutCols] = w[oc * taps * words + tc];
+    const Epilogue epilogue(scale, bias);
+    // One image's tables at a time, in the image grown by the padding.
+    const int64_t grown_h = g.height + 2 * g.pad_h, grown_w = g.width + 2 * g.pad_w;
+    const int64_t pixel_floats = kLutTableFloats * words;
+    at::Tensor tables_tensor = at::zeros({grown_h, grown_w, pixel_floats}, pixels.options());
+    float* tables = tables_tensor.data_ptr<float>();
+    std::vector<int64_t> tap_offsets(taps);
+    for (int64_t kh = 0; kh < g.kernel_h; ++kh)
+      for (int64_t kw = 0; kw < g.kernel_w; ++kw)
+        tap_offsets[kh * g.kernel_w + kw] = (kh * g.dilation_h * grown_w + kw * g.dilation_w) * pixel_floats;
+    const float* x_data = pixels.data_ptr<float>();
+    float* y = result.data_ptr<float>();
+    for (int64_t b = 0; b < g.batch; ++b) {
+      at::parallel_for(0, g.height, 1, [&](int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t wi = 0; wi < g.width; ++wi)
+            build_sign_tables(x_data + ((b * g.height + h) * g.width + wi) * 32 * words, words,
+                              tables + ((h + g.pad_h) * grown_w + wi + g.pad_w) * pixel_floats);
+      });
+      // Blocks of one output row x 16 output channels; a weight word costs 32 multiply-adds.
+      const int64_t blocks = g.out_height * out_blocks;
+      const int64_t work = std::max<int64_t>(1, g.out_width * kLutCols * taps * words * 6);
+      at::parallel_for(0, blocks, std::max<int64_t>(1, kMinParallelWork / work), [&](int64_t begin, int64_t end) {
+        for (int64_t block = begin; block < end; ++block) {
+          const int64_t oh = block / out_blocks, ob = block % out_blocks;
+          const int32_t* block_lanes = lanes + ob * taps * words * kLutCols;
+          const int64_t oc0 = ob * kLutCols, cols = std::min<int64_t>(kLutCols, g.out_channels - oc0);
+          const float* row_tables = tables + oh * g.stride_h * grown_w * pixel_floats;
+          for (int64_t ow = 0; ow < g.out_width;) {
+            const int64_t tile = g.out_width - ow >= kConvLutPixels ? kConvLutPixels : 1;
+            const float* pixel_tables[kConvLutPixels];
+            for (int64_t i = 0; i < tile; ++i) pixel_tables[i] = row_tables + (ow + i) * g.stride_w * pixel_floats;
+            float acc[kConvLutPixels][kLutCols];
+            if (tile == kConvLutPixels)
+              conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), taps, words, block_lanes, acc);
+            else
+              conv_lut_tile<1>(pixel_tables, tap_offsets.data(), taps, words, block_lanes, acc);
+            for (int64_t i = 0; i < tile; ++i) {
+              float* out = y + ((b * g.out_height + oh) * g.out_width + ow + i) * g.out_channels + oc0;
+              for (int64_t j = 0; j < cols; ++j) out[j] = epilogue.apply(acc[i][j], 0, oc0 + j);
+            }
+            ow += tile;
+          }
+        }
+      });
+    }
+  }
+  return result.permute({0, 3, 1, 2}).to(x.scalar_type()).contiguous(memory_format);
+}
+#endif
+
 }  // namespace
 }  // namespace bitcompile
 
@@ -1357,12 +1481,16 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("binary_weight_linear", &bitcompile::binary_weight_linear_cpu);
   m.impl("binary_conv2d", &bitcompile::binary_conv2d_cpu);
   m.impl("binary_conv2d_packed", &bitcompile::binary_conv2d_packed_cpu);
+#if defined(__AVX512F__)
+  m.impl("binary_weight_conv2d", &bitcompile::binary_weight_conv2d_cpu);
+#endif
 }
 
 // No gradient, and no Python on the way to the kernel (inference_autograd.h).
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {
   bitcompile::register_inference_autograd(
-      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
+      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed",
+          "binary_weight_conv2d"});
   // The backend's weight ops (bitcompile/weight_ops.py: a Python kernel below autograd) take the same C++ Autograd
   // kernel: their Python one (torch.library.register_autograd) cost more host time a call than a small conv's GPU
   // time (H200 machine: packed_conv2d_of_weight 61.8 us a call against binary_conv2d_packed's 22.7; the binary
