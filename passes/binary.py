@@ -82,7 +82,14 @@ def plan_layer(layer: Layer, ctx: PassContext) -> Union[Plan, str]:
         return "groups > 1 (grouped binary conv has no kernel)"
     if ctx.training:
         return _plan_training(layer)
-    return _plan_inference(layer, ctx)
+    plan = _plan_inference(layer, ctx)
+    if (isinstance(plan, Plan) and plan.op == "binary_weight_conv2d" and ctx.mode != "lower"
+            and not plan.weight_form.startswith("quantize:")
+            and getattr(ir.value(layer.weight), "device", torch.device("cpu")).type != "cpu"):
+        # Its CUDA form dequantizes the weight at every call: no faster than the graph's own dense conv on s(W).
+        # (quantize_'s conversion and lower() take it on any device: there the weight is stored packed.)
+        return "binary-weight conv2d off the CPU (binary_weight_conv2d has a CPU kernel only): left dense"
+    return plan
 
 
 def _activation_geometry(layer: Layer, plan: Plan, pass_binarized: bool) -> Optional[str]:

@@ -252,6 +252,25 @@ def test_binary_weight_conv_rewritten(inner_inductor):
         assert_close(actual, expected)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@torch.no_grad()
+def test_binary_weight_conv_left_dense_on_cuda():
+    """On CUDA the op would dequantize the weight at every call: the graph keeps its dense conv; quantize_ and lower
+    (packed storage) still use the op."""
+    model = BinaryWeightCNN().eval().cuda()
+    x, small = torch.randn(2, 5, 9, 11, device="cuda"), torch.randn(3, 5, 4, 6, device="cuda")
+    gm, inputs = dynamo_graph(model, x, small)
+    new, ctx = run(gm, inputs)
+    assert {e.name: e.action for e in ctx.entries if e.name in ("conv1", "conv2")} == {
+        "conv1": "skipped", "conv2": "skipped"}
+    exported = bitcompile.lower(torch.export.export(model, (x, small)))
+    assert {e.name: e.op for e in exported._bitcompile_report if e.op} == {
+        "conv1": "binary_weight_conv2d", "conv2": "binary_weight_conv2d"}
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # the op's fp32 is fp32: eager's must be too
+        for actual, expected in zip(exported.module()(x, small), model(x, small)):
+            assert_close(actual, expected)
+
+
 # ----------------------------------------------------------------------------------------------
 # explain
 # ----------------------------------------------------------------------------------------------
