@@ -54,6 +54,12 @@ def test_bnn_resnet():
     # the rewrite alone (rest of the graph eager) reproduces the eager binary model bit for bit
     assert "bitcompile, rest of the graph eager  0.000e+00  (tolerance 0: exact)" in summary
 
+def test_bnn_resnet_weights_only():
+    out = run_example("bnn_resnet.py", "--tiny", "--weights-only")
+    assert "binary 3x3 convs rewritten to binary_weight_conv2d: 16 of 16; other layers rewritten: 0" in out
+    assert "(tolerance 1e-4 of the largest: within fp32 rounding)" in out
+
+
 def test_export_deploy():
     out = run_example("export_deploy.py", "--tiny")
     assert "binary_linear" in out
