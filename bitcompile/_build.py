@@ -116,6 +116,7 @@ LIBRARIES = {
             "cuda/binary_linear_wgmma.cu",
             "cuda/binary_weight_linear.cu",
             "cuda/binary_weight_wgmma.cu",
+            "cuda/binary_weight_planes_wgmma.cu",
             "cuda/binary_conv2d.cu",
         ],
         "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu", "cuda/apot_wgmma.cu"],

@@ -811,9 +811,10 @@ def assert_within_planes_bound(actual, expected, magnitude, dtype, what):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 9, 16])
 def test_weight_linear_bit_planes(device, dtype, m):
-    """bf16/fp16 x of M <= 3 (and M = 4 at K > 4096) runs on CUDA as 24 fixed-point bit planes of x per 512-value
+    """bf16/fp16 x of M <= 3 (and M = 4 at K > 4096) runs on CUDA, on these weights (below the planes-wgmma rule's
+    sizes: test_weight_linear_planes_wgmma_rule), as 24 fixed-point bit planes of x per 512-value
     chunk through the b1 tensor cores (else the tensor-core pass kernel, checked to the same bound): nearly exact, so
     every output is within one output ulp of the float64 result, plus 1e-4 of the output's magnitude (room for the
     fixed-point rounding). x spans many binades and huge values (bf16: planes scaled by 2^-100, a negative shift); K covers
@@ -831,6 +832,29 @@ def test_weight_linear_bit_planes(device, dtype, m):
         actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
         assert actual.dtype == dtype
         assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+
+
+# (m, n, k) around planes_wgmma_pays (binary_weight_linear.cu): 2..16 rows from 2^26 weights, 2..8 from 2^25.
+PLANES_WGMMA_RULE = [(2, 8192, 8192, True), (9, 8192, 8192, True), (16, 8192, 8192, True), (8, 4096, 8192, True),
+                     (9, 4096, 8192, False), (8, 4096, 8160, False), (1, 8192, 8192, False)]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k,planes", PLANES_WGMMA_RULE)
+def test_weight_linear_planes_wgmma_rule(device, dtype, m, n, k, planes):
+    """bf16/fp16 x of 2..16 rows on weights of 2^26 values and more, or 2..8 rows from 2^25, runs on an sm_90a build
+    as 24 fixed-point bit planes a row of x through the b1 wgmma (binary_weight_planes_wgmma.cu: tiles of 1, 2, 4, 8,
+    16 rows); the rule's edges (9 rows at 2^25, 8 rows just below it, 1 row) take the other kernels. Each within the
+    bit-plane bound; on CUDA the profiler shows which kernel ran."""
+    x = random_input((m, k), device=device) * torch.exp2(torch.randint(-8, 4, (m, k), device=device).float())
+    x = x.to(dtype)
+    _, w_packed = packed_weight(n, k, device)
+    scale, bias = scale_and_bias("per_channel", n, device)
+    actual, expected, magnitude = run_linear("binary_weight_linear", x, w_packed, k, scale, bias)
+    assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
+    if device == "cuda" and torch.cuda.get_device_capability() == (9, 0):
+        names = profiled_kernels(lambda: ops.binary_weight_linear(x, w_packed, k, scale, bias), ("binary_weight",))
+        assert any("planes_wgmma" in name for name in names) == planes, names
 
 
 def check_weight_linear_shapes_cuda(m, dtype, shapes):

@@ -31,7 +31,7 @@ B1_AND_MMA = "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc"
 OLDER_ARCH_FLAGS = {"sm_80": "-gencode=arch=compute_80,code=sm_80"}
 # Files whose kernels must not spill (a spill is a failure); the others get a warning until tuned.
 NO_SPILL_SOURCES = {"pack_signs.cu", "binary_linear.cu", "binary_linear_wgmma.cu", "binary_weight_linear.cu",
-                    "binary_weight_wgmma.cu", "binary_conv2d.cu", "apot_wgmma.cu"}
+                    "binary_weight_wgmma.cu", "binary_weight_planes_wgmma.cu", "binary_conv2d.cu", "apot_wgmma.cu"}
 HGMMA_A_CHECK = ROOT / "benchmarks" / "kernels" / "hgmma_a_check.py"
 
 
@@ -148,6 +148,21 @@ def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
     sass = result.sass
     if sass is not None and sass.returncode == 0:
         assert "BGMMA.64x256x256.AND.POPC" in sass.stdout and "BGMMA.64x128x256.AND.POPC" in sass.stdout
+
+
+def test_binary_weight_planes_wgmma_uses_b1_wgmma(compiled):
+    """binary_weight_planes_wgmma.cu (W1A16 at M <= 16 as bit planes of x): wgmma b1 AND.POPC at each plane tile's N
+    (24, 48, 96, 192: 24 planes a row of x, 1 to 16 rows a block), TMA loads, and ptxas does not serialize it."""
+    result = compiled["binary_weight_planes_wgmma.cu"]
+    assert result.returncode == 0, result.log
+    assert not re.search(r"C751[0-9]|serializ", result.log), result.log
+    ptx = result.ptx()
+    for n in (24, 48, 96, 192):
+        assert f"wgmma.mma_async.sync.aligned.m64n{n}k256.s32.b1.b1.and.popc" in ptx, n
+    assert "cp.async.bulk.tensor.2d" in ptx
+    sass = result.sass
+    if sass is not None and sass.returncode == 0:
+        assert "BGMMA.64x192x256.AND.POPC" in sass.stdout and "BGMMA.64x24x256.AND.POPC" in sass.stdout
 
 
 def test_binary_conv2d_wgmma_uses_b1_wgmma(compiled):

@@ -7,6 +7,7 @@
 
 #include <cooperative_groups.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "binary_weight_wgmma.cuh"
@@ -695,19 +696,6 @@ struct __align__(16) PlaneGroup {  // one row of x, one chunk
   int padding;                     // to 16 bytes: one cp.async a group
 };
 
-// Lane i holds v_i; returns in lane p the word whose bit i is bit p of v_i (a 32 x 32 bit transpose in five
-// rounds of exchanges between lanes j apart: ~30 instructions against 64 for 32 ballots and selects).
-__device__ __forceinline__ uint32_t transpose_bits(uint32_t v, int lane) {
-  constexpr uint32_t kLow[5] = {0x0000FFFFu, 0x00FF00FFu, 0x0F0F0F0Fu, 0x33333333u, 0x55555555u};
-#pragma unroll
-  for (int r = 0; r < 5; ++r) {
-    const int j = 16 >> r;
-    const uint32_t other = __shfl_xor_sync(kFullMask, v, j);
-    v = (lane & j) ? (v & ~kLow[r]) | ((other >> j) & kLow[r]) : (v & kLow[r]) | ((other << j) & ~kLow[r]);
-  }
-  return v;
-}
-
 // A block per (row m of x, chunk c), a warp per word w of the chunk (lane i: value 512 c + 32 w + i):
 // planes[(m * chunks + c) * kPlaneChunkWords + p * 16 + w] = bit p of xq for k = 512 c + 32 w + bit, and
 // groups[m * chunks + c]. The chunk's largest |x| and its sum of xq go through shared memory. Each warp's chain is
@@ -1209,6 +1197,20 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 // 32 37.4 / 31.6, 64 66.1 / 31.7, 128 75.1 / 44.3 (N = 4096, K = 11008, M = 128: 93.2 / 60.8). (2026-12-04: the
 // pass kernel at M = 16 17.6 us, the wgmma kernel's 32-row tile at M = 17 21.6.)
 constexpr int64_t kWgmmaMinRows = 16;
+// Rows of x up to which bit planes on the b1 wgmma (binary_weight_planes_wgmma.cu) take bf16 / fp16 x.
+constexpr int64_t kPlanesWgmmaMaxRows = 16;
+
+// Where the bit planes on the b1 wgmma beat the kernels below (H200, harness graph us, main / planes, 2026-12-05,
+// benchmarks/kernels/pending/planes_rule.sweep): from 2 rows on weights of 2^26 and more (8192^2 M = 2 8.68 / 8.40,
+// 8 13.47 / 11.52, 16 17.35 / 15.91; 16384^2 M = 4 29.91 / 14.75, 16 44.18 / 27.44; 8192 x 28672 M = 4 36.70 /
+// 16.59; 28672 x 8192 M = 16 37.81 / 31.69), up to 8 rows from 2^25 (4096 x 11008 M = 8 14.08 / 11.37; 12288 x
+// 4096 M = 4 9.74 / 7.79; 11008 x 4096 M = 2 7.55 / 6.74, but M = 12 11.70 / 13.29). Not below: 4096^2 lost at every
+// M (M = 16 9.10 / 12.50), and M = 1 lost but at 16384^2 (8192^2 7.26 / 8.12, 4096 x 11008 6.57 / 7.78).
+bool planes_wgmma_pays(int64_t m_rows, int64_t n_rows, int64_t k) {
+  const int64_t weights = n_rows * k;
+  return m_rows >= 2 && m_rows <= kPlanesWgmmaMaxRows &&
+         (weights >= (int64_t(1) << 26) || (weights >= (int64_t(1) << 25) && m_rows <= 8));
+}
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
 // (N = K = 8192 bf16, 2026-12-01). wgmma (the warp-specialized kernel), harness us L2 flushed / graph:
@@ -1242,8 +1244,12 @@ size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int6
   const int64_t remainder = remainder_rows(type, m_rows);  // room for the remainder's bit planes, split or not
   if (remainder > 0) m_rows = remainder;
   if (type == FloatType::kFloat32 || m_rows < 1 || !valid_sizes(m_rows, k)) return 0;
-  if (m_rows <= kPlaneMaxRows) return planes_workspace_bytes(m_rows, k);
-  return m_rows >= kGroupsMinRows && m_rows <= kGroupsMaxRows ? groups_workspace_bytes(m_rows, k) : 0;
+  size_t bytes = m_rows <= kPlaneMaxRows ? planes_workspace_bytes(m_rows, k)
+                 : m_rows >= kGroupsMinRows && m_rows <= kGroupsMaxRows ? groups_workspace_bytes(m_rows, k) : 0;
+  // Room for forced bit planes (kernel 4) up to 64 rows, to measure them against the bf16 wgmma kernel.
+  if (m_rows <= 4 * kPlanesWgmmaMaxRows)
+    bytes = std::max(bytes, binary_weight_planes_wgmma_workspace_bytes(m_rows, k));
+  return bytes;
 }
 
 cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
@@ -1271,6 +1277,15 @@ cudaError_t launch_binary_weight_linear(const void* x, FloatType type, const uin
     return launch_binary_weight_linear(static_cast<const char*>(x) + head * k * element, type, w_bits, remainder,
                                        n_rows, k, tail, static_cast<char*>(out) + head * n_rows * element,
                                        workspace, workspace_bytes, stream, &whole);
+  }
+  // Few rows (bf16 / fp16) of large weights: x as bit planes on the b1 wgmma where it applies (kernel 4 forces it).
+  const bool forced_planes = chosen.kernel == 4;
+  if (forced_planes ||
+      (chosen.kernel == 0 && type != FloatType::kFloat32 && planes_wgmma_pays(m_rows, n_rows, k))) {
+    const cudaError_t result = launch_binary_weight_planes_wgmma(x, type, w_bits, m_rows, n_rows, k, epilogue, out,
+                                                                 sm_count, chosen, workspace, workspace_bytes, stream);
+    if (result != cudaErrorNotSupported || forced_planes) return result;
+    (void)cudaGetLastError();  // not here: the kernels below
   }
   const bool forced_wgmma = chosen.kernel == 2 || chosen.kernel == 3;  // 3: the wgmma kernel; 2 (deleted): refused there
   if (forced_wgmma || (chosen.kernel == 0 && type != FloatType::kFloat32 && m_rows > kWgmmaMinRows)) {

@@ -31,5 +31,20 @@ cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint
                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
                                        const WeightLinearTuning& tuning, cudaStream_t stream);
 
+// ---- binary_weight_planes_wgmma.cu: few rows of x (M <= 16) as 24 bit planes a row on the b1 wgmma ----------------
+// Whether it can take x of this type and k here: bf16 / fp16, ceil(k / 32) % 4 == 0 (16-byte rows of W and of the
+// planes for TMA), k <= 2^21, a 9.0 device and sm_90a code.
+bool binary_weight_planes_wgmma_applies(FloatType type, int64_t k);
+// Bytes of device workspace it needs for m_rows rows of x (the planes, the rows' shifts, the stage sums).
+size_t binary_weight_planes_wgmma_workspace_bytes(int64_t m_rows, int64_t k);
+// y = x @ s(W).T, then the epilogue: x_row_planes_kernel, then the GEMM kernel launched dependent. Tile from tuning
+// (rows_per_pass 1, 2, 4, 8 or 16: rows of x a block, 0 from M; slabs 1 or 2; slices 0 or 1-8).
+// cudaErrorNotSupported before any launch where it does not apply (above), the workspace is missing, too small or
+// not 16-byte aligned, or w_bits is not 16-byte aligned.
+cudaError_t launch_binary_weight_planes_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,
+                                              int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out,
+                                              int sm_count, const WeightLinearTuning& tuning, void* workspace,
+                                              size_t workspace_bytes, cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace bitcompile

@@ -1,4 +1,4 @@
-"""Host model of pending/planes_wgmma.patch (binary_weight_planes_wgmma.cu), no GPU: numpy only.
+"""Host model of binary_weight_planes_wgmma.cu (W1A16 at few rows as bit planes on the b1 wgmma), no GPU: numpy only.
 
 1. The math: x rows scaled by one 2^shift a row (|xq| < 2^22), 24 two's-complement planes, popcounts of W & plane
    over each K slice, 2 sum_p coef_p count_p - sum(xq) per slice, scaled back and summed in fp32 as the cluster
