@@ -306,22 +306,30 @@ def compare_compiled(backend):
         compiled = torch.compile(compiled_model, backend=counting, fullgraph=True)
     else:
         compiled = torch.compile(compiled_model, backend=backend, fullgraph=True)
-    for batch in (4, 4, 3):
+    for step, batch in enumerate((4, 4, 3)):
         x = torch.randn(batch, 3, 8, 8)
         out_e, grads_e = run_step(eager, eager, x)
         out_c, grads_c = run_step(compiled_model, compiled, x)
         assert_close_relative(out_c, out_e, torch.float32, f"{backend}: output")
         for name in grads_e:
+            if name.endswith("scale_a") and step == 0:
+                # On the first call each model sets its own scale_a (below: equal to fp32 rounding); an input within
+                # that rounding of the STE window's edge |x~| = scale_a is inside it in one model only, and moves
+                # this cancelling sum by O(1) of itself (seed 22807209: 0.625). Compared from the second call, on
+                # the same scale_a.
+                continue
             # scale_a's gradient is a sum whose terms cancel; another summation order (inductor)
             # moves it by more than 1e-5 of itself, a wrong formula by O(1).
             tolerance = 1e-3 if name.endswith("scale_a") else 1e-5
             error = (grads_c[name] - grads_e[name]).norm() / grads_e[name].norm().clamp_min(1e-30)
-            assert error <= tolerance, f"{backend}: grad of {name}: relative error {error:.3g}"
+            assert error <= tolerance, f"{backend}: grad of {name} (call {step}): relative error {error:.3g}"
         for (name, p_e), p_c in zip(eager.named_parameters(), compiled_model.parameters()):
             if name.endswith("scale_a"):
                 # inductor may sum the mean (of inputs that are themselves rounded differently)
                 # in another order: fp32 rounding only
                 assert torch.allclose(p_e, p_c, rtol=1e-5, atol=0), f"{backend}: {name} initialized differently"
+                with torch.no_grad():
+                    p_c.copy_(p_e)  # the same windows from here on
     return graphs
 
 
