@@ -133,7 +133,8 @@ def _plan_training(layer: Layer) -> Union[Plan, str]:
             return "weight STE clip not known at compile time (a symbolic float)"
     if layer.x_form == "float":
         if layer.kind == "conv2d":
-            return "float activations with a binary conv2d weight in a training graph (binary_weight_conv2d has no training form)"
+            return ("float activations with a binary conv2d weight in a training graph "
+                    "(binary_weight_conv2d has no training form)")
         plan = Plan("binary_weight_linear_ste", layer.x, "float", weight_form, clip=clip)
         plan.n_post = _foldable_post(layer, allow_row=False)
         plan.fold_post_bias = plan.n_post == len(layer.post) and layer.post_bias is not None

@@ -656,18 +656,24 @@ inline void transpose_16x16(__m512i (&r)[16]) {
   }
 }
 
+// acc[i] lane j += the dot of one weight word (lane j: 32 signs of weight row j) with the 32 values of x row i whose
+// tables start at tables[i] + offset: 8 lookups, one a nibble.
+template <int MR>
+inline void lut_word(__m512i word, const float* const* tables, int64_t offset, __m512 (&acc)[MR][2]) {
+  for (int nibble = 0; nibble < 8; ++nibble) {
+    const __m512i index = _mm512_srli_epi32(word, 4 * nibble);  // vpermps reads the low 4 bits
+    for (int i = 0; i < MR; ++i) {
+      const __m512 table = _mm512_loadu_ps(tables[i] + offset + 16 * nibble);
+      acc[i][nibble & 1] = _mm512_add_ps(acc[i][nibble & 1], _mm512_permutexvar_ps(index, table));
+    }
+  }
+}
+
 // acc[i] lane j += sum over `count` words (from the block's first) of row j's signs times x row i, by lookups.
 template <int MR, int COUNT>
 inline void lut_words(const __m512i (&r)[16], const float* const* tables, int count, __m512 (&acc)[MR][2]) {
   const int words = COUNT ? COUNT : count;
-  for (int q = 0; q < words; ++q)
-    for (int nibble = 0; nibble < 8; ++nibble) {
-      const __m512i index = _mm512_srli_epi32(r[q], 4 * nibble);  // vpermps reads the low 4 bits
-      for (int i = 0; i < MR; ++i) {
-        const __m512 table = _mm512_loadu_ps(tables[i] + kLutTableFloats * q + 16 * nibble);
-        acc[i][nibble & 1] = _mm512_add_ps(acc[i][nibble & 1], _mm512_permutexvar_ps(index, table));
-      }
-    }
+  for (int q = 0; q < words; ++q) lut_word<MR>(r[q], tables, kLutTableFloats * q, acc);
 }
 
 // out[i][j] = dot of x row i (its tables) and the signs of weight row n0 + j, j < cols (lanes past cols: unused).
@@ -795,7 +801,6 @@ inline void sign_dot_tile(const float* const* x, const uint32_t* const* w, int64
     }
 }
 #endif
-
 
 struct SignDotTile {
   const float* x;     // [M, 32 * words], zero padded
@@ -1367,17 +1372,9 @@ inline void conv_lut_tile(const float* const* pixel_tables, const int64_t* tap_o
   __m512 acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
   for (int64_t t = 0; t < taps; ++t) {
-    for (int64_t c = 0; c < words; ++c) {
-      const __m512i word = _mm512_loadu_si512(lanes + 16 * (t * words + c));
-      const int64_t offset = tap_offsets[t] + kLutTableFloats * c;
-      for (int nibble = 0; nibble < 8; ++nibble) {
-        const __m512i index = _mm512_srli_epi32(word, 4 * nibble);
-        for (int i = 0; i < MR; ++i) {
-          const __m512 table = _mm512_loadu_ps(pixel_tables[i] + offset + 16 * nibble);
-          acc[i][nibble & 1] = _mm512_add_ps(acc[i][nibble & 1], _mm512_permutexvar_ps(index, table));
-        }
-      }
-    }
+    for (int64_t c = 0; c < words; ++c)
+      lut_word<MR>(_mm512_loadu_si512(lanes + 16 * (t * words + c)), pixel_tables, tap_offsets[t] + kLutTableFloats * c,
+                   acc);
   }
   for (int i = 0; i < MR; ++i) _mm512_storeu_ps(out[i], _mm512_add_ps(acc[i][0], acc[i][1]));
 }
