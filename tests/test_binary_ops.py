@@ -834,18 +834,25 @@ def test_weight_linear_bit_planes(device, dtype, m):
         assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
 
 
-# (m, n, k) around planes_wgmma_pays (binary_weight_linear.cu): 2..16 rows from 2^26 weights, 2..8 from 2^25.
-PLANES_WGMMA_RULE = [(2, 8192, 8192, True), (9, 8192, 8192, True), (16, 8192, 8192, True), (8, 4096, 8192, True),
-                     (9, 4096, 8192, False), (8, 4096, 8160, False), (1, 8192, 8192, False)]
+# (m, n, k, planes, tile) around planes_wgmma_pays (binary_weight_linear.cu): 2..8 rows from 2^25 weights, 9..32
+# from 2^26 or from 2^25 where K >= 8192; tile = (rows, slabs) of the planes kernel on 132 SMs (the plan of
+# binary_weight_planes_wgmma.cu: past 4 rows the smallest of 4- and 8-row tiles whose blocks fit one wave, past 16
+# rows 8-row tiles where they pad less than 16-row ones; 2 slabs for tiles under 16 rows past one wave).
+PLANES_WGMMA_RULE = [(2, 8192, 8192, True, (2, 1)), (8, 8192, 8192, True, (4, 1)), (9, 8192, 8192, True, (8, 1)),
+                     (16, 8192, 8192, True, (8, 1)), (16, 16384, 8192, True, (16, 1)), (17, 8192, 8192, True, (8, 2)),
+                     (32, 8192, 8192, True, (16, 1)), (33, 8192, 8192, False, None), (8, 8192, 4096, True, (4, 1)),
+                     (9, 8192, 4096, False, None), (16, 4096, 8192, True, (4, 1)), (17, 4096, 8192, True, (8, 1)),
+                     (32, 4096, 8192, True, (8, 1)), (33, 4096, 8192, False, None), (8, 4096, 8160, False, None),
+                     (1, 8192, 8192, False, None)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("m,n,k,planes", PLANES_WGMMA_RULE)
-def test_weight_linear_planes_wgmma_rule(device, dtype, m, n, k, planes):
-    """bf16/fp16 x of 2..16 rows on weights of 2^26 values and more, or 2..8 rows from 2^25, runs on an sm_90a build
-    as 24 fixed-point bit planes a row of x through the b1 wgmma (binary_weight_planes_wgmma.cu: tiles of 1, 2, 4, 8,
-    16 rows); the rule's edges (9 rows at 2^25, 8 rows just below it, 1 row) take the other kernels. Each within the
-    bit-plane bound; on CUDA the profiler shows which kernel ran."""
+@pytest.mark.parametrize("m,n,k,planes,tile", PLANES_WGMMA_RULE)
+def test_weight_linear_planes_wgmma_rule(device, dtype, m, n, k, planes, tile):
+    """bf16/fp16 x of few rows on large weights (the rule above) runs on an sm_90a build as 24 fixed-point bit planes
+    a row of x through the b1 wgmma (binary_weight_planes_wgmma.cu: tiles of 1, 2, 4, 8, 16 rows); the rule's edges
+    take the other kernels. Each within the bit-plane bound; on CUDA the profiler shows which kernel ran, and on 132
+    SMs its tile."""
     x = random_input((m, k), device=device) * torch.exp2(torch.randint(-8, 4, (m, k), device=device).float())
     x = x.to(dtype)
     _, w_packed = packed_weight(n, k, device)
@@ -854,7 +861,11 @@ def test_weight_linear_planes_wgmma_rule(device, dtype, m, n, k, planes):
     assert_within_planes_bound(actual, expected, magnitude, dtype, f"m={m} n={n} k={k}")
     if device == "cuda" and torch.cuda.get_device_capability() == (9, 0):
         names = profiled_kernels(lambda: ops.binary_weight_linear(x, w_packed, k, scale, bias), ("binary_weight",))
-        assert any("planes_wgmma" in name for name in names) == planes, names
+        kernels = [name for name in names if "planes_wgmma_kernel" in name]
+        assert bool(kernels) == planes, names
+        if planes and torch.cuda.get_device_properties(0).multi_processor_count == 132:
+            match = re.search(r"planes_wgmma_kernel<[^,<>]+,\s*(\d+),\s*(\d+)\s*>", kernels[0])
+            assert match and (int(match[1]), int(match[2])) == tile, kernels
 
 
 def check_weight_linear_shapes_cuda(m, dtype, shapes):

@@ -151,7 +151,7 @@ def test_binary_linear_wgmma_uses_b1_wgmma(compiled):
 
 
 def test_binary_weight_planes_wgmma_uses_b1_wgmma(compiled):
-    """binary_weight_planes_wgmma.cu (W1A16 at M <= 16 as bit planes of x): wgmma b1 AND.POPC at each plane tile's N
+    """binary_weight_planes_wgmma.cu (W1A16 at M <= 32 as bit planes of x): wgmma b1 AND.POPC at each plane tile's N
     (24, 48, 96, 192: 24 planes a row of x, 1 to 16 rows a block), TMA loads, and ptxas does not serialize it."""
     result = compiled["binary_weight_planes_wgmma.cu"]
     assert result.returncode == 0, result.log

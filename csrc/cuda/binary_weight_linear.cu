@@ -1198,18 +1198,26 @@ cudaError_t dequantize_signs_typed(const uint32_t* w_bits, int64_t n_rows, int64
 // pass kernel at M = 16 17.6 us, the wgmma kernel's 32-row tile at M = 17 21.6.)
 constexpr int64_t kWgmmaMinRows = 16;
 // Rows of x up to which bit planes on the b1 wgmma (binary_weight_planes_wgmma.cu) take bf16 / fp16 x.
-constexpr int64_t kPlanesWgmmaMaxRows = 16;
+constexpr int64_t kPlanesWgmmaMaxRows = 32;
 
 // Where the bit planes on the b1 wgmma beat the kernels below (H200, harness graph us, main / planes, 2026-12-05,
-// benchmarks/kernels/pending/planes_rule.sweep): from 2 rows on weights of 2^26 and more (8192^2 M = 2 8.68 / 8.40,
-// 8 13.47 / 11.52, 16 17.35 / 15.91; 16384^2 M = 4 29.91 / 14.75, 16 44.18 / 27.44; 8192 x 28672 M = 4 36.70 /
-// 16.59; 28672 x 8192 M = 16 37.81 / 31.69), up to 8 rows from 2^25 (4096 x 11008 M = 8 14.08 / 11.37; 12288 x
-// 4096 M = 4 9.74 / 7.79; 11008 x 4096 M = 2 7.55 / 6.74, but M = 12 11.70 / 13.29). Not below: 4096^2 lost at every
-// M (M = 16 9.10 / 12.50), and M = 1 lost but at 16384^2 (8192^2 7.26 / 8.12, 4096 x 11008 6.57 / 7.78).
+// benchmarks/kernels/pending/planes_rule.sweep and planes_plan.sweep, planes on the tile plan of
+// binary_weight_planes_wgmma.cu):
+// - 2..8 rows from 2^25 weights: 8192^2 M = 2 8.68 / 8.40, 8 13.47 / 11.52; 16384^2 M = 4 29.91 / 14.75; 8192 x 28672
+//   M = 4 36.70 / 16.59; 4096 x 11008 M = 8 14.08 / 11.37; 12288 x 4096 M = 4 9.74 / 7.79; 11008 x 4096 M = 2 7.55 /
+//   6.74. Not 4096^2 (M = 8 7.06 / 9.16), nor M = 1 but at 16384^2 (8192^2 7.26 / 8.12, 4096 x 11008 6.57 / 7.78).
+// - 9..32 rows from 2^26, or from 2^25 where K >= 8192: 8192^2 M = 16 15.94 / 13.10 (8-row tiles), M = 20 21.48 /
+//   18.22, M = 32 21.51 / 19.19; 16384^2 M = 16 44.18 / 27.45, M = 24 64.73 / 50.00; 8192 x 28672 M = 24 64.95 /
+//   43.91; 28672 x 8192 M = 16 37.81 / 31.67, M = 32 63.66 / 58.48; 4096 x 11008 M = 12 17.11 / 14.33, M = 16 17.24 /
+//   14.31, M = 20 20.18 / 15.06, M = 32 21.27 / 17.41; 4096 x 8192 M = 12 12.80 / 11.69, M = 20 16.43 / 12.64. Not
+//   at K = 4096 below 2^26: 12288 x 4096 M = 16 13.88 / 14.25, M = 24 19.65 / 23.70; 11008 x 4096 M = 16 11.88 /
+//   14.09 (it and 8192 x 4096 win at some M: 11008 x 4096 M = 24 19.69 / 14.67, 8192 x 4096 M = 16 11.45 / 10.04,
+//   but 8192 x 4096 M = 20 12.77 / 14.06).
 bool planes_wgmma_pays(int64_t m_rows, int64_t n_rows, int64_t k) {
   const int64_t weights = n_rows * k;
-  return m_rows >= 2 && m_rows <= kPlanesWgmmaMaxRows &&
-         (weights >= (int64_t(1) << 26) || (weights >= (int64_t(1) << 25) && m_rows <= 8));
+  if (m_rows < 2 || m_rows > kPlanesWgmmaMaxRows) return false;
+  if (weights >= (int64_t(1) << 26)) return true;
+  return weights >= (int64_t(1) << 25) && (m_rows <= 8 || k >= 8192);
 }
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
@@ -1247,7 +1255,7 @@ size_t binary_weight_linear_workspace_bytes(FloatType type, int64_t m_rows, int6
   size_t bytes = m_rows <= kPlaneMaxRows ? planes_workspace_bytes(m_rows, k)
                  : m_rows >= kGroupsMinRows && m_rows <= kGroupsMaxRows ? groups_workspace_bytes(m_rows, k) : 0;
   // Room for forced bit planes (kernel 4) up to 64 rows, to measure them against the bf16 wgmma kernel.
-  if (m_rows <= 4 * kPlanesWgmmaMaxRows)
+  if (m_rows <= 2 * kPlanesWgmmaMaxRows)
     bytes = std::max(bytes, binary_weight_planes_wgmma_workspace_bytes(m_rows, k));
   return bytes;
 }

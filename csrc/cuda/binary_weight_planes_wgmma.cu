@@ -1,4 +1,4 @@
-// binary_weight_linear for few rows of x (decoding, M <= 16) on Hopper's b1 wgmma: x as 24 fixed-point bit planes a
+// binary_weight_linear for few rows of x (decoding, M <= 32) on Hopper's b1 wgmma: x as 24 fixed-point bit planes a
 // row, W's sign bits as they are, wgmma.mma_async m64nNk256 .b1 AND.POPC with both operands staged by TMA. Torch-free;
 // sm_90a code (BITCOMPILE_SM90A). launch_binary_weight_linear (binary_weight_linear.cu) calls it.
 //
@@ -383,15 +383,35 @@ cudaError_t planes_wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_ro
   return error != cudaSuccess ? error : cudaGetLastError();
 }
 
-// The tile from the rows of x (MR: the smallest of 1, 2, 4, 8, 16 holding them) and tuning.slabs (1 or 2; 0: 2 where
-// blocks of 128 features would take more than one wave, e.g. 22016 x 4096, else 1).
+// The tile plan. MR from the rows of x: the smallest of 1, 2, 4, 8, 16 holding them, except that more than 4 rows
+// take the smallest tile of 4 or 8 rows whose blocks of 128 features still fit one wave (more blocks than the
+// default tile, each over the whole K), or, past 16 rows, 8-row tiles where they pad fewer rows than 16-row ones.
+// H200 graph us, default tile / the plan's: 8192^2 M = 8 11.54 / 10.76 (4 rows), M = 12 15.76 / 12.48 (8), M = 16
+// 15.94 / 13.10 (8); 4096 x 11008 M = 8 11.35 / 10.79 (4), M = 12 14.30 (8) / 11.49 (4), M = 16 17.24 / 12.36 (4),
+// M = 32 20.90 / 17.41 (8); 8192 x 28672 M = 16 30.70 / 27.61 (8), but M = 5 22.33 / 24.01 and M = 8 20.15 / 20.49
+// (4: the losses measured; fitting them would mean a K bound from one shape). At 16384^2 M = 16,
+// 128 blocks of 16 rows are already a wave: 27.45 (256-feature blocks of 8 rows 27.75). Past 16 rows, 8192^2 M = 20
+// 19.65 / 18.22, M = 24 18.41 / 18.36; 16384^2 M = 20 63.75 / 50.49; 28672 x 8192 M = 20 64.70 / 49.53; M = 32, a
+// tie in padding, 16: 8192^2 19.19 (8 rows 19.60), 16384^2 51.84 (52.52), 28672 x 8192 58.48 (61.28). Not at 4 rows:
+// 2-row tiles lost at every shape tried (8192^2 M = 4 8.86 / 9.50, 4096 x 11008 9.39 / 9.72).
+// tuning.rows_per_pass forces MR (the smallest of 1..16 holding it). Slabs: tuning.slabs (1 or 2; 0: 2 where MR < 16
+// and blocks of 128 features would take more than one wave, e.g. 22016 x 4096, else 1).
 template <typename T>
 cudaError_t planes_wgmma_dispatch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                                   const Epilogue& ep, T* out, int sm_count, const WeightLinearTuning& tuning,
                                   const PlanesWgmmaWorkspace& ws, cudaStream_t stream) {
   const int64_t wanted = tuning.rows_per_pass > 0 ? tuning.rows_per_pass : m_rows;
-  const int mr = wanted <= 1 ? 1 : wanted <= 2 ? 2 : wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
-  const bool past_wave = ceil_div(n_rows, 128) * ceil_div(m_rows, mr) > sm_count;
+  int mr = wanted <= 1 ? 1 : wanted <= 2 ? 2 : wanted <= 4 ? 4 : wanted <= 8 ? 8 : 16;
+  const int64_t feature_blocks = ceil_div(n_rows, 128);
+  auto fits_wave = [&](int rows) { return feature_blocks * ceil_div(m_rows, rows) <= sm_count; };
+  if (tuning.rows_per_pass <= 0 && m_rows > 4) {
+    if (fits_wave(4)) {
+      mr = 4;
+    } else if (m_rows > 8 && (fits_wave(8) || ceil_div(m_rows, 8) * 8 < ceil_div(m_rows, 16) * 16)) {
+      mr = 8;
+    }
+  }
+  const bool past_wave = feature_blocks * ceil_div(m_rows, mr) > sm_count;
   const int slabs = tuning.slabs > 0 ? tuning.slabs : (mr < 16 && past_wave ? 2 : 1);
   if (slabs > 2 || (mr == 16 && slabs == 2)) return cudaErrorInvalidValue;
 #define PW_CASE(MR, SLABS)                                                                                        \
