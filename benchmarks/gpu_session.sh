@@ -13,6 +13,7 @@
 #     resnet    examples/bnn_resnet.py in CUDA graphs with its kernel profile, then in the default mode (both models)
 #     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times)
 #     decode    examples/llm_decode.py dim 4096, 4 layers, CUDA graphs: tokens/s, then each model's kernels a token
+#     cpu       benchmarks/cpu_threads.py: the host CPU's kernels against fp32 at 1, 2, 4, ... threads
 # Logs go under $OUT (the device tool brings them back), or ./.out here.
 set -o pipefail
 OUT=${OUT:-.out}
@@ -94,6 +95,9 @@ for stage in "$@"; do
       timeout 250 python3 examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile --profile --top 12 \
         > "$OUT/decode_profile.txt" 2>&1 || status=1
       grep -E "wall a token" "$OUT/decode_profile.txt" ;;
+    cpu)
+      stamp cpu
+      timeout 300 python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu_threads.txt" || status=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done
