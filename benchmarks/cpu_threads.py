@@ -10,24 +10,12 @@ runs slower on that microarchitecture (the ratio already low at one thread).
 """
 
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
+from bench_ops import time_cpu  # benchmarks/bench_ops.py: median us after warm-up
 
 from bitcompile import ops
-
-
-def median_us(fn, reps):
-    fn()
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    times.sort()
-    return 1e6 * times[len(times) // 2]
 
 
 def problems():
@@ -72,7 +60,7 @@ def main():
         cells = []
         for threads in args.threads:
             torch.set_num_threads(threads)
-            a, b = median_us(ours, args.reps), median_us(dense, args.reps)
+            a, b = time_cpu(ours, args.reps), time_cpu(dense, args.reps)
             cells.append(f"{a:.0f} / {b:.0f} ({b / a:.2f}x)")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
 

@@ -362,29 +362,31 @@ def _binary_weight_linear_fake(x, w_packed, in_features, scale=None, bias=None):
     return x.new_empty((*x.shape[:-1], w_packed.shape[0]))
 
 
+def _binary_conv_operands_fake(op, x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias):
+    """binary_conv2d / binary_weight_conv2d: float x, the packed weight, scale and bias checked (as checks.h's
+    check_binary_conv_operands); the output's fake tensor."""
+    _check_float_input(op, x)
+    _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
+    _check_conv_weight(op, w_packed, in_channels, kernel_size)
+    _check_same_device(op, x, w_packed=w_packed)
+    _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
+    return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+
+
 @torch.library.register_fake("bitcompile::binary_conv2d")
 def _binary_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None, bias=None,
                         *, pad_value=0.0, sign_zero=False):
     op = "binary_conv2d"
-    _check_float_input(op, x)
-    _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
-    _check_conv_weight(op, w_packed, in_channels, kernel_size)
+    out = _binary_conv_operands_fake(op, x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias)
     _check(pad_value in (0.0, 1.0, -1.0), op, lambda: f"pad_value must be 0, 1 or -1, got {pad_value}")
-    _check_same_device(op, x, w_packed=w_packed)
-    _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
-    return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+    return out
 
 
 @torch.library.register_fake("bitcompile::binary_weight_conv2d")
 def _binary_weight_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
                                bias=None):
-    op = "binary_weight_conv2d"
-    _check_float_input(op, x)
-    _check_conv_geometry(op, x, in_channels, kernel_size, stride, padding, dilation)
-    _check_conv_weight(op, w_packed, in_channels, kernel_size)
-    _check_same_device(op, x, w_packed=w_packed)
-    _check_scale_bias(op, x, w_packed.shape[0], scale, bias)
-    return _conv_output(op, x, w_packed.shape[0], kernel_size, stride, padding, dilation)
+    return _binary_conv_operands_fake("binary_weight_conv2d", x, w_packed, in_channels, kernel_size, stride, padding,
+                                      dilation, scale, bias)
 
 
 @torch.library.impl(_lib, "binary_weight_conv2d", "CompositeExplicitAutograd")
@@ -393,9 +395,7 @@ def _binary_weight_conv2d_composite(x, w_packed, in_channels, kernel_size, strid
     """Where no kernel is registered (CUDA, a CPU build without AVX-512): the weight dequantized to x's dtype, the
     dense conv (cuDNN / oneDNN; fp32 without TF32), the bias in fp32 after it."""
     _binary_weight_conv2d_fake(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias)
-    shifts = torch.arange(32, dtype=torch.int32, device=w_packed.device)
-    bits = ((w_packed.unsqueeze(-1) >> shifts) & 1).flatten(-2)[..., :in_channels]  # [OC, KH, KW, C]
-    weight = (bits.permute(0, 3, 1, 2).to(torch.float32) * 2 - 1)
+    weight = unpack_signs(w_packed, in_channels, torch.float32).permute(0, 3, 1, 2)  # [OC, C, KH, KW]
     if scale is not None:
         weight = weight * scale.to(torch.float32).reshape(-1, 1, 1, 1)
     memory_format = torch._prims_common.suggest_memory_format(x)
@@ -822,6 +822,15 @@ def pack_signs(x: Tensor) -> Tensor:
 def pack_codes(codes: Tensor, bits: int) -> Tensor:
     """APoT codes packed along the last dimension: nibbles for bits <= 4, bytes above."""
     return torch.ops.bitcompile.pack_codes(codes, bits)
+
+
+def unpack_signs(words: Tensor, count: int, dtype: torch.dtype) -> Tensor:
+    """The +1 / -1 values (of dtype) of pack_signs words along the last dimension, cut back to `count`.
+
+    Plain tensor ops (traceable by Dynamo and inductor): bit j of word w is value 32 * w + j."""
+    shifts = torch.arange(32, dtype=torch.int32, device=words.device)
+    bits = torch.bitwise_and(torch.bitwise_right_shift(words.unsqueeze(-1), shifts), 1)
+    return bits.flatten(-2)[..., :count].to(dtype) * 2 - 1
 
 
 def binary_linear(x, w_packed, in_features, scale=None, bias=None, *, sign_zero=False, row_scale=False):

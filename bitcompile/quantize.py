@@ -130,16 +130,6 @@ def convert_conv2d_weight(weight: Tensor, scheme: str) -> dict:
     return converted
 
 
-def unpack_signs(packed: Tensor, count: int) -> Tensor:
-    """+1/-1 (int32) from packed sign words along the last dimension, cut back to `count`.
-
-    Plain tensor ops (traceable by Dynamo and inductor): bit j of word w is value 32*w + j.
-    """
-    shifts = torch.arange(32, dtype=torch.int32, device=packed.device)
-    bits = torch.bitwise_and(torch.bitwise_right_shift(packed.unsqueeze(-1), shifts), 1)
-    return bits.reshape(*packed.shape[:-1], -1)[..., :count] * 2 - 1
-
-
 # ----------------------------------------------------------------------------------------------
 # Inference modules
 # ----------------------------------------------------------------------------------------------
@@ -222,8 +212,8 @@ class QuantizedConv2d(nn.Module):
 
     def dequantized_weight(self, dtype: torch.dtype = torch.float32) -> Tensor:
         """s(W) * scale as a float [OC, C, KH, KW] tensor, from the packed buffer (binary schemes)."""
-        signs = unpack_signs(self.w_packed, self.in_channels).permute(0, 3, 1, 2)
-        return (signs.to(torch.float32) * self.scale.view(-1, 1, 1, 1)).to(dtype)
+        signs = bitcompile.ops.unpack_signs(self.w_packed, self.in_channels, torch.float32).permute(0, 3, 1, 2)
+        return (signs * self.scale.view(-1, 1, 1, 1)).to(dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         if self.scheme == "binary":

@@ -34,6 +34,7 @@ from bitcompile.ops import (
     packed_words,
     register_not_differentiable,
 )
+from bitcompile.ops import unpack_signs as unpack_sign_words
 
 _lib = torch.library.Library("bitcompile", "FRAGMENT")
 
@@ -422,10 +423,7 @@ def _conv2d_of_weight_fake(x, weight, stride, padding, dilation, scale=None, bia
 
 def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
     """The +-1 values of pack_signs words [N, H, W, words] as an [N, C, H, W] channels_last tensor of dtype."""
-    shifts = torch.arange(32, device=x_bits.device, dtype=torch.int32)
-    bits = torch.bitwise_and(torch.bitwise_right_shift(x_bits.unsqueeze(-1), shifts), 1)
-    signs = bits.flatten(-2)[..., :channels].to(dtype) * 2 - 1
-    return signs.permute(0, 3, 1, 2)
+    return unpack_sign_words(x_bits, channels, dtype).permute(0, 3, 1, 2)
 
 
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")

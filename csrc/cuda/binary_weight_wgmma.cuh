@@ -31,7 +31,7 @@ cudaError_t launch_binary_weight_wgmma(const void* x, FloatType type, const uint
                                        int64_t n_rows, int64_t k, const Epilogue& epilogue, void* out, int sm_count,
                                        const WeightLinearTuning& tuning, cudaStream_t stream);
 
-// ---- binary_weight_planes_wgmma.cu: few rows of x (M <= 16) as 24 bit planes a row on the b1 wgmma ----------------
+// ---- binary_weight_planes_wgmma.cu: few rows of x (M <= 32) as 24 bit planes a row on the b1 wgmma ----------------
 // Whether it can take x of this type and k here: bf16 / fp16, ceil(k / 32) % 4 == 0 (16-byte rows of W and of the
 // planes for TMA), k <= 2^21, a 9.0 device and sm_90a code.
 bool binary_weight_planes_wgmma_applies(FloatType type, int64_t k);
