@@ -97,6 +97,11 @@ for stage in "$@"; do
       grep -E "wall a token" "$OUT/decode_profile.txt" ;;
     cpu)
       stamp cpu
+      # the host's topology first: whether 2 threads share a core (SMT siblings) changes how the rows read
+      { lscpu | grep -E "Model name|^CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket|Socket|NUMA node\(s\)|L1d|L2|L3|Flags" |
+          sed -E 's/^(Flags:).*/\1 (avx512 ones:) /'; grep -o -w -E "avx512[a-z_0-9]*|amx[a-z_0-9]*" /proc/cpuinfo | sort -u | tr '\n' ' '; echo
+        cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null | sed 's/^/cpu0 siblings: /'; } 2>&1 |
+        tee "$OUT/cpu_topology.txt"
       timeout 300 python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu_threads.txt" || status=1 ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
