@@ -6,7 +6,9 @@
 # On the device (carry benchmarks/kernels/build; main's harness is benchmarks/kernels/build/harness):
 #   bash benchmarks/kernels/ab.sh run SWEEP [PASSES]       every variant in build/ab and main, interleaved, PASSES
 #                                              (default 2) times; prints graph us a row (best of the passes) side by
-#                                              side, and whether every row's check passed; raw output under $OUT/ab.tgz
+#                                              side, and whether every row's check passed; raw output in $OUT/ab_raw,
+#                                              written row by row (a run cut short still brings back its rows)
+#   AB_MAIN=0: the variants only (a sweep whose rows main refuses); AB_TIMEOUT (s, default 300): one binary's pass
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -28,9 +30,13 @@ case "${1:-}" in
     echo "variant $name -> $ab/$name.gz" ;;
   run)
     sweep="$2" passes="${3:-2}" out="${OUT:-.out}" work="$(mktemp -d)"
-    mkdir -p "$out"
-    names=(main)
-    cp "$here/build/harness" "$work/main"
+    raw="$out/ab_raw"
+    mkdir -p "$raw"
+    names=()
+    if [ "${AB_MAIN:-1}" != 0 ]; then
+      names=(main)
+      cp "$here/build/harness" "$work/main"
+    fi
     for gz in "$ab"/*.gz; do
       [ -e "$gz" ] || continue
       name="$(basename "$gz" .gz)"
@@ -39,10 +45,10 @@ case "${1:-}" in
     for pass in $(seq "$passes"); do
       # AB_TIMEOUT (s, default 300): a hung variant costs one pass of its sweep, not the call
       for name in "${names[@]}"; do
-        timeout "${AB_TIMEOUT:-300}" "$work/$name" --sweep "$sweep" > "$work/$name.$pass.txt" 2>&1 || true
+        timeout "${AB_TIMEOUT:-300}" "$work/$name" --sweep "$sweep" > "$raw/$name.$pass.txt" 2>&1 || true
       done
     done
-    python3 - "$sweep" "$work" "$passes" "${names[@]}" <<'PY'
+    python3 - "$sweep" "$raw" "$passes" "${names[@]}" <<'PY'
 import sys
 sweep, work, passes, names = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 try:  # a row's label: its sweep line (every binary runs the same lines, so the index says which)
@@ -54,7 +60,11 @@ table, order = {}, []
 for name in names:
     for p in range(1, passes + 1):
         index = 0
-        for line in open(f"{work}/{name}.{p}.txt"):
+        try:
+            lines_of_pass = open(f"{work}/{name}.{p}.txt").readlines()
+        except OSError:
+            continue
+        for line in lines_of_pass:
             if line.startswith("#") or line.startswith("family") or not line.strip():
                 continue
             fields = line.split()
@@ -79,6 +89,6 @@ for key in order:
         cells += "%12s" % ("-" if value is None else "%.2f%s" % (value[0], "" if value[1] else "!"))
     print("%-72s" % key[1][:72] + cells)
 PY
-    tar czf "$out/ab.tgz" -C "$work" . ;;
+    rm -rf "$work" ;;
   *) sed -n 2,10p "$0"; exit 2 ;;
 esac

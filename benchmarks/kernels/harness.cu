@@ -501,6 +501,10 @@ Row run_w1a16(const Args& args, bool apot) {
   // The reference costs rows x columns x k multiply-adds (16384^2 at M = 385 took ~20 s with 128-index edges):
   // past 2^29 of them, 32-index edges, and the rows at every 64-row tile boundary.
   const bool large = k * std::min<int64_t>(m, 512) * std::min<int64_t>(n, 512) > (int64_t(1) << 29);
+  // The fp32 sum's rounding grows as sqrt(k): the 1e-5 of check_values was set at k <= 4096. apot M = 4096, k = 8192
+  // failed 1 output of 50038 at 1.04 of it on main's own default kernel (H100, forty-first session: 0.00112915
+  // against 0.000759115, an l2 norm of ~36), a near-zero output's summation order, not a layout error.
+  const double sum_growth = std::sqrt(std::max(1.0, static_cast<double>(k) / 4096.0));
   for (const int64_t i : sample(m, large ? 32 : 128, large)) {
     for (const int64_t r : sample(n, large ? 32 : 128)) {
       checked.push_back(i * n + r);
@@ -512,7 +516,7 @@ Row run_w1a16(const Args& args, bool apot) {
       }
       const double scale = apot ? 1.0 : alpha_values[r];  // apot: alpha is in weight()
       want[i * n + r] = sum * scale + bias_values[r];
-      magnitude[i * n + r] = std::sqrt(squares) * std::fabs(scale) + std::fabs(bias_values[r]);
+      magnitude[i * n + r] = std::sqrt(squares) * sum_growth * std::fabs(scale) + std::fabs(bias_values[r]);
     }
   }
 
