@@ -133,14 +133,16 @@ PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero
   const float* x = rows.data_ptr<float>();
   auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
   auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
+  int32_t* nonzero_count = with_nonzero ? packed.nonzero_count.data_ptr<int32_t>() : nullptr;
+  uint8_t* has_zero = with_nonzero ? packed.has_zero.data_ptr<uint8_t>() : nullptr;
   at::parallel_for(0, r, 64, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       pack_row<false>(x + i * k, k, bits + i * stride32);
       if (!with_nonzero) continue;
       pack_row<true>(x + i * k, k, nonzero + i * stride32);
       int32_t count = popcount_words(nonzero + i * stride32, words);
-      packed.nonzero_count.data_ptr<int32_t>()[i] = count;
-      packed.has_zero.data_ptr<uint8_t>()[i] = count != k;
+      nonzero_count[i] = count;
+      has_zero[i] = count != k;
     }
   });
   return packed;
@@ -158,6 +160,8 @@ PackedRows pack_pixels_nchw(const at::Tensor& x, bool with_nonzero) {
   const float* data = x.data_ptr<float>();
   auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
   auto* nonzero = with_nonzero ? reinterpret_cast<uint32_t*>(packed.nonzero.data_ptr<int32_t>()) : nullptr;
+  int32_t* nonzero_count = with_nonzero ? packed.nonzero_count.data_ptr<int32_t>() : nullptr;
+  uint8_t* has_zero = with_nonzero ? packed.has_zero.data_ptr<uint8_t>() : nullptr;
   at::parallel_for(0, batch * chunks, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / chunks, first = (task % chunks) * kChunk, count = std::min(kChunk, pixels - first);
@@ -178,8 +182,8 @@ PackedRows pack_pixels_nchw(const at::Tensor& x, bool with_nonzero) {
       for (int64_t p = 0; with_nonzero && p < count; ++p) {
         const int64_t row = b * pixels + first + p;
         const int32_t ones = popcount_words(nonzero + row * words, words);
-        packed.nonzero_count.data_ptr<int32_t>()[row] = ones;
-        packed.has_zero.data_ptr<uint8_t>()[row] = ones != channels;
+        nonzero_count[row] = ones;
+        has_zero[row] = ones != channels;
       }
     }
   });
@@ -1082,6 +1086,8 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const auto* source_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
   auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
   auto* nonzero = sign_zero ? reinterpret_cast<uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
+  const int32_t* source_count = sign_zero ? pixels.nonzero_count.data_ptr<int32_t>() : nullptr;
+  const uint8_t* source_has_zero = sign_zero ? pixels.has_zero.data_ptr<uint8_t>() : nullptr;
   // A padded image row: pad pixels, and inside the image the W source pixels between pad_w on each side.
   const auto copy_row = [&](uint32_t* dst, const uint32_t* src, const uint32_t* pad, int64_t ih) {
     if (ih < 0 || ih >= g.height) return fill_pixels(dst, wp, pad, cw);
@@ -1096,8 +1102,8 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
       if (!sign_zero) continue;
       copy_row(nonzero + image_row * wp * cw, source_nonzero + source * cw, pad_nonzero, ih);
       for (int64_t iw = 0; ih >= 0 && ih < g.height && iw < g.width; ++iw) {
-        pixel_count[image_row * wp + g.pad_w + iw] = pixels.nonzero_count.data_ptr<int32_t>()[source + iw];
-        pixel_has_zero[image_row * wp + g.pad_w + iw] = pixels.has_zero.data_ptr<uint8_t>()[source + iw];
+        pixel_count[image_row * wp + g.pad_w + iw] = source_count[source + iw];
+        pixel_has_zero[image_row * wp + g.pad_w + iw] = source_has_zero[source + iw];
       }
     }
   });
