@@ -921,6 +921,7 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static Vec broadcast(uint32_t v) { return _mm512_set1_epi32(int(v)); }
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
+  static void store_counts(Vec total, int32_t* out) { _mm512_storeu_si512(out, total); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
   static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
@@ -970,6 +971,7 @@ struct ConvLanes {
     const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1));
     return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
+  static void store_counts(Vec total, int32_t* out) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), total); }
   static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
     alignas(32) int32_t counts[8];
@@ -987,6 +989,7 @@ struct ConvLanes {  // POPCNT: one output a lane
   static Vec broadcast(uint32_t v) { return v; }
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return acc + uint32_t(__builtin_popcount(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
+  static void store_counts(Vec total, int32_t* out) { *out = int32_t(total); }
   static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
@@ -1129,18 +1132,29 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
   if (correct) {
     // corrections[pattern][oc] = sum over the taps outside its rectangle of sum_c s(w[oc, tap, c]).
-    // tap_sum[t][oc] = 2 popc(w[oc, t]) - C from the panels, lane by lane (vector popcounts: 7 us -> under 1 at
-    // B = 8, C = 128, 3x3, from the weight rows word by word); a split layout's planes partition each word's bits.
-    constexpr int64_t lanes = ConvLanes::kLanes, split = ConvLanes::kSplit;
+    // tap_sum[t][oc] = 2 popc(w[oc, t]) - C, counted in the panels by the conv's own vector popcounts (a split
+    // layout's planes partition each word's bits). Word by word over the weight rows this was 7 us at C = 128 and 24
+    // us at C = 512, 3x3 (one thread), as much as a batch-1 conv's compute at the latter (2026-12-05).
+    using L = ConvLanes;
     std::vector<int32_t> tap_sum(taps * padded_oc);
-    for (int64_t p = 0; p < padded_oc / lanes; ++p)
+    for (int64_t p = 0; p < padded_oc / L::kLanes; ++p)
       for (int64_t t = 0; t < taps; ++t) {
-        int32_t* sums = tap_sum.data() + t * padded_oc + p * lanes;
-        const uint32_t* words = panels + (p * taps + t) * cw * split * lanes;
-        for (int64_t lane = 0; lane < lanes; ++lane) sums[lane] = -int32_t(g.channels);
-        for (int64_t i = 0; i < cw * split; ++i)
-          for (int64_t lane = 0; lane < lanes; ++lane) sums[lane] += 2 * __builtin_popcount(words[i * lanes + lane]);
+        const uint32_t* words = panels + (p * taps + t) * cw * L::kSplit * L::kLanes;
+        L::Vec total = L::zero(), acc = L::zero();
+        int steps = 0;
+        for (int64_t c = 0; c < cw; ++c) {
+          L::Vec planes[L::kSplit];
+          for (int s = 0; s < L::kSplit; ++s) planes[s] = L::load(words + (c * L::kSplit + s) * L::kLanes);
+          acc = L::count(acc, planes);
+          if (L::kFlushSteps > 0 && ++steps == L::kFlushSteps) {
+            total = L::flush(total, acc);
+            acc = L::zero();
+            steps = 0;
+          }
+        }
+        L::store_counts(L::flush(total, acc), tap_sum.data() + t * padded_oc + p * L::kLanes);
       }
+    for (int32_t& sum : tap_sum) sum = 2 * sum - int32_t(g.channels);
     in.corrections = at::zeros({int64_t(ranges_h.size()) * patterns_w, padded_oc}, int_options);
     int32_t* table = in.corrections.data_ptr<int32_t>();
     for (size_t ph = 0; ph < ranges_h.size(); ++ph)
@@ -1278,16 +1292,70 @@ inline uint32_t split_word(uint32_t w, int s) {
 
 // The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above), each word as
 // kSplit vectors of its planes.
+#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
+// d[j] = word j of rows r[0..15] (a 16 x 16 transpose of 32-bit words: 64 shuffles).
+inline void transpose_16x16(const __m512i (&r)[16], __m512i (&d)[16]) {
+  __m512i a[16], b[16], c[16];
+  for (int i = 0; i < 16; i += 2) {
+    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
+    b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
+    b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
+    b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    c[i] = _mm512_shuffle_i32x4(b[i], b[i + 4], 0x88);
+    c[i + 4] = _mm512_shuffle_i32x4(b[i], b[i + 4], 0xdd);
+    c[i + 8] = _mm512_shuffle_i32x4(b[i + 8], b[i + 12], 0x88);
+    c[i + 12] = _mm512_shuffle_i32x4(b[i + 8], b[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 4; ++i) {
+    d[i] = _mm512_shuffle_i32x4(c[i], c[i + 8], 0x88);
+    d[i + 8] = _mm512_shuffle_i32x4(c[i], c[i + 8], 0xdd);
+    d[i + 4] = _mm512_shuffle_i32x4(c[i + 4], c[i + 12], 0x88);
+    d[i + 12] = _mm512_shuffle_i32x4(c[i + 4], c[i + 12], 0xdd);
+  }
+}
+#endif
+
 at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
   constexpr int64_t lanes = ConvLanes::kLanes, split = ConvLanes::kSplit;
-  const int64_t panels = (n + lanes - 1) / lanes;
-  at::Tensor out = at::empty({panels * k_words * split * lanes}, at::TensorOptions().dtype(at::kInt));
+  const int64_t panels = (n + lanes - 1) / lanes, panel_words = k_words * split * lanes;
+  at::Tensor out = at::empty({panels * panel_words}, at::TensorOptions().dtype(at::kInt));
   auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
-  for (int64_t p = 0; p < panels; ++p)  // written in order, read from `lanes` rows at a time
-    for (int64_t k = 0; k < k_words; ++k)
-      for (int s = 0; s < split; ++s)
-        for (int64_t lane = 0; lane < lanes; ++lane, ++dst)
-          *dst = p * lanes + lane < n ? split_word(weight[(p * lanes + lane) * stride + k], s) : 0;
+  // A transpose of each panel's rows. At OC = C = 512, 3x3 (73K words) on one thread: 55 us reading the panel's
+  // rows a word at a time (16 strided streams), a quarter of a batch-1 conv there; 17 us by 16 x 16 blocks in AVX-512
+  // registers, and 24 us over 2 threads (the parallel region costs more than it splits), so threads only past 2^18
+  // words (2026-12-05).
+  at::parallel_for(0, panels, std::max<int64_t>(1, kMinParallelWork / panel_words), [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      uint32_t* panel = dst + p * panel_words;
+#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
+      static_assert(lanes == 16 && split == 1, "the AVX-512 panels");
+      for (int64_t k0 = 0; k0 < k_words; k0 += 16) {
+        const int64_t count = std::min<int64_t>(16, k_words - k0);
+        const __mmask16 inside = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+        __m512i rows[16], words[16];
+        for (int i = 0; i < 16; ++i)
+          rows[i] = p * 16 + i < n ? _mm512_maskz_loadu_epi32(inside, weight + (p * 16 + i) * stride + k0)
+                                   : _mm512_setzero_si512();
+        transpose_16x16(rows, words);
+        for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(panel + (k0 + j) * 16, words[j]);
+      }
+#else
+      for (int64_t lane = 0; lane < lanes; ++lane) {
+        uint32_t* column = panel + lane;
+        const int64_t row = p * lanes + lane;
+        const uint32_t* source = weight + row * stride;
+        for (int64_t k = 0; k < k_words; ++k)
+          for (int s = 0; s < split; ++s) column[(k * split + s) * lanes] = row < n ? split_word(source[k], s) : 0;
+      }
+#endif
+    }
+  });
   return out;
 }
 
