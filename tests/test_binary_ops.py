@@ -1170,7 +1170,7 @@ def test_weight_linear_wgmma_dispatch_cuda():
 
 
 @pytest.mark.parametrize("sign_zero", [False, True])
-@pytest.mark.parametrize("m", [1, 15, 16, 17, 63, 64, 65, 129])
+@pytest.mark.parametrize("m", [1, 15, 16, 17, 19, 20, 63, 64, 65, 129])  # 19 / 20: the CPU panel switch
 def test_binary_linear_tile_edges(device, m, sign_zero):
     for n in EDGE_N:
         for k in EDGE_K:

@@ -482,14 +482,47 @@ void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t 
 // For many rows of x, B is re-laid in panels of 8 rows interleaved word by word,
 // panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
 // popcounts add up per lane, and no output pays a horizontal sum.
+// d[j] = word j of rows r[0..7] (an 8 x 8 transpose of 64-bit words: 24 shuffles).
+inline void transpose_8x8(const __m512i (&r)[8], __m512i (&d)[8]) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm512_unpacklo_epi64(r[i], r[i + 1]);      // words 0, 2, 4, 6 of rows i, i + 1
+    t[i + 1] = _mm512_unpackhi_epi64(r[i], r[i + 1]);  // words 1, 3, 5, 7
+  }
+  for (int h = 0; h < 8; h += 4) {  // rows h .. h + 3
+    u[h] = _mm512_shuffle_i64x2(t[h], t[h + 2], 0x88);          // words 0, 4
+    u[h + 1] = _mm512_shuffle_i64x2(t[h], t[h + 2], 0xdd);      // words 2, 6
+    u[h + 2] = _mm512_shuffle_i64x2(t[h + 1], t[h + 3], 0x88);  // words 1, 5
+    u[h + 3] = _mm512_shuffle_i64x2(t[h + 1], t[h + 3], 0xdd);  // words 3, 7
+  }
+  d[0] = _mm512_shuffle_i64x2(u[0], u[4], 0x88);
+  d[4] = _mm512_shuffle_i64x2(u[0], u[4], 0xdd);
+  d[2] = _mm512_shuffle_i64x2(u[1], u[5], 0x88);
+  d[6] = _mm512_shuffle_i64x2(u[1], u[5], 0xdd);
+  d[1] = _mm512_shuffle_i64x2(u[2], u[6], 0x88);
+  d[5] = _mm512_shuffle_i64x2(u[2], u[6], 0xdd);
+  d[3] = _mm512_shuffle_i64x2(u[3], u[7], 0x88);
+  d[7] = _mm512_shuffle_i64x2(u[3], u[7], 0xdd);
+}
+
 at::Tensor interleave_panels(const uint64_t* b, int64_t n, int64_t words) {
   const int64_t panels = (n + 7) / 8;
-  at::Tensor out = at::zeros({panels * words * 8}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor out = at::empty({panels * words * 8}, at::TensorOptions().dtype(at::kLong));
   auto* dst = reinterpret_cast<uint64_t*>(out.data_ptr<int64_t>());
-  at::parallel_for(0, panels, 8, [&](int64_t begin, int64_t end) {
+  // By 8 x 8 blocks transposed in registers (rows past N read as zeros); chunks of 2^16 words a thread.
+  at::parallel_for(0, panels, std::max<int64_t>(1, kMinParallelWork / 4 / (8 * words)), [&](int64_t begin,
+                                                                                           int64_t end) {
     for (int64_t p = begin; p < end; ++p)
-      for (int64_t lane = 0; lane < 8 && 8 * p + lane < n; ++lane)
-        for (int64_t w = 0; w < words; ++w) dst[(p * words + w) * 8 + lane] = b[(8 * p + lane) * words + w];
+      for (int64_t w0 = 0; w0 < words; w0 += 8) {
+        const int64_t count = std::min<int64_t>(8, words - w0);
+        const __mmask8 inside = __mmask8((1u << count) - 1);
+        __m512i rows[8], columns[8];
+        for (int i = 0; i < 8; ++i)
+          rows[i] = 8 * p + i < n ? _mm512_maskz_loadu_epi64(inside, b + (8 * p + i) * words + w0)
+                                  : _mm512_setzero_si512();
+        transpose_8x8(rows, columns);
+        for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(dst + (p * words + w0 + j) * 8, columns[j]);
+      }
   });
   return out;
 }
@@ -575,8 +608,10 @@ void binary_gemm_panels(const BitMatrix& a, int64_t m, const uint64_t* b, int64_
 void binary_gemm(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t n, const Epilogue& epilogue,
                  const Output& out) {
 #ifdef BITCOMPILE_AVX512_PANELS
-  // Re-laying B costs about one pass over it (~0.25 ms for N = K = 4096): worth it from ~24 rows.
-  if (m >= 24) return binary_gemm_panels(a, m, b, n, epilogue, out);
+  // Re-laying B (8 x 8 register transposes) pays from 20 rows: the panels against the row kernel at M = 20, 2
+  // threads (2-core Intel VM, 2026-12-05) 1.21x at N = K = 4096, 1.18x at 2048, 0.99x at N = 1024 K = 4096; at 16
+  // rows 0.78-1.09x, at 24 1.05-1.35x. (Re-laid word by word, as before, M = 24 at 4096^2 took 690-764 us, now ~500.)
+  if (m >= 20) return binary_gemm_panels(a, m, b, n, epilogue, out);
 #endif
 #if defined(__AVX512VPOPCNTDQ__) || defined(__AVX2__)
   if (a.words64 >= kVectorPopcountMinWords) return binary_gemm_with<VectorPopcount>(a, m, b, n, epilogue, out);
