@@ -1327,35 +1327,6 @@ inline uint32_t split_word(uint32_t w, int s) {
 
 // The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above), each word as
 // kSplit vectors of its planes.
-#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
-// d[j] = word j of rows r[0..15] (a 16 x 16 transpose of 32-bit words: 64 shuffles).
-inline void transpose_16x16(const __m512i (&r)[16], __m512i (&d)[16]) {
-  __m512i a[16], b[16], c[16];
-  for (int i = 0; i < 16; i += 2) {
-    a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    b[i] = _mm512_unpacklo_epi64(a[i], a[i + 2]);
-    b[i + 1] = _mm512_unpackhi_epi64(a[i], a[i + 2]);
-    b[i + 2] = _mm512_unpacklo_epi64(a[i + 1], a[i + 3]);
-    b[i + 3] = _mm512_unpackhi_epi64(a[i + 1], a[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    c[i] = _mm512_shuffle_i32x4(b[i], b[i + 4], 0x88);
-    c[i + 4] = _mm512_shuffle_i32x4(b[i], b[i + 4], 0xdd);
-    c[i + 8] = _mm512_shuffle_i32x4(b[i + 8], b[i + 12], 0x88);
-    c[i + 12] = _mm512_shuffle_i32x4(b[i + 8], b[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 4; ++i) {
-    d[i] = _mm512_shuffle_i32x4(c[i], c[i + 8], 0x88);
-    d[i + 8] = _mm512_shuffle_i32x4(c[i], c[i + 8], 0xdd);
-    d[i + 4] = _mm512_shuffle_i32x4(c[i + 4], c[i + 12], 0x88);
-    d[i + 12] = _mm512_shuffle_i32x4(c[i + 4], c[i + 12], 0xdd);
-  }
-}
-#endif
-
 at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
   constexpr int64_t lanes = ConvLanes::kLanes, split = ConvLanes::kSplit;
   const int64_t panels = (n + lanes - 1) / lanes, panel_words = k_words * split * lanes;
@@ -1373,12 +1344,12 @@ at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_
       for (int64_t k0 = 0; k0 < k_words; k0 += 16) {
         const int64_t count = std::min<int64_t>(16, k_words - k0);
         const __mmask16 inside = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
-        __m512i rows[16], words[16];
+        __m512i rows[16];
         for (int i = 0; i < 16; ++i)
           rows[i] = p * 16 + i < n ? _mm512_maskz_loadu_epi32(inside, weight + (p * 16 + i) * stride + k0)
                                    : _mm512_setzero_si512();
-        transpose_16x16(rows, words);
-        for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(panel + (k0 + j) * 16, words[j]);
+        transpose_16x16(rows);  // the table kernel's (binary_weight_linear): rows[j] lane i = word j of row i
+        for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(panel + (k0 + j) * 16, rows[j]);
       }
 #else
       for (int64_t lane = 0; lane < lanes; ++lane) {
