@@ -479,9 +479,6 @@ void binary_gemm_with(const BitMatrix& a, int64_t m, const uint64_t* b, int64_t 
 }
 
 #ifdef BITCOMPILE_AVX512_PANELS
-// For many rows of x, B is re-laid in panels of 8 rows interleaved word by word,
-// panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
-// popcounts add up per lane, and no output pays a horizontal sum.
 // d[j] = word j of rows r[0..7] (an 8 x 8 transpose of 64-bit words: 24 shuffles).
 inline void transpose_8x8(const __m512i (&r)[8], __m512i (&d)[8]) {
   __m512i t[8], u[8];
@@ -505,6 +502,9 @@ inline void transpose_8x8(const __m512i (&r)[8], __m512i (&d)[8]) {
   d[7] = _mm512_shuffle_i64x2(u[3], u[7], 0xdd);
 }
 
+// For many rows of x, B is re-laid in panels of 8 rows interleaved word by word,
+// panel[p][w][lane] = b[8p + lane][w] (0 past N): one 512-bit load holds word w of 8 outputs, the
+// popcounts add up per lane, and no output pays a horizontal sum.
 at::Tensor interleave_panels(const uint64_t* b, int64_t n, int64_t words) {
   const int64_t panels = (n + 7) / 8;
   at::Tensor out = at::empty({panels * words * 8}, at::TensorOptions().dtype(at::kLong));
