@@ -1034,6 +1034,56 @@ struct ConvLanes {  // POPCNT: one output a lane
 #endif
 #endif
 
+// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
+// tap_offsets) against NP weight panels, per lane; every packed word is kSplit words of the layouts.
+template <int MR, int NP, bool MASKED>
+inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
+                        int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
+  using L = ConvLanes;
+  L::Vec acc[MR][NP];
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) acc[i][q] = total[i][q] = L::zero();
+  const uint32_t* b[NP];
+  for (int q = 0; q < NP; ++q) b[q] = panels[q];
+  [[maybe_unused]] int steps = 0;
+  constexpr int S = L::kSplit;
+  for (int64_t t = 0; t < taps; ++t) {
+    const int64_t offset = tap_offsets[t];
+    for (int64_t w = offset; w < offset + tap_words * S; w += S) {
+      L::Vec bv[NP][S];
+      for (int q = 0; q < NP; ++q) {
+        for (int s = 0; s < S; ++s) bv[q][s] = L::load(b[q] + s * L::kLanes);
+        b[q] += L::kLanes * S;
+      }
+      for (int i = 0; i < MR; ++i) {
+        L::Vec av[S];
+        [[maybe_unused]] L::Vec mask[S];
+        for (int s = 0; s < S; ++s) {
+          av[s] = L::broadcast(a[i][w + s]);
+          if constexpr (MASKED) mask[s] = L::broadcast(nz[i][w + s]);
+        }
+        for (int q = 0; q < NP; ++q) {
+          L::Vec diff[S];
+          for (int s = 0; s < S; ++s) {
+            diff[s] = av[s] ^ bv[q][s];
+            if constexpr (MASKED) diff[s] = diff[s] & mask[s];
+          }
+          acc[i][q] = L::count(acc[i][q], diff);
+        }
+      }
+      if constexpr (L::kFlushSteps > 0) {
+        if (++steps == L::kFlushSteps) {
+          for (int i = 0; i < MR; ++i)
+            for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]), acc[i][q] = L::zero();
+          steps = 0;
+        }
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]);
+}
+
 // What output pixel m of the conv reads and how its dot is finished.
 struct ConvRow {
   int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
@@ -1053,8 +1103,7 @@ struct ConvInput {
   int64_t channel_words = 0;
   int64_t pixel_words = 0;               // words a pixel of bits (channel_words x the layout's planes)
   // Rows: output pixel m = (b, oh, ow).
-  int64_t out_height = 0, out_width = 0, padded_height = 0, padded_width = 0, stride_h = 1, stride_w = 1;
-  int64_t out_channels = 0;
+  ConvGeometry g{};
   bool channels_last = true, correct = false;
   std::vector<int32_t> class_h, class_w;  // per oh / ow: its pattern of valid taps along the axis
   std::vector<uint8_t> full_h, full_w;    // per oh / ow: every tap along the axis valid
@@ -1063,12 +1112,13 @@ struct ConvInput {
   std::vector<uint8_t> pixel_has_zero;    // sign_zero: whether it holds a zero
 
   ConvRow row(int64_t m) const {
-    const int64_t pixels_out = out_height * out_width;
-    const int64_t b = m / pixels_out, oh = m % pixels_out / out_width, ow = m % out_width;
-    const int64_t first_pixel = (b * padded_height + oh * stride_h) * padded_width + ow * stride_w;
+    const int64_t pixels_out = g.out_height * g.out_width;
+    const int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
+    const int64_t padded_height = g.height + 2 * g.pad_h, padded_width = g.width + 2 * g.pad_w;
+    const int64_t first_pixel = (b * padded_height + oh * g.stride_h) * padded_width + ow * g.stride_w;
     ConvRow row;
     row.offset = first_pixel * pixel_words;
-    row.out_offset = channels_last ? m * out_channels : b * out_channels * pixels_out + oh * out_width + ow;
+    row.out_offset = channels_last ? m * g.out_channels : b * g.out_channels * pixels_out + oh * g.out_width + ow;
     row.correction = correct && !(full_h[oh] && full_w[ow]) ? int32_t(class_h[oh] * patterns_w + class_w[ow]) : -1;
     row.masked = 0;
     row.nonzero_count = 0;
@@ -1103,8 +1153,7 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
   ConvInput in;
   in.channel_words = in.pixel_words = cw;
-  in.out_height = g.out_height, in.out_width = g.out_width, in.padded_height = hp, in.padded_width = wp;
-  in.stride_h = g.stride_h, in.stride_w = g.stride_w, in.out_channels = g.out_channels;
+  in.g = g;
   in.channels_last = channels_last;
   // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
   std::vector<uint32_t> all_valid(cw, 0xFFFFFFFFu), none(cw, 0);
@@ -1167,27 +1216,20 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
   if (correct) {
     // corrections[pattern][oc] = sum over the taps outside its rectangle of sum_c s(w[oc, tap, c]).
-    // tap_sum[t][oc] = 2 popc(w[oc, t]) - C, counted in the panels by the conv's own vector popcounts (a split
-    // layout's planes partition each word's bits). Word by word over the weight rows this was 7 us at C = 128 and 24
-    // us at C = 512, 3x3 (one thread), as much as a batch-1 conv's compute at the latter (2026-12-05).
+    // tap_sum[t][oc] = 2 popc(w[oc, t]) - C, counted in the panels by the conv's own loop against a row of zeros
+    // (popc(0 ^ w)). Word by word over the weight rows this was 7 us at C = 128 and 24 us at C = 512, 3x3 (one
+    // thread), as much as a batch-1 conv's compute at the latter (2026-12-05).
     using L = ConvLanes;
+    const std::vector<uint32_t> zeros(cw * L::kSplit, 0);
+    const uint32_t* zero_row[1] = {zeros.data()};
+    const int64_t tap_start[1] = {0};
     std::vector<int32_t> tap_sum(taps * padded_oc);
     for (int64_t p = 0; p < padded_oc / L::kLanes; ++p)
       for (int64_t t = 0; t < taps; ++t) {
-        const uint32_t* words = panels + (p * taps + t) * cw * L::kSplit * L::kLanes;
-        L::Vec total = L::zero(), acc = L::zero();
-        int steps = 0;
-        for (int64_t c = 0; c < cw; ++c) {
-          L::Vec planes[L::kSplit];
-          for (int s = 0; s < L::kSplit; ++s) planes[s] = L::load(words + (c * L::kSplit + s) * L::kLanes);
-          acc = L::count(acc, planes);
-          if (L::kFlushSteps > 0 && ++steps == L::kFlushSteps) {
-            total = L::flush(total, acc);
-            acc = L::zero();
-            steps = 0;
-          }
-        }
-        L::store_counts(L::flush(total, acc), tap_sum.data() + t * padded_oc + p * L::kLanes);
+        const uint32_t* panel[1] = {panels + (p * taps + t) * cw * L::kSplit * L::kLanes};
+        L::Vec counts[1][1];
+        conv_counts<1, 1, false>(zero_row, zero_row, tap_start, 1, cw, panel, counts);
+        L::store_counts(counts[0][0], tap_sum.data() + t * padded_oc + p * L::kLanes);
       }
     for (int32_t& sum : tap_sum) sum = 2 * sum - int32_t(g.channels);
     in.corrections = at::zeros({int64_t(ranges_h.size()) * patterns_w, padded_oc}, int_options);
@@ -1214,56 +1256,6 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   for (int64_t oh = 0; oh < g.out_height; ++oh) in.full_h[oh] = full(ranges_h[in.class_h[oh]], g.kernel_h);
   for (int64_t ow = 0; ow < g.out_width; ++ow) in.full_w[ow] = full(ranges_w[in.class_w[ow]], g.kernel_w);
   return in;
-}
-
-// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
-// tap_offsets) against NP weight panels, per lane; every packed word is kSplit words of the layouts.
-template <int MR, int NP, bool MASKED>
-inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
-                        int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
-  using L = ConvLanes;
-  L::Vec acc[MR][NP];
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < NP; ++q) acc[i][q] = total[i][q] = L::zero();
-  const uint32_t* b[NP];
-  for (int q = 0; q < NP; ++q) b[q] = panels[q];
-  [[maybe_unused]] int steps = 0;
-  constexpr int S = L::kSplit;
-  for (int64_t t = 0; t < taps; ++t) {
-    const int64_t offset = tap_offsets[t];
-    for (int64_t w = offset; w < offset + tap_words * S; w += S) {
-      L::Vec bv[NP][S];
-      for (int q = 0; q < NP; ++q) {
-        for (int s = 0; s < S; ++s) bv[q][s] = L::load(b[q] + s * L::kLanes);
-        b[q] += L::kLanes * S;
-      }
-      for (int i = 0; i < MR; ++i) {
-        L::Vec av[S];
-        [[maybe_unused]] L::Vec mask[S];
-        for (int s = 0; s < S; ++s) {
-          av[s] = L::broadcast(a[i][w + s]);
-          if constexpr (MASKED) mask[s] = L::broadcast(nz[i][w + s]);
-        }
-        for (int q = 0; q < NP; ++q) {
-          L::Vec diff[S];
-          for (int s = 0; s < S; ++s) {
-            diff[s] = av[s] ^ bv[q][s];
-            if constexpr (MASKED) diff[s] = diff[s] & mask[s];
-          }
-          acc[i][q] = L::count(acc[i][q], diff);
-        }
-      }
-      if constexpr (L::kFlushSteps > 0) {
-        if (++steps == L::kFlushSteps) {
-          for (int i = 0; i < MR; ++i)
-            for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]), acc[i][q] = L::zero();
-          steps = 0;
-        }
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]);
 }
 
 struct ConvTile {
