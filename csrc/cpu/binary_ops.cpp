@@ -974,6 +974,25 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
     _mm512_store_ps(values, value);
     for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * col_stride] = values[lane];
   }
+
+  // store on NP * 16 contiguous outputs col .. of a row, all inside N: no lane masks, and the epilogue's pointers
+  // read once (stores through `row` may alias them, so store() reads them again for every vector: ~8% of the conv
+  // at B = 8, C = 128, 14x14, 2026-12-05).
+  template <int NP>
+  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
+                        float* row, int64_t col) {
+    const float* scale = epilogue.scale;
+    const float* bias = epilogue.bias;
+    const bool per_column = epilogue.scale_stride != 0;
+    for (int q = 0; q < NP; ++q) {
+      __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total[q], 1));
+      if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction + col + 16 * q));
+      __m512 value = _mm512_cvtepi32_ps(dot);
+      if (scale) value = _mm512_mul_ps(value, per_column ? _mm512_loadu_ps(scale + col + 16 * q) : _mm512_set1_ps(*scale));
+      if (bias) value = _mm512_add_ps(value, _mm512_loadu_ps(bias + col + 16 * q));
+      _mm512_storeu_ps(row + col + 16 * q, value);
+    }
+  }
 };
 #else
 // Epilogue::apply lane by lane on dot = ones - 2 count [+ correction] (the conv has no row factor).
@@ -1013,6 +1032,13 @@ struct ConvLanes {
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
     store_lanes(counts, 8, ones, correction, epilogue, row, col_stride, col, n);
   }
+  template <int NP>
+  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
+                        float* row, int64_t col) {
+    for (int q = 0; q < NP; ++q)
+      store(total[q], ones, correction ? correction + col + kLanes * q : nullptr, epilogue, row, 1, col + kLanes * q,
+            col + kLanes * NP);
+  }
 };
 #else
 struct ConvLanes {  // POPCNT: one output a lane
@@ -1029,6 +1055,13 @@ struct ConvLanes {  // POPCNT: one output a lane
                     int64_t col_stride, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
     store_lanes(counts, 1, ones, correction, epilogue, row, col_stride, col, n);
+  }
+  template <int NP>
+  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
+                        float* row, int64_t col) {
+    for (int q = 0; q < NP; ++q)
+      store(total[q], ones, correction ? correction + col + kLanes * q : nullptr, epilogue, row, 1, col + kLanes * q,
+            col + kLanes * NP);
   }
 };
 #endif
@@ -1099,6 +1132,7 @@ struct ConvRow {
 struct ConvInput {
   at::Tensor bits, nonzero;              // int32 [B * HP * WP, C/32]; nonzero only under sign_zero
   std::vector<int64_t> tap_offsets;      // word offset of tap (kh, kw) from a row's offset
+  std::vector<int64_t> tap_pixels;       // pixel offset of tap (kh, kw) from a row's first pixel
   at::Tensor corrections;                // int32 [patterns, panels * kLanes]
   int64_t channel_words = 0;
   int64_t pixel_words = 0;               // words a pixel of bits (channel_words x the layout's planes)
@@ -1111,19 +1145,33 @@ struct ConvInput {
   std::vector<int32_t> pixel_count;       // sign_zero: nonzero values of each padded pixel
   std::vector<uint8_t> pixel_has_zero;    // sign_zero: whether it holds a zero
 
-  ConvRow row(int64_t m) const {
+  // Rows m .. m + MR - 1: (b, oh, ow) divided out for the first and stepped for the others (three 64-bit divisions
+  // a row were ~3-5% of the conv at B = 8, C = 128, 14x14, 2026-12-05).
+  template <int MR>
+  void rows(int64_t m, ConvRow (&out)[MR]) const {
     const int64_t pixels_out = g.out_height * g.out_width;
-    const int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
+    int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
+    for (int i = 0; i < MR; ++i) {
+      out[i] = row(m + i, b, oh, ow);
+      if (++ow == g.out_width) {
+        ow = 0;
+        if (++oh == g.out_height) oh = 0, ++b;
+      }
+    }
+  }
+
+  ConvRow row(int64_t m, int64_t b, int64_t oh, int64_t ow) const {
     const int64_t padded_height = g.height + 2 * g.pad_h, padded_width = g.width + 2 * g.pad_w;
     const int64_t first_pixel = (b * padded_height + oh * g.stride_h) * padded_width + ow * g.stride_w;
     ConvRow row;
     row.offset = first_pixel * pixel_words;
-    row.out_offset = channels_last ? m * g.out_channels : b * g.out_channels * pixels_out + oh * g.out_width + ow;
+    row.out_offset = channels_last ? m * g.out_channels
+                                   : (b * g.out_channels * g.out_height + oh) * g.out_width + ow;
     row.correction = correct && !(full_h[oh] && full_w[ow]) ? int32_t(class_h[oh] * patterns_w + class_w[ow]) : -1;
     row.masked = 0;
     row.nonzero_count = 0;
-    for (size_t t = 0; t < tap_offsets.size() && !pixel_count.empty(); ++t) {
-      const int64_t pixel = first_pixel + tap_offsets[t] / pixel_words;
+    for (size_t t = 0; t < tap_pixels.size() && !pixel_count.empty(); ++t) {
+      const int64_t pixel = first_pixel + tap_pixels[t];
       row.masked |= pixel_has_zero[pixel];
       row.nonzero_count += pixel_count[pixel];
     }
@@ -1196,7 +1244,10 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   });
 
   for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-    for (int64_t kw = 0; kw < g.kernel_w; ++kw) in.tap_offsets.push_back((kh * g.dilation_h * wp + kw * g.dilation_w) * cw);
+    for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
+      in.tap_pixels.push_back(kh * g.dilation_h * wp + kw * g.dilation_w);
+      in.tap_offsets.push_back(in.tap_pixels.back() * cw);
+    }
 
   // Patterns of padded taps: the valid taps of a row are a rectangle [h0, h1) x [w0, w1).
   std::vector<std::pair<int64_t, int64_t>> ranges_h, ranges_w;
@@ -1263,7 +1314,7 @@ struct ConvTile {
   const uint32_t* panels;  // [panels][taps * channel_words][kSplit][kLanes]
   int64_t valid, n;        // values a row holds (taps * C), output channels
   const Epilogue& epilogue;
-  float* out;              // output channel 0 of pixel 0; pixel m's at out + in.row(m).out_offset
+  float* out;              // output channel 0 of pixel 0; pixel m's at out + its ConvRow's out_offset
   int64_t col_stride;      // between output channels: 1 for channels_last, OH * OW for NCHW
   // in's tensors as raw pointers, taken once a call (data_ptr<T>() checks the type on every call: ~3% of the conv
   // when each tile asked, B = 8, C = 128, 14x14).
@@ -1275,11 +1326,9 @@ struct ConvTile {
   template <int MR, int NP>
   void run(int64_t m0, int64_t p0) const {
     ConvRow rows[MR];
+    in.rows(m0, rows);
     bool masked = false;
-    for (int i = 0; i < MR; ++i) {
-      rows[i] = in.row(m0 + i);
-      masked = masked || rows[i].masked;
-    }
+    for (int i = 0; i < MR; ++i) masked = masked || rows[i].masked;
     if (masked) compute<MR, NP, true>(rows, p0);
     else compute<MR, NP, false>(rows, p0);
   }
@@ -1303,6 +1352,10 @@ struct ConvTile {
       const int32_t ones = MASKED ? row.nonzero_count : int32_t(valid);
       const int32_t* correction =
           !MASKED && row.correction >= 0 ? corrections + row.correction * correction_stride : nullptr;
+      if (col_stride == 1 && (p0 + NP) * L::kLanes <= n) {
+        L::template store_row<NP>(total[i], ones, correction, epilogue, out + row.out_offset, p0 * L::kLanes);
+        continue;
+      }
       for (int q = 0; q < NP; ++q) {
         const int64_t col = (p0 + q) * L::kLanes;
         L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out + row.out_offset, col_stride,
