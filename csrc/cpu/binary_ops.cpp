@@ -127,8 +127,19 @@ PackedRows allocate_packed_rows(int64_t rows, int64_t stride32, bool with_nonzer
   return packed;
 }
 
+// One row of k floats: its signs into `bits` and, with `nonzero` (sign_zero), its x != 0 plane, how many values are
+// nonzero and whether one is zero.
+inline void pack_row_planes(const float* x, int64_t k, uint32_t* bits, uint32_t* nonzero, int32_t* nonzero_count,
+                            uint8_t* has_zero) {
+  pack_row<false>(x, k, bits);
+  if (!nonzero) return;
+  pack_row<true>(x, k, nonzero);
+  *nonzero_count = popcount_words(nonzero, packed_words(k));
+  *has_zero = *nonzero_count != k;
+}
+
 PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero) {
-  const int64_t r = rows.size(0), k = rows.size(1), words = packed_words(k);
+  const int64_t r = rows.size(0), k = rows.size(1);
   PackedRows packed = allocate_packed_rows(r, stride32, with_nonzero, rows.options(), /*zeroed=*/true);
   const float* x = rows.data_ptr<float>();
   auto* bits = reinterpret_cast<uint32_t*>(packed.bits.data_ptr<int32_t>());
@@ -136,14 +147,11 @@ PackedRows pack_rows(const at::Tensor& rows, int64_t stride32, bool with_nonzero
   int32_t* nonzero_count = with_nonzero ? packed.nonzero_count.data_ptr<int32_t>() : nullptr;
   uint8_t* has_zero = with_nonzero ? packed.has_zero.data_ptr<uint8_t>() : nullptr;
   at::parallel_for(0, r, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      pack_row<false>(x + i * k, k, bits + i * stride32);
-      if (!with_nonzero) continue;
-      pack_row<true>(x + i * k, k, nonzero + i * stride32);
-      int32_t count = popcount_words(nonzero + i * stride32, words);
-      nonzero_count[i] = count;
-      has_zero[i] = count != k;
-    }
+    for (int64_t i = begin; i < end; ++i)
+      if (with_nonzero)
+        pack_row_planes(x + i * k, k, bits + i * stride32, nonzero + i * stride32, nonzero_count + i, has_zero + i);
+      else
+        pack_row_planes(x + i * k, k, bits + i * stride32, nullptr, nullptr, nullptr);
   });
   return packed;
 }
@@ -1195,7 +1203,15 @@ inline void fill_pixels(uint32_t* dst, int64_t count, const uint32_t* pattern, i
 }
 
 // panels: conv_panels' layout of the weight (padded_oc outputs, whole panels).
-ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint32_t* panels, int64_t padded_oc,
+// The conv's input pixels, NHWC order: packed rows (binary_conv2d_packed; NCHW input through pack_pixels_nchw), or
+// fp32 rows of C values (channels_last input) that conv_input packs straight into the padded image (packing them
+// first and copying the packed rows in cost ~4 us more and a parallel region at B = 8, C = 128, 14x14, 2026-12-05).
+struct ConvPixels {
+  const PackedRows* packed = nullptr;
+  const float* floats = nullptr;
+};
+
+ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, const uint32_t* panels, int64_t padded_oc,
                      double pad_value, bool sign_zero, bool channels_last) {
   const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
@@ -1210,36 +1226,48 @@ ConvInput conv_input(const PackedRows& pixels, const ConvGeometry& g, const uint
   const uint32_t* pad_nonzero = pad_value != 0.0 ? all_valid.data() : none.data();
   const int32_t pad_count = pad_value != 0.0 ? int32_t(g.channels) : 0;
 
-  const auto int_options = pixels.bits.options();
+  const auto int_options = at::TensorOptions().dtype(at::kInt);
   in.bits = at::empty({g.batch * hp * wp, cw}, int_options);
   if (sign_zero) in.nonzero = at::empty({g.batch * hp * wp, cw}, int_options);
   std::vector<int32_t>& pixel_count = in.pixel_count;
   std::vector<uint8_t>& pixel_has_zero = in.pixel_has_zero;
   pixel_count.assign(sign_zero ? g.batch * hp * wp : 0, pad_count);
   pixel_has_zero.assign(sign_zero ? g.batch * hp * wp : 0, 0);
-  const auto* source_bits = reinterpret_cast<const uint32_t*>(pixels.bits.data_ptr<int32_t>());
-  const auto* source_nonzero = sign_zero ? reinterpret_cast<const uint32_t*>(pixels.nonzero.data_ptr<int32_t>()) : nullptr;
+  const PackedRows* packed = pixels.packed;
+  const auto words = [](const at::Tensor& t) { return reinterpret_cast<const uint32_t*>(t.data_ptr<int32_t>()); };
+  const uint32_t* source_bits = packed ? words(packed->bits) : nullptr;
+  const uint32_t* source_nonzero = packed && sign_zero ? words(packed->nonzero) : nullptr;
+  const int32_t* source_count = packed && sign_zero ? packed->nonzero_count.data_ptr<int32_t>() : nullptr;
+  const uint8_t* source_has_zero = packed && sign_zero ? packed->has_zero.data_ptr<uint8_t>() : nullptr;
   auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
   auto* nonzero = sign_zero ? reinterpret_cast<uint32_t*>(in.nonzero.data_ptr<int32_t>()) : nullptr;
-  const int32_t* source_count = sign_zero ? pixels.nonzero_count.data_ptr<int32_t>() : nullptr;
-  const uint8_t* source_has_zero = sign_zero ? pixels.has_zero.data_ptr<uint8_t>() : nullptr;
-  // A padded image row: pad pixels, and inside the image the W source pixels between pad_w on each side.
-  const auto copy_row = [&](uint32_t* dst, const uint32_t* src, const uint32_t* pad, int64_t ih) {
-    if (ih < 0 || ih >= g.height) return fill_pixels(dst, wp, pad, cw);
+  // A padded image row: pad_w pad pixels on each side of the W image pixels (all pad pixels outside the image).
+  const auto pad_row = [&](uint32_t* dst, const uint32_t* pad, bool inside) {
+    if (!inside) return fill_pixels(dst, wp, pad, cw);
     fill_pixels(dst, g.pad_w, pad, cw);
-    std::memcpy(dst + g.pad_w * cw, src, g.width * cw * sizeof(uint32_t));
     fill_pixels(dst + (g.pad_w + g.width) * cw, g.pad_w, pad, cw);
   };
   at::parallel_for(0, g.batch * hp, 16, [&](int64_t begin, int64_t end) {
     for (int64_t image_row = begin; image_row < end; ++image_row) {
       const int64_t b = image_row / hp, ih = image_row % hp - g.pad_h, source = (b * g.height + ih) * g.width;
-      copy_row(bits + image_row * wp * cw, source_bits + source * cw, pad_bits, ih);
-      if (!sign_zero) continue;
-      copy_row(nonzero + image_row * wp * cw, source_nonzero + source * cw, pad_nonzero, ih);
-      for (int64_t iw = 0; ih >= 0 && ih < g.height && iw < g.width; ++iw) {
-        pixel_count[image_row * wp + g.pad_w + iw] = source_count[source + iw];
-        pixel_has_zero[image_row * wp + g.pad_w + iw] = source_has_zero[source + iw];
+      const int64_t first = image_row * wp + g.pad_w;  // padded pixel of (b, ih, 0)
+      const bool inside = ih >= 0 && ih < g.height;
+      pad_row(bits + image_row * wp * cw, pad_bits, inside);
+      if (sign_zero) pad_row(nonzero + image_row * wp * cw, pad_nonzero, inside);
+      if (!inside) continue;
+      if (pixels.floats) {
+        for (int64_t iw = 0; iw < g.width; ++iw)
+          pack_row_planes(pixels.floats + (source + iw) * g.channels, g.channels, bits + (first + iw) * cw,
+                          sign_zero ? nonzero + (first + iw) * cw : nullptr,
+                          sign_zero ? &pixel_count[first + iw] : nullptr,
+                          sign_zero ? &pixel_has_zero[first + iw] : nullptr);
+        continue;
       }
+      std::memcpy(bits + first * cw, source_bits + source * cw, g.width * cw * sizeof(uint32_t));
+      if (!sign_zero) continue;
+      std::memcpy(nonzero + first * cw, source_nonzero + source * cw, g.width * cw * sizeof(uint32_t));
+      std::copy_n(source_count + source, g.width, &pixel_count[first]);
+      std::copy_n(source_has_zero + source, g.width, &pixel_has_zero[first]);
     }
   });
 
@@ -1432,9 +1460,9 @@ void split_conv_input(ConvInput& in) {
   }
 }
 
-// The conv of binary_conv2d / binary_conv2d_packed on packed input pixels (one row per input pixel, NHWC order)
+// The conv of binary_conv2d / binary_conv2d_packed on its input pixels (one row per input pixel, NHWC order)
 // into result (fp32 [N, OC, OH, OW], channels_last or contiguous).
-void conv_pixels(const PackedRows& pixels, const ConvGeometry& g, const at::Tensor& w_packed,
+void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tensor& w_packed,
                  const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias, double pad_value,
                  bool sign_zero, bool channels_last, at::Tensor& result) {
   const int64_t n = g.out_channels;
@@ -1486,14 +1514,16 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   at::Tensor result = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
                                 x.options().dtype(at::kFloat).memory_format(memory_format));
   if (result.numel() > 0) {
-    // One row per input pixel (NHWC order), packed along the channels.
+    // One row per input pixel (NHWC order): channels_last fp32 rows as they are, packed into the padded image by the
+    // conv; NCHW packed along the channels first.
     const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
-    const int64_t cw = packed_words(g.channels);
-    const PackedRows pixels = channels_last
-                                  ? pack_rows(x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous().view({-1, g.channels}),
-                                              cw, sign_zero)
-                                  : pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
-    conv_pixels(pixels, g, w_packed, scale, bias, pad_value, sign_zero, channels_last, result);
+    if (channels_last) {
+      const at::Tensor rows = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous();
+      conv_pixels({nullptr, rows.data_ptr<float>()}, g, w_packed, scale, bias, pad_value, sign_zero, true, result);
+    } else {
+      const PackedRows packed = pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
+      conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, sign_zero, false, result);
+    }
   }
   return result.to(x.scalar_type());
 }
@@ -1511,9 +1541,10 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
       at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
                 x_bits.options().dtype(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
   if (result.numel() > 0) {
-    PackedRows pixels;
-    pixels.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
-    conv_pixels(pixels, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, /*channels_last=*/true, result);
+    PackedRows packed;
+    packed.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
+    conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, /*channels_last=*/true,
+                result);
   }
   if (out_dtype == at::kInt) {
     const int64_t words = packed_words(g.out_channels);
