@@ -1153,13 +1153,12 @@ struct ConvInput {
   std::vector<int32_t> pixel_count;       // sign_zero: nonzero values of each padded pixel
   std::vector<uint8_t> pixel_has_zero;    // sign_zero: whether it holds a zero
 
-  // Rows m .. m + MR - 1: (b, oh, ow) divided out for the first and stepped for the others (three 64-bit divisions
-  // a row were ~3-5% of the conv at B = 8, C = 128, 14x14, 2026-12-05).
-  template <int MR>
-  void rows(int64_t m, ConvRow (&out)[MR]) const {
+  // Rows m .. m + count - 1: (b, oh, ow) divided out for the first and stepped for the others (three 64-bit
+  // divisions a row, each tile working out its own rows, were ~5-12% of the conv, 2026-12-05).
+  void rows(int64_t m, int64_t count, ConvRow* out) const {
     const int64_t pixels_out = g.out_height * g.out_width;
     int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
-    for (int i = 0; i < MR; ++i) {
+    for (int64_t i = 0; i < count; ++i) {
       out[i] = row(m + i, b, oh, ow);
       if (++ow == g.out_width) {
         ow = 0;
@@ -1351,18 +1350,8 @@ struct ConvTile {
   const int32_t* corrections;    // padding only
   int64_t correction_stride;
 
-  template <int MR, int NP>
-  void run(int64_t m0, int64_t p0) const {
-    ConvRow rows[MR];
-    in.rows(m0, rows);
-    bool masked = false;
-    for (int i = 0; i < MR; ++i) masked = masked || rows[i].masked;
-    if (masked) compute<MR, NP, true>(rows, p0);
-    else compute<MR, NP, false>(rows, p0);
-  }
-
   template <int MR, int NP, bool MASKED>
-  void compute(const ConvRow (&rows)[MR], int64_t p0) const {
+  void compute(const ConvRow* rows, int64_t p0) const {
     using L = ConvLanes;
     const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words * L::kSplit;
     const uint32_t *a[MR], *nz[MR], *panel[NP];
@@ -1390,6 +1379,25 @@ struct ConvTile {
                  col, n);
       }
     }
+  }
+};
+
+// A block of the conv's rows [m0, m0 + kBlockRows) worked out once for all its tiles (tile_block's Tile).
+struct ConvBlock {
+  static constexpr int64_t kBlockRows = 32;
+  const ConvTile& tile;
+  int64_t m0;
+  ConvRow rows[kBlockRows];
+
+  ConvBlock(const ConvTile& tile, int64_t m0, int64_t m1) : tile(tile), m0(m0) { tile.in.rows(m0, m1 - m0, rows); }
+
+  template <int MR, int NP>
+  void run(int64_t m, int64_t p0) const {
+    const ConvRow* first = rows + (m - m0);
+    bool masked = false;
+    for (int i = 0; i < MR; ++i) masked = masked || first[i].masked;
+    if (masked) tile.compute<MR, NP, true>(first, p0);
+    else tile.compute<MR, NP, false>(first, p0);
   }
 };
 
@@ -1494,9 +1502,9 @@ void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tens
                         in.corrections.defined() ? in.corrections.size(1) : 0};
     // Blocks of 32 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
     const int64_t block_panels = std::max<int64_t>(1, 128 / lanes);
-    for_each_block(m, panels, 32, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
+    for_each_block(m, panels, ConvBlock::kBlockRows, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
                    [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-                     tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, tile);
+                     tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, ConvBlock(tile, m0, m1));
                    });
   }
 }
