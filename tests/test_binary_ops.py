@@ -1253,16 +1253,20 @@ def test_conv2d_channel_edges(device, c, sign_zero):
         assert_matches(actual, expected, torch.float32, True, f"conv c={c} pad={pad_value} sign_zero={sign_zero}")
 
 
-# The CPU conv computes tiles of 4 output pixels x 4 panels of 16 output channels (8 with AVX2, 1
-# without), in blocks of 32 pixels x 128 channels, over an input image grown by the padding.
-# (batch, height, width, kernel, stride, padding, dilation): output pixels around 4 and 32.
+# The CPU conv computes tiles of 6 output pixels x 4 panels of 16 output channels (2 pixels x 3 panels of 8 with
+# AVX2, 2 x 4 of 1 without), in blocks of 36 pixels x 128 channels, over an input image grown by the padding.
+# (batch, height, width, kernel, stride, padding, dilation): output pixels around 2, 4, 6 and 32, 36.
 CONV_EDGE_GEOMETRIES = [
     (1, 1, 3, 1, 1, 0, 1),  # 3 output pixels
     (1, 2, 2, 3, 1, 1, 1),  # 4
     (1, 1, 5, 1, 1, 0, 1),  # 5
+    (1, 2, 3, 1, 1, 0, 1),  # 6
+    (1, 1, 7, 1, 1, 0, 1),  # 7
     (1, 4, 8, 3, 1, 1, 1),  # 32
     (1, 3, 11, 3, 1, 1, 1),  # 33
+    (1, 5, 7, 3, 1, 1, 1),  # 35
     (3, 7, 5, 5, 2, 2, 1),  # 5x5 kernel, stride 2: 36
+    (1, 1, 37, 3, 1, 1, 1),  # 37
     (2, 6, 7, 1, 2, 0, 1),  # 1x1 kernel, stride 2: 24
     (1, 1, 1, 1, 1, 1, 1),  # 9, all but the centre read only padding
     (2, 5, 6, 3, 2, 3, 2),  # padding wider than the kernel reaches, stride 2, dilation 2: 32
