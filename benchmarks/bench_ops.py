@@ -36,18 +36,6 @@ HERE = Path(__file__).resolve().parent
 # ----------------------------------------------------------------------------------------------
 # Timing
 # ----------------------------------------------------------------------------------------------
-def time_cpu(fn, repeat: int) -> float:
-    """Median wall time in microseconds (after warm-up)."""
-    for _ in range(3):
-        fn()
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
-
-
 def time_cpu_pair(ours, baseline, rounds: int) -> tuple[float, float]:
     """Median wall times (us) of two callables timed in alternating rounds of a few calls each, so that a busy
     machine's slow spells fall on both alike."""
@@ -192,9 +180,8 @@ def run_rows(quick: bool, only: str = ""):
             if device == "cuda":
                 t_ours, t_base = time_cuda(ours, 50 if quick else 200), time_cuda(baseline, 50 if quick else 200)
                 g_ours, g_base = time_cuda_graph(ours, 20 if quick else 100), time_cuda_graph(baseline, 20 if quick else 100)
-            else:
-                repeat = 5 if quick else 30
-                t_ours, t_base = time_cpu(ours, repeat), time_cpu(baseline, repeat)
+            else:  # alternating rounds: this 2-core machine's busy spells (2x) fall on both alike
+                t_ours, t_base = time_cpu_pair(ours, baseline, 5 if quick else 15)
                 g_ours = g_base = None
         except Exception as error:  # a missing op is reported as a row, not a crash
             results.append((label, device, None, None, None, None, target, f"{type(error).__name__}: {error}"[:120]))

@@ -13,7 +13,7 @@ import argparse
 
 import torch
 import torch.nn.functional as F
-from bench_ops import time_cpu  # benchmarks/bench_ops.py: median us after warm-up
+from bench_ops import time_cpu_pair  # benchmarks/bench_ops.py: medians (us) of alternating rounds
 
 from bitcompile import ops
 
@@ -51,7 +51,7 @@ def main():
     cores = torch.get_num_threads()
     default = sorted({1 << i for i in range(cores.bit_length()) if (1 << i) <= cores} | {cores})
     parser.add_argument("--threads", type=int, nargs="+", default=default)
-    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=9, help="alternating rounds of ~50 ms each")
     args = parser.parse_args()
     rows = problems()
     print("| op | " + " | ".join(f"{t} threads: ours / fp32 us (ratio)" for t in args.threads) + " |")
@@ -60,7 +60,7 @@ def main():
         cells = []
         for threads in args.threads:
             torch.set_num_threads(threads)
-            a, b = time_cpu(ours, args.reps), time_cpu(dense, args.reps)
+            a, b = time_cpu_pair(ours, dense, args.rounds)
             cells.append(f"{a:.0f} / {b:.0f} ({b / a:.2f}x)")
         print(f"| {label} | " + " | ".join(cells) + " |", flush=True)
 
