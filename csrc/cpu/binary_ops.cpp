@@ -1409,10 +1409,26 @@ inline uint32_t split_word(uint32_t w, int s) {
   return ConvLanes::kSplit == 1 ? w : (w >> (4 * s)) & 0x0F0F0F0Fu;
 }
 
-// The weight [OC, W] (W >= taps * C/32 words a row) in panels of kLanes outputs (see above), each word as
-// kSplit vectors of its planes.
+#if defined(__AVX512F__)
+// panel[k][lane] = word k of row `lane` of the 16 rows at `weight` (rows past `rows`: zeros), by 16 x 16 transposes in
+// registers (the table kernel's, binary_weight_linear).
+inline void transposed_panel(const uint32_t* weight, int64_t stride, int64_t rows, int64_t k_words, uint32_t* panel) {
+  for (int64_t k0 = 0; k0 < k_words; k0 += 16) {
+    const int64_t count = std::min<int64_t>(16, k_words - k0);
+    const __mmask16 inside = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i)
+      r[i] = i < rows ? _mm512_maskz_loadu_epi32(inside, weight + i * stride + k0) : _mm512_setzero_si512();
+    transpose_16x16(r);  // r[j] lane i = word k0 + j of row i
+    for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(panel + (k0 + j) * 16, r[j]);
+  }
+}
+#endif
+
+// The weight [OC, W] (W >= taps * C/32 words a row) in panels of `lanes` outputs (see above), each word as `split`
+// vectors of its planes: ConvLanes' layout for binary_conv2d, 16 lanes of whole words for binary_weight_conv2d.
+template <int64_t lanes = ConvLanes::kLanes, int split = ConvLanes::kSplit>
 at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_t k_words) {
-  constexpr int64_t lanes = ConvLanes::kLanes, split = ConvLanes::kSplit;
   const int64_t panels = (n + lanes - 1) / lanes, panel_words = k_words * split * lanes;
   at::Tensor out = at::empty({panels * panel_words}, at::TensorOptions().dtype(at::kInt));
   auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
@@ -1423,19 +1439,12 @@ at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_
   at::parallel_for(0, panels, std::max<int64_t>(1, kMinParallelWork / panel_words), [&](int64_t begin, int64_t end) {
     for (int64_t p = begin; p < end; ++p) {
       uint32_t* panel = dst + p * panel_words;
-#if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512BW__)
-      static_assert(lanes == 16 && split == 1, "the AVX-512 panels");
-      for (int64_t k0 = 0; k0 < k_words; k0 += 16) {
-        const int64_t count = std::min<int64_t>(16, k_words - k0);
-        const __mmask16 inside = count == 16 ? __mmask16(0xFFFF) : __mmask16((1u << count) - 1);
-        __m512i rows[16];
-        for (int i = 0; i < 16; ++i)
-          rows[i] = p * 16 + i < n ? _mm512_maskz_loadu_epi32(inside, weight + (p * 16 + i) * stride + k0)
-                                   : _mm512_setzero_si512();
-        transpose_16x16(rows);  // the table kernel's (binary_weight_linear): rows[j] lane i = word j of row i
-        for (int64_t j = 0; j < count; ++j) _mm512_storeu_si512(panel + (k0 + j) * 16, rows[j]);
+#if defined(__AVX512F__)
+      if constexpr (lanes == 16 && split == 1) {
+        transposed_panel(weight + p * 16 * stride, stride, std::min<int64_t>(16, n - p * 16), k_words, panel);
+        continue;
       }
-#else
+#endif
       for (int64_t lane = 0; lane < lanes; ++lane) {
         uint32_t* column = panel + lane;
         const int64_t row = p * lanes + lane;
@@ -1443,7 +1452,6 @@ at::Tensor conv_panels(const uint32_t* weight, int64_t stride, int64_t n, int64_
         for (int64_t k = 0; k < k_words; ++k)
           for (int s = 0; s < split; ++s) column[(k * split + s) * lanes] = row < n ? split_word(source[k], s) : 0;
       }
-#endif
     }
   });
   return out;
@@ -1573,7 +1581,7 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
 // The table lookups of binary_weight_linear as an implicit GEMM: every input pixel's channels get their tables
 // (build_sign_tables) in an image grown by the padding, whose border pixels' tables are zeros (a padded value is 0).
 // Output pixel (oh, ow) reads tap (kh, kw) from input pixel (oh sh + kh dh, ow sw + kw dw) of that image. The weight
-// is re-laid once a call so that one vector holds word c of tap t of 16 output channels:
+// is re-laid once a call so that one vector holds word c of tap t of 16 output channels (conv_panels):
 // lanes[ob][t][c][j] = w[16 ob + j][t][c] (0 past OC), the nibbles vpermps indexes, no transpose in the loop.
 // Without AVX-512 the op's composite form runs (bitcompile/ops.py: the weight dequantized, then at::conv2d).
 constexpr int64_t kConvLutPixels = 4;  // output pixels a tile: they share the weight vector and its shifts
@@ -1623,14 +1631,11 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
       padded.narrow(3, 0, g.channels).copy_(pixels);
       pixels = padded;
     }
-    // lanes[ob][t][c][j]
+    // lanes[ob][t][c][j]: weight panels of 16 outputs, binary_conv2d's layout in AVX-512 builds.
     const at::Tensor weight = w_packed.contiguous();
-    const int32_t* w = weight.data_ptr<int32_t>();
-    at::Tensor lanes_tensor = at::zeros({out_blocks, taps, words, kLutCols}, weight.options());
-    int32_t* lanes = lanes_tensor.data_ptr<int32_t>();
-    for (int64_t oc = 0; oc < g.out_channels; ++oc)
-      for (int64_t tc = 0; tc < taps * words; ++tc)
-        lanes[((oc / kLutCols) * taps * words + tc) * kLutCols + oc % kLutCols] = w[oc * taps * words + tc];
+    const at::Tensor lanes_tensor = conv_panels<kLutCols, 1>(reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>()),
+                                                             taps * words, g.out_channels, taps * words);
+    const int32_t* lanes = lanes_tensor.data_ptr<int32_t>();
     const Epilogue epilogue(scale, bias);
     // One image's tables at a time, in the image grown by the padding.
     const int64_t grown_h = g.height + 2 * g.pad_h, grown_w = g.width + 2 * g.pad_w;
