@@ -1013,11 +1013,24 @@ inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const in
     row[(col + lane) * col_stride] = epilogue.apply(float(dot), 0, col + lane);
   }
 }
+// ConvLanes::store_row (NP * kLanes contiguous outputs of a row, all inside N) for the lanes with no faster one:
+// store() a vector at a time.
+template <typename Lanes>
+struct StoreRowByVectors {
+  template <int NP, typename Vec>
+  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
+                        float* row, int64_t col) {
+    constexpr int64_t lanes = Lanes::kLanes;
+    for (int q = 0; q < NP; ++q)
+      Lanes::store(total[q], ones, correction ? correction + col + lanes * q : nullptr, epilogue, row, 1,
+                   col + lanes * q, col + lanes * NP);
+  }
+};
 #if defined(__AVX2__)
 // AVX2: 8 outputs a vector, byte counts from nibble lookups widened every 31 steps. The operands are laid out
 // in nibble planes (kSplit = 2: word w as w & 0x0F0F0F0F, then (w >> 4) & 0x0F0F0F0F), so that the XOR of two
 // planes is a lookup index as it stands: 2 shuffles and 2 adds a vector, no masks or shifts per accumulator.
-struct ConvLanes {
+struct ConvLanes : StoreRowByVectors<ConvLanes> {
   static constexpr int kLanes = 8, kRows = 2, kPanels = 3, kFlushSteps = 31;  // 31 * 8 < 256 per byte
   static constexpr int kSplit = 2;
   using Vec = __m256i;
@@ -1042,16 +1055,9 @@ struct ConvLanes {
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
     store_lanes(counts, 8, ones, correction, epilogue, row, col_stride, col, n);
   }
-  template <int NP>
-  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
-                        float* row, int64_t col) {
-    for (int q = 0; q < NP; ++q)
-      store(total[q], ones, correction ? correction + col + kLanes * q : nullptr, epilogue, row, 1, col + kLanes * q,
-            col + kLanes * NP);
-  }
 };
 #else
-struct ConvLanes {  // POPCNT: one output a lane
+struct ConvLanes : StoreRowByVectors<ConvLanes> {  // POPCNT: one output a lane
   static constexpr int kLanes = 1, kRows = 2, kPanels = 4, kFlushSteps = 0;  // 8 accumulators of 16 GPRs
   static constexpr int kSplit = 1;
   using Vec = uint32_t;
@@ -1065,13 +1071,6 @@ struct ConvLanes {  // POPCNT: one output a lane
                     int64_t col_stride, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
     store_lanes(counts, 1, ones, correction, epilogue, row, col_stride, col, n);
-  }
-  template <int NP>
-  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
-                        float* row, int64_t col) {
-    for (int q = 0; q < NP; ++q)
-      store(total[q], ones, correction ? correction + col + kLanes * q : nullptr, epilogue, row, 1, col + kLanes * q,
-            col + kLanes * NP);
   }
 };
 #endif
