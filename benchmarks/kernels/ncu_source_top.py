@@ -6,7 +6,9 @@
 
 prints the TOP (default 25) SASS lines by warp stall samples (all samples), each with its share of the samples and
 its executed instructions, and the totals: what the sixth-to-twelfth sessions did by hand with a spreadsheet.
-gpu_session.sh's ncu stage runs it with NCU_SOURCE=1."""
+gpu_session.sh's ncu stage runs it with NCU_SOURCE=1. A short kernel gets few samples a launch (the forty-second
+session's 9 us W1A16 M = 1 kernel: 26): profile several launches (--launch-count N, reps=N) and the lines of every
+launch's table are summed by address."""
 import csv
 import sys
 
@@ -34,14 +36,22 @@ def main(path, top=25):
     executed, address = column("Instructions Executed"), column("Address")
     if samples is None:
         samples = column("Warp Stall Sampling")
-    lines = [r for r in rows[header_at + 1:] if len(r) == len(header)]
-    total = sum(number(r[samples]) for r in lines) or 1.0
-    total_executed = sum(number(r[executed]) for r in lines) if executed is not None else 0.0
+    # every launch's table (the header repeats before each): one line an address (or a source text), summed
+    lines = {}
+    for r in rows[header_at + 1:]:
+        if len(r) != len(header) or r == header:
+            continue
+        key = r[address] if address is not None else r[source]
+        line = lines.setdefault(key, [r[source].strip(), 0.0, 0.0])
+        line[1] += number(r[samples])
+        line[2] += number(r[executed]) if executed is not None else 0.0
+    total = sum(line[1] for line in lines.values()) or 1.0
+    total_executed = sum(line[2] for line in lines.values())
     print(f"{len(lines)} SASS lines, {total:.0f} stall samples, {total_executed:.0f} instructions executed")
-    for r in sorted(lines, key=lambda r: -number(r[samples]))[:top]:
-        where = r[address] if address is not None else ""
-        count = f"{number(r[executed]):>12.0f}" if executed is not None else ""
-        print(f"{100 * number(r[samples]) / total:6.2f}%  {count}  {where:>6}  {r[source].strip()[:110]}")
+    for key, (text, count, runs) in sorted(lines.items(), key=lambda item: -item[1][1])[:top]:
+        where = key if address is not None else ""
+        runs_text = f"{runs:>12.0f}" if executed is not None else ""
+        print(f"{100 * count / total:6.2f}%  {runs_text}  {where:>6}  {text[:110]}")
 
 
 if __name__ == "__main__":
