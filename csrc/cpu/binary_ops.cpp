@@ -94,6 +94,11 @@ inline void pack_row(const float* x, int64_t k, uint32_t* out) {
   }
 }
 
+// The words of an int32 tensor as uint32 (nullptr for an undefined tensor).
+inline const uint32_t* words_of(const at::Tensor& t) {
+  return t.defined() ? reinterpret_cast<const uint32_t*>(t.data_ptr<int32_t>()) : nullptr;
+}
+
 inline int32_t popcount_words(const uint32_t* words, int64_t count) {
   int32_t total = 0;
   for (int64_t w = 0; w < count; ++w) total += __builtin_popcount(words[w]);
@@ -210,7 +215,7 @@ at::Tensor weight_rows(const at::Tensor& w_packed2d, int64_t group_words, int64_
   const int64_t n = w_packed2d.size(0), words = w_packed2d.size(1);
   at::Tensor w = w_packed2d.contiguous();
   const uint32_t stray = group_values % 32 ? ~low_bits(group_values % 32) : 0;
-  const auto* given = reinterpret_cast<const uint32_t*>(w.data_ptr<int32_t>());
+  const uint32_t* given = words_of(w);
   bool clean = true;
   for (int64_t i = group_words - 1; stray && i < n * words; i += group_words) clean = clean && !(given[i] & stray);
   if (!clean) {
@@ -928,7 +933,7 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
     const at::Tensor weight = w_packed.contiguous();
     const Epilogue epilogue(scale, bias);
     const Output output = Output::matrix(out.data_ptr<float>(), n);
-    const auto* w = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
+    const uint32_t* w = words_of(weight);
 #if defined(__AVX512F__)
     sign_lut_linear(padded.data_ptr<float>(), m, w, n, words, epilogue, output);
 #else
@@ -998,7 +1003,8 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
       __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total[q], 1));
       if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction + col + 16 * q));
       __m512 value = _mm512_cvtepi32_ps(dot);
-      if (scale) value = _mm512_mul_ps(value, per_column ? _mm512_loadu_ps(scale + col + 16 * q) : _mm512_set1_ps(*scale));
+      if (scale)
+        value = _mm512_mul_ps(value, per_column ? _mm512_loadu_ps(scale + col + 16 * q) : _mm512_set1_ps(*scale));
       if (bias) value = _mm512_add_ps(value, _mm512_loadu_ps(bias + col + 16 * q));
       _mm512_storeu_ps(row + col + 16 * q, value);
     }
@@ -1135,9 +1141,9 @@ struct ConvRow {
   uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
 };
 
-// The packed input grown by the padding, and what each row of the implicit GEMM over it reads (row(m), worked out
-// by the tiles as they start: a table of the B * OH * OW rows cost ~10 us a call at B = 8, C = 128, 14x14, 2 threads,
-// 4% of the conv, 2026-12-05).
+// The packed input grown by the padding, and what each row of the implicit GEMM over it reads (rows(), worked out a
+// block at a time by ConvBlock: a table of the B * OH * OW rows cost ~10 us a call at B = 8, C = 128, 14x14, 2
+// threads, 4% of the conv, 2026-12-05).
 struct ConvInput {
   at::Tensor bits, nonzero;              // int32 [B * HP * WP, C/32]; nonzero only under sign_zero
   std::vector<int64_t> tap_offsets;      // word offset of tap (kh, kw) from a row's offset
@@ -1202,7 +1208,6 @@ inline void fill_pixels(uint32_t* dst, int64_t count, const uint32_t* pattern, i
     for (int64_t w = 0; w < words; ++w) dst[p * words + w] = pattern[w];
 }
 
-// panels: conv_panels' layout of the weight (padded_oc outputs, whole panels).
 // The conv's input pixels, NHWC order: packed rows (binary_conv2d_packed; NCHW input through pack_pixels_nchw), or
 // fp32 rows of C values (channels_last input) that conv_input packs straight into the padded image (packing them
 // first and copying the packed rows in cost ~4 us more and a parallel region at B = 8, C = 128, 14x14, 2026-12-05).
@@ -1211,6 +1216,7 @@ struct ConvPixels {
   const float* floats = nullptr;
 };
 
+// panels: conv_panels' layout of the weight (padded_oc outputs, whole panels).
 ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, const uint32_t* panels, int64_t padded_oc,
                      double pad_value, bool sign_zero, bool channels_last) {
   const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
@@ -1234,9 +1240,8 @@ ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, const uint
   pixel_count.assign(sign_zero ? g.batch * hp * wp : 0, pad_count);
   pixel_has_zero.assign(sign_zero ? g.batch * hp * wp : 0, 0);
   const PackedRows* packed = pixels.packed;
-  const auto words = [](const at::Tensor& t) { return reinterpret_cast<const uint32_t*>(t.data_ptr<int32_t>()); };
-  const uint32_t* source_bits = packed ? words(packed->bits) : nullptr;
-  const uint32_t* source_nonzero = packed && sign_zero ? words(packed->nonzero) : nullptr;
+  const uint32_t* source_bits = packed ? words_of(packed->bits) : nullptr;
+  const uint32_t* source_nonzero = packed && sign_zero ? words_of(packed->nonzero) : nullptr;
   const int32_t* source_count = packed && sign_zero ? packed->nonzero_count.data_ptr<int32_t>() : nullptr;
   const uint8_t* source_has_zero = packed && sign_zero ? packed->has_zero.data_ptr<uint8_t>() : nullptr;
   auto* bits = reinterpret_cast<uint32_t*>(in.bits.data_ptr<int32_t>());
@@ -1463,7 +1468,7 @@ void split_conv_input(ConvInput& in) {
   if constexpr (split > 1) {
     const auto planes = [](const at::Tensor& words) {
       at::Tensor out = at::empty({words.size(0), words.size(1) * split}, words.options());
-      const auto* src = reinterpret_cast<const uint32_t*>(words.data_ptr<int32_t>());
+      const uint32_t* src = words_of(words);
       auto* dst = reinterpret_cast<uint32_t*>(out.data_ptr<int32_t>());
       at::parallel_for(0, words.numel(), 4096, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
@@ -1488,26 +1493,22 @@ void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tens
   if (m > 0 && n > 0) {
     const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
     const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
-    const auto* weight_words = reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>());
+    const uint32_t* weight_words = words_of(weight);
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
     const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
-    ConvInput in = conv_input(pixels, g, reinterpret_cast<const uint32_t*>(panel_words.data_ptr<int32_t>()),
-                              panels * lanes, pad_value, sign_zero, channels_last);
+    ConvInput in = conv_input(pixels, g, words_of(panel_words), panels * lanes, pad_value, sign_zero, channels_last);
     split_conv_input(in);
     const Epilogue epilogue(scale, bias);
-    const auto words = [](const at::Tensor& t) {
-      return t.defined() ? reinterpret_cast<const uint32_t*>(t.data_ptr<int32_t>()) : nullptr;
-    };
     const ConvTile tile{in,
-                        words(panel_words),
+                        words_of(panel_words),
                         g.kernel_h * g.kernel_w * g.channels,
                         n,
                         epilogue,
                         result.data_ptr<float>(),
                         channels_last ? 1 : pixels_out,
-                        words(in.bits),
-                        words(in.nonzero),
+                        words_of(in.bits),
+                        words_of(in.nonzero),
                         in.corrections.defined() ? in.corrections.data_ptr<int32_t>() : nullptr,
                         in.corrections.defined() ? in.corrections.size(1) : 0};
     // Blocks of 36 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
@@ -1632,8 +1633,8 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
     }
     // lanes[ob][t][c][j]: weight panels of 16 outputs, binary_conv2d's layout in AVX-512 builds.
     const at::Tensor weight = w_packed.contiguous();
-    const at::Tensor lanes_tensor = conv_panels<kLutCols, 1>(reinterpret_cast<const uint32_t*>(weight.data_ptr<int32_t>()),
-                                                             taps * words, g.out_channels, taps * words);
+    const at::Tensor lanes_tensor =
+        conv_panels<kLutCols, 1>(words_of(weight), taps * words, g.out_channels, taps * words);
     const int32_t* lanes = lanes_tensor.data_ptr<int32_t>();
     const Epilogue epilogue(scale, bias);
     // One image's tables at a time, in the image grown by the padding.
