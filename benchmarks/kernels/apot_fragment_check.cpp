@@ -4,8 +4,7 @@
 //   row = 16w + g + 8 ((e >> 1) & 1), col = 8 (e >> 2) + 2t + (e & 1)
 // For random 4-bit codes of 64 rows x 64 k (pack_codes nibbles: element 2j low, 2j + 1 high) and random 16-entry
 // tables of 16-bit patterns (bits 1..4: entries past 2^bits are 0), every lane's registers of the 4 k16 steps must
-// hold table[code(row, 16 step + col)], and chunk_values (the SS kernel's 8 values of a 16-byte chunk of a row) the
-// entries of the chunk's 8 codes in k order. The emulated prmt is checked against a few hand-computed values first.
+// hold table[code(row, 16 step + col)]. The emulated prmt is checked against a few hand-computed values first.
 // Build and run (no GPU, no CUDA):
 //   g++ -std=c++17 -O2 -I csrc benchmarks/kernels/apot_fragment_check.cpp -o /tmp/afrag && /tmp/afrag
 #include <cstdint>
@@ -38,20 +37,6 @@ int main() {
       for (int q = 0; q < 8; ++q) {
         words[r][q] = 0;
         for (int j = 0; j < 8; ++j) words[r][q] |= static_cast<uint32_t>(codes[r][8 * q + j]) << (4 * j);
-      }
-    // chunk_values (the SS kernel's expansion into shared memory): out[j] = entries of k 8q + 2j, 8q + 2j + 1.
-    for (int r = 0; r < 64; ++r)
-      for (int q = 0; q < 8; ++q) {
-        uint32_t out[4];
-        af::chunk_values(words[r][q], table, out);
-        for (int e = 0; e < 8; ++e) {
-          const uint16_t got = static_cast<uint16_t>(out[e >> 1] >> (16 * (e & 1)));
-          const uint16_t want = entries[codes[r][8 * q + e]];
-          ++checked;
-          if (got != want && bad++ < 10)
-            std::printf("MISMATCH chunk_values bits %d row %d chunk %d e %d: got %04x want %04x\n", bits, r, q, e, got,
-                        want);
-        }
       }
     for (int warp = 0; warp < 4; ++warp)
       for (int lane = 0; lane < 32; ++lane) {

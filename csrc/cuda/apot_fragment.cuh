@@ -134,21 +134,5 @@ BC_AF_HD void step_registers(uint32_t g0, uint32_t g1, uint32_t h0, uint32_t h1,
   row_registers(h0, h1, gather, table, a[1], a[3]);
 }
 
-// The 8 values of one 16-byte chunk of a K-major row in shared memory (apot_wgmma.cu's SS kernel, where the producer
-// warpgroup expands the codes): `word` holds codes k 0..7 (element j in nibble j: pack_codes' order), out[j] = the
-// entries of k 2j (low half) and 2j + 1 (high half). Nibbles 0..3 of `word` are already a prmt selector of codes
-// k 0..3, so no gather: 2 x (2 lookups + 1 pick) and 2 interleaves a half, 12 prmt and 8 selector ops in all.
-BC_AF_HD void chunk_values(uint32_t word, const Table& table, uint32_t (&out)[4]) {
-  for (int half = 0; half < 2; ++half) {
-    const uint32_t c = half == 0 ? word : word >> 16;
-    const uint32_t s = c & 0x7777u;
-    const uint32_t h = ((c >> 1) & 0x4444u) | 0x3210u;
-    const uint32_t lo = prmt(prmt(table.lo[0], table.lo[1], s), prmt(table.lo[2], table.lo[3], s), h);
-    const uint32_t hi = prmt(prmt(table.hi[0], table.hi[1], s), prmt(table.hi[2], table.hi[3], s), h);
-    out[2 * half] = prmt(lo, hi, 0x5140u);
-    out[2 * half + 1] = prmt(lo, hi, 0x7362u);
-  }
-}
-
 }  // namespace apot_frag
 }  // namespace bitcompile

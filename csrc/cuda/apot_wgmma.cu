@@ -49,7 +49,6 @@
 #include "device_common.cuh"
 #include "wgmma_common.cuh"
 #include "wgmma_rs.cuh"
-#include "wgmma_ss.cuh"
 #include "wgmma_ws.cuh"
 
 namespace bitcompile {
@@ -70,8 +69,7 @@ struct NibbleCodes {
 template <typename T>
 struct NibbleWeights {
   using Word = uint8_t;
-  static constexpr int kWsTileBytes = 64;    // a 128-k tile (wgmma_ws.cuh)
-  static constexpr int kSsFeatureBytes = 32;  // a 64-k tile (wgmma_ss.cuh)
+  static constexpr int kWsTileBytes = 64;  // a 128-k tile
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
@@ -141,13 +139,6 @@ struct NibbleWeights {
       }
     }
   }
-  // wgmma_ss.cuh's SS block: chunk c (k 8c..8c+7) of feature f is the 64-k tile's word 8 f + c
-  // (apot_frag::chunk_values).
-  __device__ __forceinline__ uint4 ss_chunk(const uint8_t* w_stage, int f, int c) const {
-    uint32_t v[4];
-    apot_frag::chunk_values(*reinterpret_cast<const uint32_t*>(w_stage + f * kSsFeatureBytes + 4 * c), table, v);
-    return make_uint4(v[0], v[1], v[2], v[3]);
-  }
   template <int SLABS, int kAcc>
   __device__ __forceinline__ void finish(float (&acc)[SLABS][kAcc]) const {
 #pragma unroll
@@ -168,28 +159,6 @@ __global__ void __launch_bounds__(384, 1)
 #else
   __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
 #endif
-}
-
-template <typename T, int BN>  // the SS block: the producer warpgroup expands the codes into shared memory
-__global__ void __launch_bounds__(384, 1)
-    apot_wgmma_ss_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
-                         NibbleCodes w, int m_rows, int n_rows, int k, int slices, Epilogue ep, T* __restrict__ out) {
-#if BC_WGMMA_ENABLED
-  cuda::wgmma_ss_block<T, BN, NibbleWeights<T>>(map_x, map_w, [&] { return NibbleWeights<T>(w); }, m_rows, n_rows, k,
-                                                slices, ep, out);
-#else
-  __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
-#endif
-}
-
-template <int BN>
-using NibbleSsShape = cuda::SsShape<BN, NibbleWeights<__half>::kSsFeatureBytes>;
-
-template <typename T, int BN>
-cudaError_t ss_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
-                      int sm_count, int slices, cudaStream_t stream) {
-  return cuda::wgmma_ss_launch<NibbleSsShape<BN>, apot_wgmma_ss_kernel<T, BN>>(x, w.codes, k / 2, w, m, n, k, ep, out,
-                                                                              sm_count, slices, stream);
 }
 
 template <int BN>
@@ -235,12 +204,6 @@ cudaError_t ws_dispatch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, 
     }
     rows = cuda::ws_rows_by_cost(m, n, k, sm_count, rooms, kNibbleBlockTimes);
   }
-  if (tuning.kernel == 4) {  // the SS block (wgmma_ss.cuh), forced
-    if (rows == 128) return ss_launch<T, 128>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
-    if (rows == 192) return ss_launch<T, 192>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
-    if (rows == 256) return ss_launch<T, 256>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
-    return cudaErrorInvalidValue;
-  }
   if (rows == 32) return ws_launch<T, 32>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 64) return ws_launch<T, 64>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
   if (rows == 128) return ws_launch<T, 128>(x, w, m, n, k, ep, out, sm_count, tuning.slices, stream);
@@ -270,8 +233,7 @@ cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, 
   if (device.major != 9 || device.minor != 0) return cudaErrorNotSupported;  // sm_90a code runs on 9.0 only
   if (m == 0 || n == 0) return cudaSuccess;
   const WgmmaTuning chosen = tuning != nullptr ? *tuning : WgmmaTuning{};
-  // 3: the RS block forced, 4: the SS block forced (2 was the all-threads kernel)
-  if (chosen.kernel != 0 && chosen.kernel != 3 && chosen.kernel != 4) return cudaErrorInvalidValue;
+  if (chosen.kernel != 0 && chosen.kernel != 3) return cudaErrorInvalidValue;  // 3: forced (2 was the all-threads kernel)
   Epilogue ep;
   ep.scale = alpha;
   ep.scale_count = alpha != nullptr ? alpha_count : 0;

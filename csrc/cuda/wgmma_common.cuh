@@ -31,12 +31,6 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 }
 
-// Orders this thread's generic-proxy shared memory writes before later async-proxy reads of them (a TMA store, a
-// wgmma operand), once an mbarrier or a barrier has passed them on.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Matrix descriptor (PTX ISA "Matrix Descriptor Format") of a K-major operand in the 128-byte swizzle at shared
 // address `start`, its 8-row x 128-byte atoms 1024-byte aligned and stacked along M / N: start >> 4 in bits 0-13,
 // leading byte offset 16 (encoded 1; unused for swizzled K-major layouts) in 16-29, stride byte offset 1024 (the
@@ -229,11 +223,10 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A row-major [rows, inner] matrix of `type` at `base` (row stride `row_bytes`, a multiple of 16; base 16-byte
-// aligned), boxes of box_inner elements x box_rows rows in `swizzle` (SWIZZLE_128B: box_inner * element size = 128
-// bytes, one swizzle span; SWIZZLE_NONE: a multiple of 16 bytes), elements outside the matrix read as zero. False
-// where the driver refuses it.
-inline bool encode_2d_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
-                          int64_t row_bytes, int box_inner, int box_rows, CUtensorMapSwizzle swizzle) {
+// aligned), boxes of box_inner elements (box_inner * element size = 128 bytes: one swizzle span) x box_rows rows,
+// SWIZZLE_128B, elements outside the matrix read as zero. False where the driver refuses it.
+inline bool encode_sw128_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
+                             int64_t row_bytes, int box_inner, int box_rows) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
@@ -241,13 +234,9 @@ inline bool encode_2d_map(CUtensorMap* map, CUtensorMapDataType type, const void
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS;
-}
-inline bool encode_sw128_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
-                             int64_t row_bytes, int box_inner, int box_rows) {
-  return encode_2d_map(map, type, base, rows, inner, row_bytes, box_inner, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace cuda
