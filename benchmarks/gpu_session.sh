@@ -5,7 +5,8 @@
 #     ncu       ncu SpeedOfLight/Occupancy/WarpStateStats/MemoryWorkloadAnalysis of the rows in $NCU_ROWS
 #               (with $HARNESS, a variant's binary, instead of the carried main build)
 #               (kernels matching $NCU_KERNELS, skipping $NCU_SKIP launches, profiling $NCU_COUNT; NCU_SOURCE=1: also
-#               the SASS lines with the most stall samples, kernels/ncu_source_top.py)
+#               the SASS lines with the most stall samples, kernels/ncu_source_top.py, summed over NCU_SRC_COUNT
+#               launches: a short kernel gets few samples a launch)
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 8 workers, failures in $OUT/failures.txt
 #     bench     benchmarks/bench_ops.py --quick
@@ -46,8 +47,9 @@ for stage in "$@"; do
         grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Grid Size|stalled" "$OUT/ncu_$name.txt" | cut -c1-400 | head -40
         if [ -n "${NCU_SOURCE:-}" ]; then  # instruction by instruction (kernels/ncu_source_top.py)
           ncu --clock-control none --section SourceCounters --page source --print-source sass --csv \
-            -k "regex:${NCU_KERNELS:-binary|linear|pack|conv}" --launch-skip "${NCU_SKIP:-1}" --launch-count 1 \
-            "$harness" $row graph=0 reps=1 > "$OUT/src_$name.csv" 2> /dev/null
+            -k "regex:${NCU_KERNELS:-binary|linear|pack|conv}" --launch-skip "${NCU_SKIP:-1}" \
+            --launch-count "${NCU_SRC_COUNT:-1}" "$harness" $row graph=0 reps="$((${NCU_SRC_COUNT:-1} + 2))" \
+            > "$OUT/src_$name.csv" 2> /dev/null
           python3 "$here/kernels/ncu_source_top.py" "$OUT/src_$name.csv" 25 | tee "$OUT/src_$name.txt"
         fi
       done <<< "${NCU_ROWS:-w1a16 m=1 n=8192 k=8192}" ;;

@@ -28,12 +28,12 @@
 //          kernel=0 (by device and shape) | 1 (mma.sync) | 2 (the persistent wgmma kernel, sm_90) bn=128|256
 //          (wgmma tile width), store=1 (st.global) | 2 (TMA store), stages=N (ring
 //          depth); 0 or absent: from the shape
-//          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias) outoff=0 (the output pointer that
+//          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias; 3: per-column scale) outoff=0 (the output pointer that
 //          many elements past an aligned one; guard elements around the output must stay untouched)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 dil=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
-//          scale, bias) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
+//          scale, bias; 3: scale) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
 //          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
 //          mma.sync kernels, 2 the sm_90a wgmma kernel) tile=0
 //          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) kg=0 (the 64 x 32 tile's K
@@ -202,7 +202,8 @@ struct Copies {
   void* operator[](int i) const { return buffers[i % buffers.size()]->ptr; }
 };
 // epi= of the w1a1 and conv rows: y = dot * factor[row] * scale[column or 0] + bias[column]; epi=1: a scale a
-// column and a row factor, epi=2: one scale, no factor, 0: none. The host values (for the reference), their device
+// column and a row factor, epi=2: one scale, no factor, epi=3: a scale a column only (binary_linear(x, w, k, alpha), the
+// BNN layer's form), 0: none. The host values (for the reference), their device
 // copies and the kernels' Epilogue.
 struct HarnessEpilogue {
   std::vector<float> scale, bias, factor;
@@ -376,9 +377,11 @@ bool refused(Row& row, const Args& args, cudaError_t first) {
 HarnessEpilogue::HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random& random) {
   if (epi != 0) {
     scale.resize(epi == 2 ? 1 : columns);
-    bias.resize(columns);
+    bias.assign(columns, 0.f);
     for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
-    for (auto& v : bias) v = 50.f * random.uniform();
+    if (epi != 3) {
+      for (auto& v : bias) v = 50.f * random.uniform();
+    }
     if (epi == 1) {
       factor.resize(rows);
       for (auto& v : factor) v = 0.5f + 0.5f * (random.uniform() + 1.f);
@@ -395,7 +398,7 @@ HarnessEpilogue::HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random&
   if (epi != 0) {
     ep.scale = scale_d->as<float>();
     ep.scale_count = static_cast<int64_t>(scale.size());
-    ep.bias = bias_d->as<float>();
+    ep.bias = epi == 3 ? nullptr : bias_d->as<float>();
     ep.row_factor = factor.empty() ? nullptr : factor_d->as<float>();
   }
 }
@@ -621,9 +624,9 @@ Row run_w1a16(const Args& args, bool apot) {
 }
 
 // ---- w1a1: dot[m, n] = s(x[m]) . s(w[n]) on packed operands ----------------------------------------------
-// epi=1: y = dot * row_factor[m] * scale[n] + bias[n]; epi=2: a scalar scale and bias. outoff: the output that many
-// elements past a 256-byte aligned pointer (not 16-byte aligned: no TMA stores). Poisoned guard elements around the
-// output must stay untouched (a store outside the output fails the row).
+// epi=1: y = dot * row_factor[m] * scale[n] + bias[n]; epi=2: a scalar scale and bias; epi=3: scale[n] only.
+// outoff: the output that many elements past a 256-byte aligned pointer (not 16-byte aligned: no TMA stores).
+// Poisoned guard elements around the output must stay untouched (a store outside the output fails the row).
 Row run_w1a1(const Args& args) {
   const int64_t m = args.num("m", 4096), n = args.num("n", 8192), k = args.num("k", 8192);
   const FloatType out = parse_type(args.str("out", "fp32"));
