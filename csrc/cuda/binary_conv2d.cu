@@ -1412,9 +1412,6 @@ constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
 __device__ __forceinline__ uint32_t cw_shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Named barrier `id` (1..15) of `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

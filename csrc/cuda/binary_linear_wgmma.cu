@@ -178,10 +178,6 @@ template <int PENDING>
 __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
-// Orders this thread's generic-proxy shared memory writes before later async-proxy (TMA) reads of them.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 template <int THREADS>
 __device__ __forceinline__ void named_barrier_sync(uint32_t id) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(THREADS) : "memory");

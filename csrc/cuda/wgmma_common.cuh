@@ -31,6 +31,12 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 }
 
+// Orders this thread's generic-proxy shared memory writes before later async-proxy reads of them (a TMA store, a
+// wgmma operand), once an mbarrier or a barrier has passed them on.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // Matrix descriptor (PTX ISA "Matrix Descriptor Format") of a K-major operand in the 128-byte swizzle at shared
 // address `start`, its 8-row x 128-byte atoms 1024-byte aligned and stacked along M / N: start >> 4 in bits 0-13,
 // leading byte offset 16 (encoded 1; unused for swizzled K-major layouts) in 16-29, stride byte offset 1024 (the
