@@ -5,8 +5,8 @@
 // apot_frag::plan_table (exact integers where the table allows it) and the harness's reference rounds as the kernel
 // does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
 // apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
-// One kernel, apot_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp, TMA for x, 128-k stages of
-// 64 code bytes a feature, two consumer warpgroups) with NibbleWeights below (thirty-third session, 2026-12-04: M =
+// One kernel, apot_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp, TMA for x and the codes,
+// 128-k stages of 64 code bytes a feature, two consumer warpgroups) with NibbleWeights below (thirty-third session, 2026-12-04: M =
 // 256 at 8192^2 81.1 -> 59.7 us against the all-threads kernel of then, at 4096 x 11008 103.4 -> 58.4; ncu at M =
 // 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M instructions issued against 10.7 M, issue slots
 // 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh). The all-threads kernel (wgmma_rs.cuh's old
@@ -22,9 +22,18 @@
 // A = 64 output features x 16 k in registers (RS-form wgmma.mma_async.m64nNk16), B = BN rows of x in shared memory
 // (128-byte swizzle, two TMA boxes a 128-k stage), fp32 accumulators, cluster split-K through DSMEM, the Epilogue
 // (scale = alpha, bias). What differs is the weights (NibbleWeights below):
-//   W in a stage: feature f's 64 bytes of the tile (128 codes, pack_codes nibbles) at f * 64, four 16-byte cp.async
-//   (cg) a feature by the producer warp, features past N zero-filled (code 0: never written out). A consumer lane
-//   reads rows g and g + 8 of its slab with four LDS.128 each (the 4 lanes of a quad read the same row: broadcast).
+//   W in a stage: feature f's 64 bytes of the tile (128 codes, pack_codes nibbles) at f * 64, chunk q of it at
+//   16 (q ^ ((f >> 1) & 3)): one TMA box a stage (the block's features x 64 bytes, SWIZZLE_64B) issued by the
+//   producer's lane 0 beside x's; features past N and the half tile's k 64..127 read as zeros (code 0: never written
+//   out). A consumer lane reads rows g and g + 8 of its slab with four LDS.128 each (the 4 lanes of a quad read the
+//   same row: broadcast; the swizzle puts a warp's 8 rows on 8 different bank groups).
+//   Until the forty-fifth session the producer warp's 32 lanes copied the codes by cp.async (16 x 16 bytes a lane a
+//   stage at 256 rows) and the rows sat unswizzled (4-way bank conflicts). Knockouts measured first (H100, graph us,
+//   8192^2, M = 256 / 512 / 1024): main 59.7 / 106.6 / 232.7, no code loads at tile start 57.3 / 102.2 / 210.6, no
+//   code copies 49.3 / 87.7 / 175.1 (W1A16 on the same pipeline 49.3 / 85.6 / 178.9). The TMA box (H100, same
+//   process, apot_wgmma.sweep and timing rows, every check passed): 59.9 -> 52.8, 107.7 ->
+//   89.0, 220.7 -> 181.9; M = 2048 456.2 -> 385.1; M = 17 / 32 / 64 / 128 35.7 / 36.0 / 38.5 / 44.5 -> 27.8 / 27.9 /
+//   30.6 / 36.3; 4096 x 11008 M = 256 56.1 -> 46.7, M = 1024 146.0 -> 113.9.
 //   A: apot_fragment.cuh (checked on the host by benchmarks/kernels/apot_fragment_check.cpp): per row and k16 step a
 //   gather prmt of byte t of the step's two words, then 2 x (2 lookups + 1 pick) prmt over the low- and high-byte
 //   tables (8 registers a thread, built once from code_values) and 2 interleaving prmt: 12 instructions for 2 A
@@ -70,6 +79,7 @@ template <typename T>
 struct NibbleWeights {
   using Word = uint8_t;
   static constexpr int kWsTileBytes = 64;  // a 128-k tile
+  static constexpr bool kWsTma = true;     // W by a TMA box a stage (ws_map), SWIZZLE_64B
   apot_frag::Table table;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
@@ -95,34 +105,23 @@ struct NibbleWeights {
     }
     table = apot_frag::make_table(entries);
   }
-  // Chunk c (16 bytes, k 32c..32c+31) of feature n0 + f -> w_area + 64 f + 16 c, chunk index 4 f + c = lane + 32 r
-  // over rounds r (8 features a round); features past N and, in a half tile, chunks 2 and 3 zero-filled.
-  template <int kFeatures>
-  static __device__ __forceinline__ void ws_copy(const uint8_t* __restrict__ codes, int64_t row_bytes, uint32_t w_area,
-                                                 int j, bool half, int64_t n0, int n_rows, int lane, int) {
-    const int c = lane & 3;
-    uint32_t w_dst = w_area + lane * 16;
-    const uint8_t* src = codes + (n0 + (lane >> 2)) * row_bytes + j * 64 + c * 16;
-    int64_t left = n_rows - n0 - (lane >> 2);  // features of this lane's rounds still inside N
-    const bool chunk_inside = !half || c < 2;
-#pragma unroll 1
-    for (int round = 0; round < kFeatures / 8; ++round, w_dst += 32 * 16, src += 8 * row_bytes, left -= 8) {
-      const bool inside = left > 0 && chunk_inside;
-      cuda::cp_async_16(w_dst, inside ? src : codes, inside ? 16u : 0u);
-    }
-  }
   template <int SLABS>
   struct WsRows {
     uint4 g[SLABS][4], h[SLABS][4];  // the tile's 64 bytes (k 0..127) of rows g and g + 8 of each slab
   };
+  // Chunk q (16 bytes, k 32q..32q+31) of feature f lies at f * 64 + 16 (q ^ ((f >> 1) & 3)): SWIZZLE_64B on the
+  // 1024-byte aligned W area (address bits 7-8 into 4-5). The 8 rows g of a warp's LDS.128 then hit 8 different
+  // 16-byte bank groups (unswizzled, rows 64 bytes apart: 4-way conflicts). Rows g and g + 8 share the pattern.
   template <int SLABS>
   __device__ __forceinline__ void ws_rows(const uint8_t* w_stage, int w_row, WsRows<SLABS>& rows) const {
+    const int swizzle = (w_row >> 1) & 3;
 #pragma unroll
     for (int slab = 0; slab < SLABS; ++slab)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
-        rows.g[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 64 + 16 * q);
-        rows.h[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 64 + 16 * q);
+        const int chunk = 16 * (q ^ swizzle);
+        rows.g[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab) * 64 + chunk);
+        rows.h[slab][q] = *reinterpret_cast<const uint4*>(w_stage + (w_row + 64 * slab + 8) * 64 + chunk);
       }
   }
   template <int SLABS>
@@ -151,11 +150,12 @@ struct NibbleWeights {
 
 template <typename T, int BN>  // one 64-feature slab a consumer warpgroup
 __global__ void __launch_bounds__(384, 1)
-    apot_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, NibbleCodes w, int m_rows, int n_rows, int k,
-                         int slices, int w_vector, Epilogue ep, T* __restrict__ out) {
+    apot_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                         NibbleCodes w, int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
+                         T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
-  cuda::wgmma_ws_block<T, BN, 1, 1, NibbleWeights<T>>(map_x, w.codes, [&] { return NibbleWeights<T>(w); }, m_rows,
-                                                      n_rows, k, slices, w_vector, ep, out);
+  cuda::wgmma_ws_block<T, BN, 1, 1, NibbleWeights<T>>(map_x, &map_w, w.codes, [&] { return NibbleWeights<T>(w); },
+                                                      m_rows, n_rows, k, slices, w_vector, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
 #endif
@@ -167,8 +167,14 @@ using NibbleWsShape = cuda::WsShape<BN, 1, NibbleWeights<__half>::kWsTileBytes>;
 template <typename T, int BN>
 cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, int64_t k, const Epilogue& ep, T* out,
                       int sm_count, int slices, cudaStream_t stream) {
-  return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1>(
-      x, w, 0, m, n, k, ep, out, sm_count, slices, stream);
+  // The codes as a [n, k / 2] byte matrix, boxes of a tile's 64 bytes x the block's features, SWIZZLE_64B.
+  CUtensorMap map_w;
+  if (!cuda::encode_tiled_map(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, w.codes, n, k / 2, k / 2,
+                              NibbleWeights<T>::kWsTileBytes, NibbleWsShape<BN>::kFeatures, CU_TENSOR_MAP_SWIZZLE_64B)) {
+    return cudaErrorNotSupported;
+  }
+  return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1, true>(
+      x, w, 0, m, n, k, ep, out, sm_count, slices, stream, &map_w);
 }
 
 // The kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel of then, and

@@ -76,6 +76,7 @@ template <typename T>
 struct SignWeights {
   using Word = uint32_t;
   static constexpr int kWsTileBytes = 16;  // a 128-k tile
+  static constexpr bool kWsTma = false;    // W by the producer lanes' cp.async (ws_copy)
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 32; }
 #if BC_WGMMA_ENABLED
   template <int SLABS, int kAcc>
@@ -155,8 +156,8 @@ __global__ void __launch_bounds__(384, 1)
                                   int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
                                   T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
-  wgmma_ws_block<T, BN, SLABS, MC, SignWeights<T>>(map_x, w_bits, [] { return SignWeights<T>{}; }, m_rows, n_rows, k,
-                                                   slices, w_vector, ep, out);
+  wgmma_ws_block<T, BN, SLABS, MC, SignWeights<T>>(map_x, nullptr, w_bits, [] { return SignWeights<T>{}; }, m_rows,
+                                                   n_rows, k, slices, w_vector, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif

@@ -229,10 +229,11 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 }
 
 // A row-major [rows, inner] matrix of `type` at `base` (row stride `row_bytes`, a multiple of 16; base 16-byte
-// aligned), boxes of box_inner elements (box_inner * element size = 128 bytes: one swizzle span) x box_rows rows,
-// SWIZZLE_128B, elements outside the matrix read as zero. False where the driver refuses it.
-inline bool encode_sw128_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
-                             int64_t row_bytes, int box_inner, int box_rows) {
+// aligned), boxes of box_inner elements (box_inner * element size at most the swizzle span: 128 bytes for
+// SWIZZLE_128B, 64 for SWIZZLE_64B) x box_rows rows, elements outside the matrix read as zero. False where the
+// driver refuses it.
+inline bool encode_tiled_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
+                             int64_t row_bytes, int box_inner, int box_rows, CUtensorMapSwizzle swizzle) {
   const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
   if (encode == nullptr) return false;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(inner), static_cast<cuuint64_t>(rows)};
@@ -240,9 +241,14 @@ inline bool encode_sw128_map(CUtensorMap* map, CUtensorMapDataType type, const v
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_inner), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = encode(map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   return result == CUDA_SUCCESS;
+}
+// The same with SWIZZLE_128B and boxes of one swizzle span (box_inner * element size = 128 bytes).
+inline bool encode_sw128_map(CUtensorMap* map, CUtensorMapDataType type, const void* base, int64_t rows, int64_t inner,
+                             int64_t row_bytes, int box_inner, int box_rows) {
+  return encode_tiled_map(map, type, base, rows, inner, row_bytes, box_inner, box_rows, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 }  // namespace cuda

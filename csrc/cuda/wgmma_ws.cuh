@@ -1,14 +1,19 @@
 // The warp-specialized RS-form wgmma block of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits;
 // apot_wgmma.cu: 4-bit APoT codes; each op's one wgmma kernel, from M = 17). The operands' roles and layouts are
 // binary_weight_wgmma.cu's header comment, the RS wrappers and the end of a block wgmma_rs.cuh's; here: who moves the
-// data (a producer warp: TMA for x, cp.async for W, an mbarrier ring), the stage (128 k), how the steps wait for each
+// data (a producer warp: TMA for x, TMA or cp.async for W, an mbarrier ring), the stage (128 k), how the steps wait for each
 // other, the launch, and the cost model of the tiles. What differs between the kernels is the Weights policy:
 //   Word, kWsTileBytes                           the weights' element type in global memory; bytes of one feature's
 //                                                weights in a 128-k tile (in the stage: feature f at f * kWsTileBytes)
 //   row_stride(k)                                Words a feature (a row of w)
-//   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane, vector)   static, the producer warp: lane's
-//                                                cp.async copies of tile j of the block's features (past N: zeros;
-//                                                half: only k 0..63 of the tile exist); few registers (40)
+//   kWsTma                                       true: W comes as one TMA box a stage (the kernel's map_w: the
+//                                                block's features x kWsTileBytes, from byte j * kWsTileBytes of a
+//                                                row; past N and past K zeros), issued by the producer's lane 0;
+//                                                false: by the producer warp's cp.async (ws_copy)
+//   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane, vector)   (kWsTma false) static, the producer
+//                                                warp: lane's cp.async copies of tile j of the block's features
+//                                                (past N: zeros; half: only k 0..63 of the tile exist); few
+//                                                registers (40)
 //   WsRows<SLABS>, ws_rows(w_stage, w_row, rows) a consumer lane's part of the stage's weights (row w_row of its
 //                                                first slab and + 8, of each slab), read when the tile is full
 //   ws_step(rows, kk, t, a)                      the 4 A registers a slab of k16 step kk (0..7) of the tile
@@ -20,8 +25,9 @@
 // Producer (warp 8; warps 9-11 only take part in the cluster barriers of the end): for each 128-k tile of its K
 //   slice, waits until the ring stage is free (empty[s]); lane 0 posts the x bytes (arrive.expect_tx) and issues the
 //   TMA copies of the x tile, two boxes of BN rows x 64 k (one 128-byte swizzle row each, SWIZZLE_128B: the layout
-//   the B descriptor reads; rows past M zero-filled); all 32 lanes cp.async the tile's W (Weights::ws_copy) and
-//   arrive on full[s] once their copies have landed (cp.async.mbarrier.arrive.noinc). No __syncthreads in the loop.
+//   the B descriptor reads; rows past M zero-filled) and, with kWsTma, the W box; otherwise all 32 lanes cp.async
+//   the tile's W (Weights::ws_copy) and arrive on full[s] once their copies have landed
+//   (cp.async.mbarrier.arrive.noinc). No __syncthreads in the loop.
 // Consumers (warpgroup wg = 0, 1 with SLABS slabs of 64 features): for each tile wait full[s]; read the lane's W of
 //   the tile (Weights::ws_rows); then 8 k16 steps, each one wgmma group: wgmma.wait_group(F) (F = kStepsInFlight),
 //   expand the step's A (Weights::ws_step, 4 registers a slab), wgmma.fence, SLABS wgmmas m64nBNk16 (B: box kk / 4,
@@ -32,8 +38,9 @@
 //   arrives on empty[(i - 1) % S].
 //
 // ---- Protocol (S stages; tile i of the slice in stage s = i % S, round r = i / S) --------------------------------
-//   full[s]  count 33: lane 0's arrive.expect_tx (the tile's x bytes) + the x TMA's complete_tx, and one arrival
-//            a producer lane from cp.async.mbarrier.arrive.noinc when that lane's W copies have landed.
+//   full[s]  count 1 + 32: lane 0's arrive.expect_tx (the tile's x bytes) + the x TMA's complete_tx, and one
+//            arrival a producer lane from cp.async.mbarrier.arrive.noinc when that lane's W copies have landed; with
+//            kWsTma count 1: the expect_tx covers the W box too.
 //   empty[s] count 8 (x MC): lane 0 of each consumer warp (of each block the stage's x goes to), once tile i's
 //            wgmmas are complete (step F of tile i + 1).
 //   producer: for i >= S wait empty[s] parity (r - 1) & 1 (the release of tile i - S), then the copies; at the end
@@ -114,12 +121,14 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
 
 // The whole block (the header's Roles and Protocol). Launched by wgmma_ws_launch with 384 threads, one block an SM.
 template <typename T, int BN, int SLABS, int MC, typename Weights, typename MakeWeights>
-__device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const typename Weights::Word* __restrict__ w,
-                                               MakeWeights make_weights, int m_rows, int n_rows, int k, int slices,
-                                               int w_vector, const Epilogue& ep, T* __restrict__ out) {
+__device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const CUtensorMap* map_w,
+                                               const typename Weights::Word* __restrict__ w, MakeWeights make_weights,
+                                               int m_rows, int n_rows, int k, int slices, int w_vector,
+                                               const Epilogue& ep, T* __restrict__ out) {
   using Shape = WsShape<BN, SLABS, Weights::kWsTileBytes>;
   constexpr int S = Shape::kStages, kFeatures = Shape::kFeatures;
-  constexpr int kFullArrivals = 1 + 32;  // full[s]: lane 0's expect_tx + one cp.async arrival a producer lane
+  // full[s]: lane 0's expect_tx (+ one cp.async arrival a producer lane where W is not a TMA box)
+  constexpr int kFullArrivals = Weights::kWsTma ? 1 : 1 + 32;
   constexpr int kEmptyArrivals = 8 * MC;  // empty[s]: one a consumer warp of each block that the stage's x goes to
   // setmaxnreg: 168 registers at entry (384 threads, one block); then a sub-partition holds one warp of each
   // warpgroup: 40 + 232 + 232 = 504 <= 512 registers a lane (16K a sub-partition).
@@ -154,7 +163,6 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const t
     if (warp == 8) {
       const int64_t n0 = static_cast<int64_t>(blockIdx.x / slices) * kFeatures;
       const int m0 = static_cast<int>(blockIdx.y) * BN;
-      const int64_t w_stride = Weights::row_stride(k);
       int s = 0;
       uint32_t phase = 0;  // of round i / S
       for (int i = 0; i < tiles; ++i) {
@@ -163,7 +171,13 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const t
         const bool half = j == half_tile;
         const uint32_t stage = base + static_cast<uint32_t>(s * Shape::kStageBytes), full = full_bar + 8 * s;
         if (lane == 0) {
-          mbar_arrive_expect_tx(full, half ? Shape::kXBoxBytes : Shape::kXBytes);  // rows past M: zeros, counted
+          // x (rows past M: zeros, counted) and, for a TMA W, its box (features past N and the half tile's k 64..127:
+          // zeros, counted)
+          const int x_bytes = half ? Shape::kXBoxBytes : Shape::kXBytes;
+          mbar_arrive_expect_tx(full, x_bytes + (Weights::kWsTma ? Shape::kWBytes : 0));
+          if constexpr (Weights::kWsTma) {
+            tma_load_2d(stage + Shape::kXBytes, map_w, j * Weights::kWsTileBytes, static_cast<int>(n0), full);
+          }
           if (MC == 1) {
             tma_load_2d(stage, &map_x, j * 128, m0, full);
             if (!half) tma_load_2d(stage + Shape::kXBoxBytes, &map_x, j * 128 + 64, m0, full);
@@ -174,8 +188,11 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const t
             }
           }
         }
-        Weights::template ws_copy<kFeatures>(w, w_stride, stage + Shape::kXBytes, j, half, n0, n_rows, lane, w_vector);
-        cp_async_mbarrier_arrive_noinc(full);
+        if constexpr (!Weights::kWsTma) {
+          Weights::template ws_copy<kFeatures>(w, Weights::row_stride(k), stage + Shape::kXBytes, j, half, n0, n_rows,
+                                               lane, w_vector);
+          cp_async_mbarrier_arrive_noinc(full);
+        }
         if (++s == S) {
           s = 0;
           phase ^= 1u;
@@ -275,9 +292,11 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const t
 // the last pair has one past N, which loads and computes but writes nothing; cudaErrorNotSupported before launching
 // where the device fits no pair, and where it refuses one). A refused K-split cluster falls back to one block a
 // feature block. x: a [m_rows, k] matrix of 2-byte elements, 16-byte aligned.
-template <typename Shape, auto kernel, int MC, typename T, typename W>
+// kMapW: the kernel takes map_w (the W tensor map of a Weights with kWsTma) after map_x.
+template <typename Shape, auto kernel, int MC, bool kMapW = false, typename T, typename W>
 cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64_t n_rows, int64_t k,
-                            const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
+                            const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream,
+                            const CUtensorMap* map_w = nullptr) {
   constexpr int BN = Shape::kRows;
   const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
   const int64_t row_blocks = ceil_div(m_rows, BN);
@@ -298,8 +317,14 @@ cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64
   auto launch = [&](int64_t size) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, size, stream);
-    return cudaLaunchKernelEx(&config.config, kernel, map_x, w, static_cast<int>(m_rows), static_cast<int>(n_rows),
-                              static_cast<int>(k), static_cast<int>(MC > 1 ? 1 : size), w_vector, ep, out);
+    const int slices = static_cast<int>(MC > 1 ? 1 : size);
+    if constexpr (kMapW) {
+      return cudaLaunchKernelEx(&config.config, kernel, map_x, *map_w, w, static_cast<int>(m_rows),
+                                static_cast<int>(n_rows), static_cast<int>(k), slices, w_vector, ep, out);
+    } else {
+      return cudaLaunchKernelEx(&config.config, kernel, map_x, w, static_cast<int>(m_rows), static_cast<int>(n_rows),
+                                static_cast<int>(k), slices, w_vector, ep, out);
+    }
   };
   error = launch(cluster);
   if (error != cudaSuccess && cluster > 1) {
