@@ -235,7 +235,7 @@ def test_apot_linear_wide_range(device, dtype, bits):
 
 
 # ----------------------------------------------------------------------------------------------
-# apot_linear on the Hopper wgmma kernels (apot_wgmma.cu: kSmallBatchRows < m <= kWgmmaMaxRows = 512, the
+# apot_linear on the Hopper wgmma kernels (apot_wgmma.cu: kSmallBatchRows < m <= kWgmmaMaxRows = 4096, the
 # warp-specialized kernel; bf16 / fp16 x, nibble codes, k % 64 == 0, aligned operands; elsewhere dequantize + cuBLAS)
 # ----------------------------------------------------------------------------------------------
 @requires_cuda
@@ -243,15 +243,16 @@ def test_apot_linear_wide_range(device, dtype, bits):
 @pytest.mark.parametrize("bits", [2, 3, 4])
 def test_apot_linear_wgmma_edges_cuda(dtype, bits):
     """Both sides of every switch: 16 / 17 rows (small-batch kernel / warp-specialized wgmma kernel), 32 / 33 and
-    64 / 65 (its 32-, 64- and 128-row tiles), 128 / 129 and 256 / 257 (the cost model's tiles), 512 / 513 (dequantize +
-    cuBLAS above); N not a multiple of 8; k = 1000 (not a multiple of 64: the fallback), k = 4096 (the K split) and
+    64 / 65 (its 32-, 64- and 128-row tiles), 128 / 129 and 256 / 257 (the cost model's tiles), 512 / 513 (the
+    limit until the forty-fifth session), 4096 / 4097 (dequantize + cuBLAS above); N not a multiple of 8; k = 1000
+    (not a multiple of 64: the fallback), k = 4096 (the K split) and
     k = 4160 (k % 128 == 64: the warp-specialized kernel's half tile); per-output alpha and bias."""
     n = 100
     for k in (1000, 4096, 4160):
         _, packed, table = make_weight(n, k, bits, "cuda")
         alpha = make_alpha(n, True, "cuda")
         bias = torch.randn(n, device="cuda")
-        for m in (16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513):
+        for m in (16, 17, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 4096, 4097):
             x = torch.randn(m, k, device="cuda").to(dtype)
             y = ops.apot_linear(x, packed, k, bits, table, alpha, bias)
             expected = reference.apot_linear(x.cpu(), packed.cpu(), k, bits, table.cpu(), alpha.cpu(), bias.cpu())
@@ -364,7 +365,7 @@ def test_apot_linear_small_batch_launches_cuda():
 @requires_cuda
 def test_apot_linear_wgmma_dispatch_cuda():
     """On a 9.0 GPU with sm_90a code the op takes the warp-specialized wgmma kernel from 17 rows up to kWgmmaMaxRows =
-    512 (one row block of 32 rows up to 32, of 64 up to 64), and neither beyond; 16 rows stay on the small-batch
+    4096 (one row block of 32 rows up to 32, of 64 up to 64), and neither beyond; 16 rows stay on the small-batch
     kernel."""
     skip_without_wgmma()
     k, n = 1024, 256
@@ -380,9 +381,9 @@ def test_apot_linear_wgmma_dispatch_cuda():
 
     none = {"small": False, "ws": False}
     assert kernels(16) == {**none, "small": True}
-    for m in (17, 64, 65, 256, 512):
+    for m in (17, 64, 65, 256, 512, 513, 4096):
         assert kernels(m) == {**none, "ws": True}, m
-    assert kernels(513) == none
+    assert kernels(4097) == none
     # N = 8192 (64 feature blocks): one row block of 32 / 64 rows up to 64, (128, 1) up to 128, (192, 1) at 129-384
     # rows (one wave), (256, 1) at 448 and 512.
     k, n = 1024, 8192

@@ -76,8 +76,16 @@ cudaError_t linear_small_batch(const void* x, FloatType x_type, int64_t m, int64
 // but past one wave its tiles leave a partial one. do_bench at 8192^2, the op against bf16 F.linear (dequantize +
 // cuBLAS costs that plus ~30-45 us, measured with an x off 16-byte alignment on both): M = 384 111.3 / 74.8, 512
 // 114.2 / 95.8, 640 248.4 / 121.2, 768 253.6 / 149.1, 896 224.8 / 184.3, 1024 230.7 / 189.7, 2048 419.0 / 386.9 us.
-// Hence kWgmmaMaxRows = 512, dequantize + cuBLAS above.
-constexpr int64_t kWgmmaMaxRows = 512;
+// Hence kWgmmaMaxRows = 512, dequantize + cuBLAS above, until the forty-fifth session (2026-12-05) gave the kernel its
+// codes by TMA (apot_wgmma.cu's header): H100, a rotating graph, us, the op against bf16 F.linear (the dense weight):
+//   M                   384    512    640    768   1024   1536   2048   3072   4096
+//   8192^2           0.95x  0.99x  0.85x  0.90x  0.95x  0.95x  0.99x  0.97x  1.00x   (1024: 192.4 against 183.4)
+//   N 4096 K 11008   1.29x  0.95x  0.72x  0.90x  0.97x  1.05x  0.97x  1.00x  0.97x
+//   N 11008 K 4096   0.69x  0.77x  0.76x  0.90x  0.82x  0.91x  0.94x  0.93x  0.96x
+// where dequantize + cuBLAS costs F.linear plus ~30-45 us (the dequantized copy: 128 MiB at 8192^2) and measured
+// 0.76x at M = 1024, 0.94x at 4096 (bench_ops, H100, the forty-fourth session). Hence kWgmmaMaxRows = 4096 (the
+// largest M measured); dequantize + cuBLAS above, where its copy is a small part of the GEMM.
+constexpr int64_t kWgmmaMaxRows = 4096;
 struct WgmmaTuning {
   int rows = 0;
   int slices = 0;

@@ -8,8 +8,9 @@
 //   row_stride(k)                                Words a feature (a row of w)
 //   kWsTma                                       true: W comes as one TMA box a stage (the kernel's map_w: the
 //                                                block's features x kWsTileBytes, from byte j * kWsTileBytes of a
-//                                                row; past N and past K zeros), issued by the producer's lane 0;
-//                                                false: by the producer warp's cp.async (ws_copy)
+//                                                row, the map's coordinates in Words; past N and past K zeros),
+//                                                issued by the producer's lane 0; false: by the producer warp's
+//                                                cp.async (ws_copy)
 //   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane, vector)   (kWsTma false) static, the producer
 //                                                warp: lane's cp.async copies of tile j of the block's features
 //                                                (past N: zeros; half: only k 0..63 of the tile exist); few
@@ -176,7 +177,8 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const C
           const int x_bytes = half ? Shape::kXBoxBytes : Shape::kXBytes;
           mbar_arrive_expect_tx(full, x_bytes + (Weights::kWsTma ? Shape::kWBytes : 0));
           if constexpr (Weights::kWsTma) {
-            tma_load_2d(stage + Shape::kXBytes, map_w, j * Weights::kWsTileBytes, static_cast<int>(n0), full);
+            constexpr int kTileWords = Weights::kWsTileBytes / static_cast<int>(sizeof(typename Weights::Word));
+            tma_load_2d(stage + Shape::kXBytes, map_w, j * kTileWords, static_cast<int>(n0), full);
           }
           if (MC == 1) {
             tma_load_2d(stage, &map_x, j * 128, m0, full);
