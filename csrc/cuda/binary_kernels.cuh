@@ -34,9 +34,13 @@ struct Epilogue {
 //   sign_zero = true:  plus_bits = bit(x > 0), minus_bits = bit(x < 0) (torch.sign: zeros are 0)
 // plus_bits / minus_bits are [rows, ceil(k / 32)] words; minus_bits is only written with sign_zero.
 // row_mean_abs (may be null) gets mean(|x|) over each row, in fp32.
+// row_popcounts (may be null) gets the number of 1 bits of each row's plus_bits words ([rows] int32; with sign_zero
+// too, the plus plane's), binary_linear's x_popcounts. Each kernel reduces it within one block (no atomics, so the
+// buffer needs no zeroing), as it does mean(|x|).
 // Rows of k % 32 == 0 at a 16-byte aligned x take 16-byte loads.
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
-                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
+                              cudaStream_t stream);
 
 // binary_linear on b1 tensor cores (AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.

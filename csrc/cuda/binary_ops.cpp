@@ -62,7 +62,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   if (out.numel() == 0) return out;
   const at::Tensor input = x.contiguous();
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
-                                          /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
+                                          /*sign_zero=*/false, mutable_words(out), nullptr, nullptr, nullptr,
                                           c10::cuda::getCurrentCUDAStream()),
                op);
   return out;
@@ -98,7 +98,8 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   }
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream),
+                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, nullptr,
+                                          stream),
                op);
 
   if (!sign_zero) {
@@ -264,7 +265,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, stream),
+                                          nullptr, nullptr, stream),
                op);
   at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
   check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
