@@ -30,6 +30,8 @@
 //          depth); 0 or absent: from the shape
 //          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias; 3: per-column scale) outoff=0 (the output pointer that
 //          many elements past an aligned one; guard elements around the output must stay untouched)
+//          pa=0 (1: x's row popcounts, computed on the host, given through launch_binary_linear's x_popcounts as the op
+//          gives pack_signs' ones: the wgmma kernel then does not count them; 0: null, counted by the kernel)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 dil=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
@@ -649,6 +651,17 @@ Row run_w1a1(const Args& args) {
   if (out_offset != 0) row.config += format(" off=%lld", (long long)out_offset);
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
+  // pa=1: the rows' popcounts given to the kernel (launch_binary_linear's x_popcounts) instead of counted by it
+  const bool given_pa = args.num("pa", 0) != 0;
+  std::vector<int32_t> x_popcounts(given_pa ? m : 0, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(x_popcounts.size()); ++i) {
+    for (int64_t w = 0; w < words; ++w) x_popcounts[i] += __builtin_popcount(x_bits[i * words + w] & tail_mask(k, w));
+  }
+  Buffer x_popcounts_d(x_popcounts.size() * 4);
+  if (given_pa) {
+    CHECK_CUDA(cudaMemcpy(x_popcounts_d.ptr, x_popcounts.data(), x_popcounts_d.bytes, cudaMemcpyHostToDevice));
+    row.config += " pa";
+  }
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
   const HarnessEpilogue epilogue(epi, n, m, random);
@@ -681,7 +694,7 @@ Row run_w1a1(const Args& args) {
   const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, ep, out_ptr,
-                                    out, stream, &tuning);
+                                    out, given_pa ? x_popcounts_d.as<int32_t>() : nullptr, stream, &tuning);
   };
   // expect=reject: kernel=2 on a shape wgmma does not take
   const cudaError_t first = launch(0, nullptr);
@@ -701,7 +714,7 @@ Row run_w1a1(const Args& args) {
   }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * m * n * k;
-  const double bytes = weight_bytes + x.bytes + out_bytes;
+  const double bytes = weight_bytes + x.bytes + x_popcounts.size() * 4.0 + out_bytes;
   row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
   row.rate = ops / row.timing.us / 1e9;
   return row;
