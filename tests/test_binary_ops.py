@@ -1204,6 +1204,27 @@ def test_binary_linear_wgmma_edges(k, dtype):
     assert_matches(actual, expected, dtype, True, f"binary_linear unaligned weight k={k}", magnitude)
 
 
+# binary_linear gives the wgmma kernel pack_signs' row popcounts (x_popcounts): its consumers then read pa per row in
+# the epilogue (rows past M read 0) instead of counting the staged rows. M around the 128-row tile and its 8-row
+# halves (a thread's rows r and r + 8), rows with no 1 bit and with all K, through each pack kernel (k = 100: the
+# any-k kernel; 1024: the short-row kernel; 4096: the 16-byte-load kernel, a row over 4 or 8 warps), with and without
+# row_scale (mean |x| reduced in the same pass); ceil(k / 32) % 4 == 0 throughout (the wgmma kernel's shapes).
+@requires_cuda
+@pytest.mark.parametrize("k", [100, 1024, 4096])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_binary_linear_wgmma_row_popcounts(k, dtype):
+    n = 136
+    _, w_packed = packed_weight(n, k, "cuda")
+    for m in (127, 128, 135, 136, 255):
+        x = random_input((m, k), dtype, "cuda", zeros=True)
+        x[0] = -1.0  # popcount 0
+        x[-1] = 0.5  # popcount k
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k)
+        assert_matches(actual, expected, dtype, True, f"binary_linear m={m} k={k}", magnitude)
+        actual, expected, magnitude = run_linear("binary_linear", x, w_packed, k, row_scale=True)
+        assert_matches(actual, expected, dtype, False, f"binary_linear m={m} k={k} row_scale", magnitude)
+
+
 # The wgmma kernel's epilogue reads every column term the same way (a missing scale reads ones, a missing bias
 # zeros, a scalar scale is folded into the row factor) and takes a guarded copy for a tile reaching past N: each
 # form of the terms, on whole tiles (N = 512) and on a tail tile (N = 520: 8 columns in the last 256-wide tile, and

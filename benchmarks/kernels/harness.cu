@@ -30,6 +30,8 @@
 //          depth); 0 or absent: from the shape
 //          epi=0 (1: row factor, per-column scale, bias; 2: scalar scale, bias; 3: per-column scale) outoff=0 (the output pointer that
 //          many elements past an aligned one; guard elements around the output must stay untouched)
+//          pa=0 (1: x's row popcounts, computed on the host, given through launch_binary_linear's x_popcounts as the op
+//          gives pack_signs' ones: the wgmma kernel then does not count them; 0: null, counted by the kernel)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   conv   b c h w oc kh=3 kw=3 stride=1 pad=1 dil=1 out=fp16  binary_conv2d on packed NHWC input, channels_last out
 //          padv=0 (the padded s(x): -1, 0, +1) nchw=0 (1: NCHW out) epi=0 (1: scale, bias, row factor; 2: scalar
@@ -42,8 +44,9 @@
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   read   n k blocks=0 threads=128 unroll=8 cluster=1 pdl=0   the read floor: n x k bits read and XORed, nothing
 //          else (blocks=0: one per 64 rows, times cluster; clusters sync twice before leaving, as store_tile)
-//   pack   m k dtype sign_zero=0 mean=0 xoff=0            pack_signs (sign_zero: both torch.sign planes; mean: mean
-//          |x| per row; xoff: x that many elements past an aligned pointer)
+//   pack   m k dtype sign_zero=0 mean=0 pa=0 xoff=0       pack_signs (sign_zero: both torch.sign planes; mean: mean
+//          |x| per row; pa: the popcount of each row's plus bits, binary_linear's x_popcounts; xoff: x that many
+//          elements past an aligned pointer)
 // Each row: correct or not (against a plain C++ reference: exact for the integer results, per element for
 // float ones), microseconds per launch (cudaEvent, L2 flushed by writing a 128 MiB buffer before each timed
 // launch, median of reps), microseconds per launch inside a CUDA graph of 100 launches that cycle over copies
@@ -648,6 +651,17 @@ Row run_w1a1(const Args& args) {
   if (out_offset != 0) row.config += format(" off=%lld", (long long)out_offset);
   row.rate_unit = "POPS";
   const std::vector<uint32_t> x_bits = random_bits(random, m, k), w_bits = random_bits(random, n, k);
+  // pa=1: the rows' popcounts given to the kernel (launch_binary_linear's x_popcounts) instead of counted by it
+  const bool given_pa = args.num("pa", 0) != 0;
+  std::vector<int32_t> x_popcounts(given_pa ? m : 0, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(x_popcounts.size()); ++i) {
+    for (int64_t w = 0; w < words; ++w) x_popcounts[i] += __builtin_popcount(x_bits[i * words + w] & tail_mask(k, w));
+  }
+  Buffer x_popcounts_d(x_popcounts.size() * 4);
+  if (given_pa) {
+    CHECK_CUDA(cudaMemcpy(x_popcounts_d.ptr, x_popcounts.data(), x_popcounts_d.bytes, cudaMemcpyHostToDevice));
+    row.config += " pa";
+  }
   std::vector<uint32_t> ref_w = w_bits;
   if (args.num("plant", 0) != 0) ref_w[0] ^= 1u;
   const HarnessEpilogue epilogue(epi, n, m, random);
@@ -680,7 +694,7 @@ Row run_w1a1(const Args& args) {
   const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_binary_linear(x.as<uint32_t>(), static_cast<const uint32_t*>(weights[copy]), m, n, k, ep, out_ptr,
-                                    out, stream, &tuning);
+                                    out, given_pa ? x_popcounts_d.as<int32_t>() : nullptr, stream, &tuning);
   };
   // expect=reject: kernel=2 on a shape wgmma does not take
   const cudaError_t first = launch(0, nullptr);
@@ -700,7 +714,7 @@ Row run_w1a1(const Args& args) {
   }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * m * n * k;
-  const double bytes = weight_bytes + x.bytes + out_bytes;
+  const double bytes = weight_bytes + x.bytes + x_popcounts.size() * 4.0 + out_bytes;
   row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
   row.rate = ops / row.timing.us / 1e9;
   return row;
@@ -892,7 +906,8 @@ Row run_conv(const Args& args) {
     const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
     if (pack) {
       const cudaError_t error = bk::launch_pack_signs(inputs[copy], FloatType::kFloat16, s.batch * s.height * s.width,
-                                                      s.channels, false, packed.as<uint32_t>(), nullptr, nullptr, stream);
+                                                      s.channels, false, packed.as<uint32_t>(), nullptr, nullptr,
+                                                      nullptr, stream);
       if (error != cudaSuccess) return error;
       bits = packed.as<uint32_t>();
     }
@@ -927,13 +942,14 @@ Row run_conv(const Args& args) {
 // ---- pack: pack_signs of a [m, k] float matrix -----------------------------------------------------------
 // About 1/8 of the values are 0 and 1/16 are -0 (bit 1 for x >= 0; 0 in both planes under sign_zero).
 // sign_zero=1: the torch.sign planes (x > 0, x < 0); mean=1: mean |x| per row, against a float64 sum within the
-// fp32 bound of a k-term sum. xoff: x that many elements past a 256-byte aligned pointer (xoff=1: the
-// unaligned fallback). Every output is poisoned first and read again after the timed launches: it must be
+// fp32 bound of a k-term sum; pa=1: the popcount of each row's plus bits (row_popcounts), exact against the
+// reference's bits (counted before plant=1 flips one of them, so a planted row fails on the bits alone). xoff: x that
+// many elements past a 256-byte aligned pointer (xoff=1: the unaligned fallback). Every output is poisoned first and read again after the timed launches: it must be
 // bit-identical (deterministic).
 Row run_pack(const Args& args) {
   const int64_t m = args.num("m", 4096), k = args.num("k", 8192);
   const FloatType type = parse_type(args.str("dtype", "bf16"));
-  const bool sign_zero = args.num("sign_zero", 0) != 0, mean = args.num("mean", 0) != 0;
+  const bool sign_zero = args.num("sign_zero", 0) != 0, mean = args.num("mean", 0) != 0, pa = args.num("pa", 0) != 0;
   const int64_t xoff = args.num("xoff", 0);
   Random random(static_cast<uint64_t>(args.num("seed", 1)));
   const int64_t words = (k + 31) / 32;
@@ -941,6 +957,7 @@ Row run_pack(const Args& args) {
   row.family = "pack";
   row.shape = format("m=%lld k=%lld %s", (long long)m, (long long)k, args.str("dtype", "bf16").c_str());
   row.config = format("sz=%d mean=%d xoff=%lld", sign_zero, mean, (long long)xoff);
+  if (pa) row.config += " pa";
   std::vector<float> values(m * k), rounded;
   for (auto& v : values) {
     const uint32_t pick = random.word() & 15u;
@@ -959,6 +976,10 @@ Row run_pack(const Args& args) {
     }
     if (mean) want_mean[i] = sum / static_cast<double>(k);
   }
+  std::vector<int32_t> want_count(pa ? m : 0, 0);
+  for (int64_t i = 0; i < static_cast<int64_t>(want_count.size()); ++i) {
+    for (int64_t w = 0; w < words; ++w) want_count[i] += __builtin_popcount(want[i * words + w]);
+  }
   if (args.num("plant", 0) != 0) want[0] ^= 1u;
   const int copies = rotating_copies(args, x_bytes.size());
   const size_t skip = static_cast<size_t>(xoff) * type_size(type);
@@ -966,31 +987,37 @@ Row run_pack(const Args& args) {
   padded.insert(padded.end(), x_bytes.begin(), x_bytes.end());
   Copies inputs(padded.data(), padded.size(), copies);
   Buffer bits(want.size() * 4), minus_bits(std::max<size_t>(1, want_minus.size()) * 4),
-      means(std::max<size_t>(1, want_mean.size()) * 4);
+      means(std::max<size_t>(1, want_mean.size()) * 4), counts(std::max<size_t>(1, want_count.size()) * 4);
   CHECK_CUDA(cudaMemset(bits.ptr, 0xa5, bits.bytes));  // poison: an unwritten word differs
   CHECK_CUDA(cudaMemset(minus_bits.ptr, 0xa5, minus_bits.bytes));
   CHECK_CUDA(cudaMemset(means.ptr, 0xff, means.bytes));  // NaN
+  CHECK_CUDA(cudaMemset(counts.ptr, 0xa5, counts.bytes));  // negative: no popcount
   auto launch = [&](int copy, cudaStream_t stream) {
     return bk::launch_pack_signs(static_cast<const uint8_t*>(inputs[copy]) + skip, type, m, k, sign_zero,
                                  bits.as<uint32_t>(), sign_zero ? minus_bits.as<uint32_t>() : nullptr,
-                                 mean ? means.as<float>() : nullptr, stream);
+                                 mean ? means.as<float>() : nullptr, pa ? counts.as<int32_t>() : nullptr, stream);
   };
   CHECK_CUDA(launch(0, nullptr));
   CHECK_CUDA(cudaDeviceSynchronize());
-  auto read = [&](std::vector<uint32_t>& got, std::vector<uint32_t>& got_minus, std::vector<float>& got_mean) {
+  auto read = [&](std::vector<uint32_t>& got, std::vector<uint32_t>& got_minus, std::vector<float>& got_mean,
+                  std::vector<int32_t>& got_count) {
     got.resize(want.size());
     got_minus.resize(want_minus.size());
     got_mean.resize(want_mean.size());
+    got_count.resize(want_count.size());
     CHECK_CUDA(cudaMemcpy(got.data(), bits.ptr, got.size() * 4, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(got_minus.data(), minus_bits.ptr, got_minus.size() * 4, cudaMemcpyDeviceToHost));
     CHECK_CUDA(cudaMemcpy(got_mean.data(), means.ptr, got_mean.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(got_count.data(), counts.ptr, got_count.size() * 4, cudaMemcpyDeviceToHost));
   };
   std::vector<uint32_t> got, got_minus;
   std::vector<float> got_mean;
-  read(got, got_minus, got_mean);
-  size_t bad = 0, bad_minus = 0, bad_mean = 0;
+  std::vector<int32_t> got_count;
+  read(got, got_minus, got_mean, got_count);
+  size_t bad = 0, bad_minus = 0, bad_mean = 0, bad_count = 0;
   for (size_t i = 0; i < got.size(); ++i) bad += got[i] != want[i];
   for (size_t i = 0; i < got_minus.size(); ++i) bad_minus += got_minus[i] != want_minus[i];
+  for (size_t i = 0; i < got_count.size(); ++i) bad_count += got_count[i] != want_count[i];
   double worst = 0;
   for (size_t i = 0; i < got_mean.size(); ++i) {  // |error| <= k u sum (any order of a k-term fp32 sum) + the divide
     const double allowed = (static_cast<double>(k) + 1) * 6e-8 * want_mean[i] + 1e-30;
@@ -998,21 +1025,24 @@ Row run_pack(const Args& args) {
     bad_mean += !(error <= 1);
     worst = std::max(worst, error);
   }
-  row.ok = bad == 0 && bad_minus == 0 && bad_mean == 0;
+  row.ok = bad == 0 && bad_minus == 0 && bad_mean == 0 && bad_count == 0;
   row.check = format("%zu of %zu words differ", bad, got.size());
   if (sign_zero) row.check += format(", minus %zu", bad_minus);
   if (mean) row.check += format(", mean %zu bad (worst %.3g of allowed)", bad_mean, worst);
+  if (pa) row.check += format(", popcount %zu of %zu rows differ", bad_count, got_count.size());
   row.timing = time_launches(launch, copies, args);
   std::vector<uint32_t> again, again_minus;
   std::vector<float> again_mean;
-  read(again, again_minus, again_mean);
-  const bool same = again == got && again_minus == got_minus &&
+  std::vector<int32_t> again_count;
+  read(again, again_minus, again_mean, again_count);
+  const bool same = again == got && again_minus == got_minus && again_count == got_count &&
                     (again_mean.empty() || std::memcmp(again_mean.data(), got_mean.data(), got_mean.size() * 4) == 0);
   if (!same) {
     row.ok = false;
     row.check += "; NOT DETERMINISTIC (outputs changed over the timed launches)";
   }
-  const double bytes = x_bytes.size() + want.size() * 4.0 + want_minus.size() * 4.0 + want_mean.size() * 4.0;
+  const double bytes =
+      x_bytes.size() + want.size() * 4.0 + want_minus.size() * 4.0 + want_mean.size() * 4.0 + want_count.size() * 4.0;
   row.floor_us = bytes / kBytesPerUs;
   row.rate = bytes / row.timing.us / 1e6;
   return row;

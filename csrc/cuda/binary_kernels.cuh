@@ -34,13 +34,20 @@ struct Epilogue {
 //   sign_zero = true:  plus_bits = bit(x > 0), minus_bits = bit(x < 0) (torch.sign: zeros are 0)
 // plus_bits / minus_bits are [rows, ceil(k / 32)] words; minus_bits is only written with sign_zero.
 // row_mean_abs (may be null) gets mean(|x|) over each row, in fp32.
+// row_popcounts (may be null) gets the number of 1 bits of each row's plus_bits words ([rows] int32; with sign_zero
+// too, the plus plane's), binary_linear's x_popcounts. Each kernel reduces it within one block (no atomics, so the
+// buffer needs no zeroing), as it does mean(|x|).
 // Rows of k % 32 == 0 at a 16-byte aligned x take 16-byte loads.
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
-                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream);
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
+                              cudaStream_t stream);
 
 // binary_linear on b1 tensor cores (AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.
 // x_bits: [m_rows, ceil(k / 32)], w_bits: [n_rows, ceil(k / 32)] (both from launch_pack_signs' plus_bits).
+// x_popcounts (may be null): the popcount of each row of x_bits, [m_rows] int32 (launch_pack_signs' row_popcounts).
+// The wgmma kernel then reads them in its epilogue instead of counting x's rows a stage at a time; the mma.sync
+// kernels ignore it (they count the fragments they load). Null: counted by the kernel.
 // Kernels by device and shape: on sm_90 with ceil(k / 32) % 4 == 0 and 16-byte aligned bases, wgmma m64nNk256
 // with TMA (binary_linear_wgmma.cu); otherwise mma.sync m16n8k256 (binary_linear.cu: a 4-stage cp.async
 // pipeline for M > 64 with such rows, a register-staged kernel for the rest). Needs sm_80.
@@ -54,12 +61,14 @@ struct BinaryLinearTuning {  // for the kernel harness; the op passes none (ever
 };
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 cudaStream_t stream, const BinaryLinearTuning* tuning = nullptr);
+                                 const int32_t* x_popcounts, cudaStream_t stream,
+                                 const BinaryLinearTuning* tuning = nullptr);
 // launch_binary_linear's sm_90 path (binary_linear_wgmma.cu: the persistent wgmma kernel); cudaErrorNotSupported
 // where it does not apply.
 cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                        int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                       const BinaryLinearTuning& tuning, cudaStream_t stream);
+                                       const int32_t* x_popcounts, const BinaryLinearTuning& tuning,
+                                       cudaStream_t stream);
 
 // Geometry of a binary convolution; the input is packed per pixel along channels (NHWC words:
 // [batch, height, width, ceil(channels / 32)]), the weight is [out_channels, kernel_h, kernel_w,

@@ -23,7 +23,8 @@
 //   aligned 8-byte shared load per fragment pair, A and B permuted identically.
 //
 // binary_linear_mma_kernel serves M <= 64 and rows that do not allow 16-byte copies;
-// binary_linear_mma_pipelined_kernel (below) the rest.
+// binary_linear_mma_pipelined_kernel (below) the rest. Neither reads launch_binary_linear's x_popcounts (only the
+// wgmma kernel does): both count pa from the words their threads load anyway.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -421,14 +422,16 @@ cudaError_t binary_linear_typed(const uint32_t* x_bits, const uint32_t* w_bits, 
 
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                 cudaStream_t stream, const BinaryLinearTuning* tuning) {
+                                 const int32_t* x_popcounts, cudaStream_t stream, const BinaryLinearTuning* tuning) {
   if (!valid_sizes(m_rows, k) || n_rows < 0) return cudaErrorInvalidValue;
   if (m_rows == 0 || n_rows == 0) return cudaSuccess;
   const BinaryLinearTuning t = tuning != nullptr ? *tuning : BinaryLinearTuning{};
   if (t.kernel != 1) {  // Hopper: wgmma wherever it applies (H200: 2-3x the mma.sync kernels at every M measured)
-    const cudaError_t error = launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, t, stream);
+    const cudaError_t error =
+        launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, x_popcounts, t, stream);
     if (error != cudaErrorNotSupported || t.kernel == 2) return error;
   }
+  // The mma.sync kernels count pa from the words they load: x_popcounts is not read.
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),

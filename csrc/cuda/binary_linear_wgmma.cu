@@ -90,6 +90,13 @@
 //   pre-pass: the launcher has no workspace, and a cudaMalloc'd one breaks graph capture. This is ~45% of the old
 //   POPC work, spread over all 4 SMSPs (2 consumer warps each: ~25% of the POPC pipe at peak MMA rate) and off the
 //   ring's critical path: no stage waits for a popcount warp.)
+// - pa given (launch_binary_linear's x_popcounts: pack_signs writes them beside x's bits; the op always passes them):
+//   the consumers skip pa's 4 LDS.128 + 16 POPC (+ 8 IADD3) a thread a stage, ~25% of the main loop's instructions
+//   (ptxas issued them before the stage's 4th BGMMA), and each thread loads its two rows' counts in the epilogue (rows
+//   past M read 0). Null (the harness's pa=0): counted as above. Counted / given, H100, harness rotating graph us,
+//   N = K = 8192, 2026-12-05 (pending/w1a1_row_popcounts.sweep, the counts given through a tuning field then): M = 512
+//   bf16 out, per-column scale 15.65 / 13.80; 2048 fp16 out 39.73 / 38.11; 4096 bf16 out, per-column scale 70.61 /
+//   69.67; 8192 bf16 out 132.35 / 129.43 (1-12%).
 // - Epilogue through TMA stores where out and its row pitch are 16-byte aligned (else st.global from registers, as
 //   above): each consumer warpgroup writes its 64 rows in boxes of 64 rows x 128 bytes (32 fp32 / 64 fp16 columns)
 //   into shared memory, SW128-swizzled like the operands (column pair at byte b of row r -> chunk (b / 16) ^ (r % 8):
@@ -107,8 +114,8 @@
 //   st.global S 4: 198720. BN = 128: TMA S 5 B 4: 230992, S 6 B 2: 231008; st.global S 6: 198240 (limit 232448).
 // Protocol (it = stage counter over the CTA's tiles, s = it % S, phase = (it / S) & 1; per tile kb = 0..kblocks-1):
 //   producer: for it: if it >= S wait empty[s] parity phase ^ 1; arrive.expect_tx(full[s], stage bytes); TMA A; TMA B.
-//   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (and pb) LDS +
-//             POPC of stage s; wait_group 1; arrive empty[previous s]; after the last kb wait_group 0,
+//   consumer warpgroups: per tile: zero acc; for kb: wait full[s] parity phase; 4 wgmma; commit; pa (unless given)
+//             and pb LDS + POPC of stage s; wait_group 1; arrive empty[previous s]; after the last kb wait_group 0,
 //             arrive empty[last s]; epilogue.
 // Host model: benchmarks/kernels/w1a1_persistent_model.py checks the staging swizzle, popcount chunks, schedule and
 // budgets, and runs randomized interleavings of this protocol (producer, 8 consumer warps a CTA, wgmma groups, pb
@@ -270,6 +277,7 @@ struct PersistentShape {
   int stages;         // ring depth S
   int store_buffers;  // 0: st.global from registers; 2 or 4: TMA stores through that many boxes a warpgroup
   int pair_stores;    // st.global path: columns 2t, 2t + 1 in one store (n_rows even, out aligned to two elements)
+  const int32_t* x_popcounts;  // pa of x's rows ([m_rows], from pack_signs), or null: counted a stage at a time
 };
 
 // Shared memory of the persistent kernel (offsets from the 1024-byte aligned base; S and the store buffers are
@@ -547,11 +555,14 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
         wgmma_commit();
         // Row popcounts of the landed stage while its wgmmas run (ld.shared of TMA-written bytes, ordered by the
         // full barrier as the wgmma reads are). x's bits past K are 0 (contract), so pa needs no mask.
+        // Skipped where the rows' popcounts are given (x_popcounts, read in the epilogue).
         const uint8_t* stage_ptr = smem + s * L::kStageBytes;
-        const uint8_t* a_ptr = stage_ptr + a_row * kWgRowBytes;
-        pa0 += popc4(load_shared_16(a_ptr + a_chunk0)) + popc4(load_shared_16(a_ptr + a_chunk1));
-        pa1 += popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk0)) +
-               popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk1));
+        if (shape.x_popcounts == nullptr) {  // uniform over the grid
+          const uint8_t* a_ptr = stage_ptr + a_row * kWgRowBytes;
+          pa0 += popc4(load_shared_16(a_ptr + a_chunk0)) + popc4(load_shared_16(a_ptr + a_chunk1));
+          pa1 += popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk0)) +
+                 popc4(load_shared_16(a_ptr + 8 * kWgRowBytes + a_chunk1));
+        }
         if (need_pb) {
           const uint8_t* b_ptr = stage_ptr + L::kBytesA + b_row * kWgRowBytes;
           if (kb + 1 < kblocks) {
@@ -591,10 +602,17 @@ __global__ __launch_bounds__(kWgThreads, 1) void binary_linear_persistent_kernel
       if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);  // the tile's last stage, now rather than after the epilogue
 
       // ---- epilogue: rows 64 wg + 16 w4 + lane / 4 (+ 8 h), columns 8 i + 2 (lane % 4) + 0/1 ----
-      pa0 += __shfl_xor_sync(kFullMask, pa0, 1);
-      pa0 += __shfl_xor_sync(kFullMask, pa0, 2);
-      pa1 += __shfl_xor_sync(kFullMask, pa1, 1);
-      pa1 += __shfl_xor_sync(kFullMask, pa1, 2);
+      if (shape.x_popcounts == nullptr) {
+        pa0 += __shfl_xor_sync(kFullMask, pa0, 1);
+        pa0 += __shfl_xor_sync(kFullMask, pa0, 2);
+        pa1 += __shfl_xor_sync(kFullMask, pa1, 1);
+        pa1 += __shfl_xor_sync(kFullMask, pa1, 2);
+      } else {  // given: written by an earlier launch (pack_signs), visible after the griddepcontrol.wait above; rows
+                // past M read 0 (their outputs are not stored)
+        const int64_t row = static_cast<int64_t>(m_tile) * kWgBM + a_row;
+        pa0 = row < shape.m_rows ? shape.x_popcounts[row] : 0;
+        pa1 = row + 8 < shape.m_rows ? shape.x_popcounts[row + 8] : 0;
+      }
       if (need_pb) {
         // The other warpgroup may still be in the epilogue of an earlier tile, reading the old pb (with tiles of
         // at most S stages it can be a whole tile behind): both consumer warpgroups meet before and after the write.
@@ -682,7 +700,8 @@ constexpr FloatType float_type_of() {
 template <int BN, typename OutT>
 cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
                                            int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out, int store,
-                                           int stages, int sm_count, cudaStream_t stream) {
+                                           int stages, const int32_t* x_popcounts, int sm_count,
+                                           cudaStream_t stream) {
   using L = PersistentLayout<BN>;
   const int64_t words = ceil_div(k, 32);
   const int64_t m_tiles = ceil_div(m_rows, kWgBM), n_tiles = ceil_div(n_rows, BN);
@@ -724,6 +743,7 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
   shape.stages = stages;
   shape.store_buffers = store_buffers;
   shape.pair_stores = n_rows % 2 == 0 && reinterpret_cast<uintptr_t>(out) % (2 * sizeof(OutT)) == 0;
+  shape.x_popcounts = x_popcounts;
 
   const size_t smem = static_cast<size_t>(L::smem_bytes(stages, store_buffers));
   // Persistent grid: one CTA an SM (1 fits an SM), at most one a unit.
@@ -735,22 +755,24 @@ cudaError_t binary_linear_persistent_typed(const uint32_t* x_bits, const uint32_
 template <typename OutT>
 cudaError_t binary_linear_persistent_tile(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows,
                                           int64_t n_rows, int64_t k, const Epilogue& ep, OutT* out,
-                                          const BinaryLinearTuning& t, int sm_count, cudaStream_t stream) {
+                                          const int32_t* x_popcounts, const BinaryLinearTuning& t, int sm_count,
+                                          cudaStream_t stream) {
   int tile_n = t.tile_n;  // as the kernel above
   if (tile_n == 0) tile_n = ceil_div(m_rows, kWgBM) * ceil_div(n_rows, 256) * 8 >= int64_t{sm_count} * 7 ? 256 : 128;
   if (tile_n == 128) {
     return binary_linear_persistent_typed<128>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.store, t.stages,
-                                               sm_count, stream);
+                                               x_popcounts, sm_count, stream);
   }
-  return binary_linear_persistent_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.store, t.stages, sm_count,
-                                             stream);
+  return binary_linear_persistent_typed<256>(x_bits, w_bits, m_rows, n_rows, k, ep, out, t.store, t.stages,
+                                             x_popcounts, sm_count, stream);
 }
 
 }  // namespace
 
 cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                        int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
-                                       const BinaryLinearTuning& tuning, cudaStream_t stream) {
+                                       const int32_t* x_popcounts, const BinaryLinearTuning& tuning,
+                                       cudaStream_t stream) {
   if (tuning.tile_n != 0 && tuning.tile_n != 128 && tuning.tile_n != 256) return cudaErrorInvalidValue;
   const int64_t words = ceil_div(k, 32);
   // TMA: row stride a multiple of 16 bytes, 16-byte aligned bases, 32-bit coordinates.
@@ -766,13 +788,14 @@ cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),
-                                           tuning, device.sm_count, stream);
+                                           x_popcounts, tuning, device.sm_count, stream);
     case FloatType::kFloat16:
       return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<__half*>(out),
-                                           tuning, device.sm_count, stream);
+                                           x_popcounts, tuning, device.sm_count, stream);
     case FloatType::kBFloat16:
       return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue,
-                                           static_cast<__nv_bfloat16*>(out), tuning, device.sm_count, stream);
+                                           static_cast<__nv_bfloat16*>(out), x_popcounts, tuning, device.sm_count,
+                                           stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -62,7 +62,7 @@ at::Tensor pack_signs_cuda(const at::Tensor& x) {
   if (out.numel() == 0) return out;
   const at::Tensor input = x.contiguous();
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), input.numel() / k, k,
-                                          /*sign_zero=*/false, mutable_words(out), nullptr, nullptr,
+                                          /*sign_zero=*/false, mutable_words(out), nullptr, nullptr, nullptr,
                                           c10::cuda::getCurrentCUDAStream()),
                op);
   return out;
@@ -88,22 +88,26 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
 
-  // Activations: bits (two planes with sign_zero) and, for row_scale, mean |x| per row, in one pass.
+  // Activations: bits (two planes with sign_zero), for row_scale mean |x| per row and, for the W1A1 GEMM (one plane),
+  // the popcount of each row's bits (its pa: the sm_90 wgmma kernel then does not count x's rows itself), in one pass.
   const auto word_options = x.options().dtype(at::kInt);
   at::Tensor plus = at::empty({m, word_count}, word_options);
   at::Tensor minus = sign_zero ? at::empty({m, word_count}, word_options) : at::Tensor();
+  at::Tensor popcounts = sign_zero ? at::Tensor() : at::empty({m}, word_options);
   if (row_scale) {
     inputs.row_mean = at::empty({m}, x.options().dtype(at::kFloat));
     inputs.epilogue.row_factor = inputs.row_mean.const_data_ptr<float>();
   }
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr, stream),
+                                          row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr,
+                                          sign_zero ? nullptr : popcounts.mutable_data_ptr<int32_t>(), stream),
                op);
 
   if (!sign_zero) {
     check_launch(kernels::launch_binary_linear(words(plus), words(weight), m, n, k, inputs.epilogue,
-                                               out.mutable_data_ptr(), float_type(out), stream),
+                                               out.mutable_data_ptr(), float_type(out),
+                                               popcounts.const_data_ptr<int32_t>(), stream),
                  op);
   } else {
     // torch.sign inputs (two bit planes): a linear layer is a 1x1 convolution of m pixels with k channels.
@@ -264,7 +268,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto stream = c10::cuda::getCurrentCUDAStream();
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, stream),
+                                          nullptr, nullptr, stream),
                op);
   at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
   check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,

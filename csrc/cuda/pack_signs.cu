@@ -5,20 +5,26 @@
 //   the lanes of one word OR their bits together with shuffles.
 // pack_signs_kernel (any k): one warp packs one word per __ballot_sync (lane j reads value 32*w + j, so the
 //   ballot is the word in the storage format, LSB first).
-// Both: 1-8 warps share a row (more for long rows); the same pass writes the second bit plane of
-// torch.sign inputs (x < 0) and mean|x| of each row (binary_linear's row_scale), reduced in a fixed order
-// (deterministic).
+// Both: 1-8 warps share a row (more for long rows, all in one block); the same pass writes the second bit plane of
+// torch.sign inputs (x < 0), mean|x| of each row (binary_linear's row_scale), reduced in a fixed order
+// (deterministic), and the popcount of each row's plus_bits (binary_linear's x_popcounts: the W1A1 wgmma kernel
+// then does not count x's rows itself): each warp counts the words it writes, the warps of a row add theirs through
+// shared memory as for mean|x| (no atomics, nothing to zero first).
 // pack_signs_rows_kernel (k % 32 == 0, k <= 1024, 16-byte aligned x: conv activations, one row a pixel): the
 //   matrix as one stream of 16-byte vectors; a block takes a tile of whole rows (the most that fit in 256 x 4
 //   vectors), thread t loads vectors t, t + 256, t + 512, t + 768 of the tile (every load instruction reads 512
 //   contiguous bytes a warp, 4 in flight a thread), the 32 / V lanes of a word OR their bits with shuffles.
 //   Grid-stride over the tiles, the grid sized to the resident blocks. mean|x|: each lane sums its V values in
 //   order, the lanes of a word in a fixed shuffle tree, then one thread a row adds its word sums in order
-//   (deterministic, and independent of the grid).
+//   (deterministic, and independent of the grid). Popcounts the same way: the writer of a word keeps its popcount
+//   in shared memory, one thread a row adds them.
+// The popcount path is a template flag (POPC) of each kernel: launches without row_popcounts run code without it.
 // All three let the next launch on the stream start early (launch_dependents: binary_linear's and the conv's
 // kernels are launched dependent and wait for the bits with griddepcontrol.wait).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "device_common.cuh"
 
@@ -30,14 +36,16 @@ constexpr int kPackThreads = 256;
 constexpr int kPackWarps = kPackThreads / 32;
 constexpr int kPackUnroll = 4;  // words a warp has in flight
 
-template <typename T, bool SIGN_ZERO>
+template <typename T, bool SIGN_ZERO, bool POPC>
 __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __restrict__ x, int64_t rows, int64_t k,
                                                                   int64_t words, int warps_per_row,
                                                                   uint32_t* __restrict__ plus_bits,
                                                                   uint32_t* __restrict__ minus_bits,
-                                                                  float* __restrict__ row_mean_abs) {
+                                                                  float* __restrict__ row_mean_abs,
+                                                                  int32_t* __restrict__ row_popcounts) {
   launch_dependents();  // the consumer of the bits (launched dependent) may start; it waits for this grid
   __shared__ float partial_sums[kPackWarps];
+  __shared__ int partial_counts[POPC ? kPackWarps : 1];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int rows_per_block = kPackWarps / warps_per_row;
@@ -46,6 +54,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
   const int64_t row = static_cast<int64_t>(blockIdx.x) * rows_per_block + row_in_block;
 
   float abs_sum = 0.f;
+  int ones = 0;  // POPC: 1 bits of the plus words this warp wrote (every lane holds the ballots, so every lane counts)
   if (row < rows) {  // uniform over the warp
     const T* x_row = x + row * k;
     for (int64_t first = static_cast<int64_t>(part) * kPackUnroll; first < words;
@@ -66,6 +75,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
           const uint32_t plus = __ballot_sync(kFullMask, real[u] && (SIGN_ZERO ? value[u] > 0.f : value[u] >= 0.f));
           uint32_t minus = 0;
           if (SIGN_ZERO) minus = __ballot_sync(kFullMask, real[u] && value[u] < 0.f);
+          if (POPC) ones += __popc(plus);
           if (lane == u) {
             plus_bits[row * words + first + u] = plus;
             if (SIGN_ZERO) minus_bits[row * words + first + u] = minus;
@@ -74,14 +84,25 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
       }
     }
   }
-  if (row_mean_abs != nullptr) {  // uniform over the block
-    abs_sum = warp_sum(abs_sum);
-    if (lane == 0) partial_sums[warp] = abs_sum;
+  const bool mean = row_mean_abs != nullptr;  // uniform over the block
+  if (mean || POPC) {
+    if (mean) abs_sum = warp_sum(abs_sum);
+    if (lane == 0) {
+      if (mean) partial_sums[warp] = abs_sum;
+      if (POPC) partial_counts[warp] = ones;
+    }
     __syncthreads();
     if (row < rows && part == 0 && lane == 0) {
-      float total = 0.f;
-      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
-      row_mean_abs[row] = total / static_cast<float>(k);
+      if (mean) {
+        float total = 0.f;
+        for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+        row_mean_abs[row] = total / static_cast<float>(k);
+      }
+      if (POPC) {
+        int count = 0;
+        for (int i = 0; i < warps_per_row; ++i) count += partial_counts[row_in_block * warps_per_row + i];
+        row_popcounts[row] = count;
+      }
     }
   }
 }
@@ -151,16 +172,18 @@ __device__ __forceinline__ void vector_signs(uint4 raw, uint32_t& plus, uint32_t
 // The same with 16-byte loads (8 bf16/fp16 or 4 fp32 values a lane, kPackUnroll loads in flight: 2 KB a
 // warp instead of 256 bytes), for k % 32 == 0 and a 16-byte aligned x: the lanes of one word OR their
 // bits together with shuffles. binary_linear at large M spends a pass over x here.
-template <typename T, bool SIGN_ZERO, bool MEAN>
+template <typename T, bool SIGN_ZERO, bool MEAN, bool POPC>
 __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T* __restrict__ x, int64_t rows,
                                                                          int64_t k, int warps_per_row,
                                                                          uint32_t* __restrict__ plus_bits,
                                                                          uint32_t* __restrict__ minus_bits,
-                                                                         float* __restrict__ row_mean_abs) {
+                                                                         float* __restrict__ row_mean_abs,
+                                                                         int32_t* __restrict__ row_popcounts) {
   constexpr int V = 16 / sizeof(T);         // values a lane loads at once
   constexpr int kLanesPerWord = 32 / V;
   launch_dependents();  // the consumer of the bits (launched dependent) may start; it waits for this grid
   __shared__ float partial_sums[kPackWarps];
+  __shared__ int partial_counts[POPC ? kPackWarps : 1];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int rows_per_block = kPackWarps / warps_per_row;
@@ -170,6 +193,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
   const int64_t words = k / 32;
 
   float abs_sum = 0.f;
+  int ones = 0;  // POPC: 1 bits of the words this lane wrote
   if (row < rows) {  // uniform over the warp
     const uint4* x_row = reinterpret_cast<const uint4*>(x + row * k);
     const int64_t vectors = k / V;
@@ -199,18 +223,30 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
           const int64_t word = index / kLanesPerWord;
           plus_bits[row * words + word] = plus;
           if (SIGN_ZERO) minus_bits[row * words + word] = minus;
+          if (POPC) ones += __popc(plus);
         }
       }
     }
   }
-  if (MEAN) {
-    abs_sum = warp_sum(abs_sum);
-    if (lane == 0) partial_sums[warp] = abs_sum;
+  if (MEAN || POPC) {
+    if (MEAN) abs_sum = warp_sum(abs_sum);
+    if (POPC) ones = __reduce_add_sync(kFullMask, ones);  // sm_80 (every kernel here needs it)
+    if (lane == 0) {
+      if (MEAN) partial_sums[warp] = abs_sum;
+      if (POPC) partial_counts[warp] = ones;
+    }
     __syncthreads();
     if (row < rows && part == 0 && lane == 0) {
-      float total = 0.f;
-      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
-      row_mean_abs[row] = total / static_cast<float>(k);
+      if (MEAN) {
+        float total = 0.f;
+        for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+        row_mean_abs[row] = total / static_cast<float>(k);
+      }
+      if (POPC) {
+        int count = 0;
+        for (int i = 0; i < warps_per_row; ++i) count += partial_counts[row_in_block * warps_per_row + i];
+        row_popcounts[row] = count;
+      }
     }
   }
 }
@@ -224,16 +260,18 @@ __host__ __device__ constexpr int tile_words() {
   return kPackThreads * kRowLoads / (32 / (16 / static_cast<int>(sizeof(T))));
 }
 
-template <typename T, bool SIGN_ZERO, bool MEAN>
+template <typename T, bool SIGN_ZERO, bool MEAN, bool POPC>
 __global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* __restrict__ x, int64_t rows, int k,
                                                                        int rows_per_tile, int64_t tiles,
                                                                        uint32_t* __restrict__ plus_bits,
                                                                        uint32_t* __restrict__ minus_bits,
-                                                                       float* __restrict__ row_mean_abs) {
+                                                                       float* __restrict__ row_mean_abs,
+                                                                       int32_t* __restrict__ row_popcounts) {
   constexpr int V = 16 / sizeof(T);  // values a vector
   constexpr int kLanesPerWord = 32 / V;
   constexpr int kTileWords = tile_words<T>();
   __shared__ float word_sums[MEAN ? kTileWords : 1];
+  __shared__ int word_counts[POPC ? kTileWords : 1];
   launch_dependents();  // as above
   const int words = k / 32;
   const uint4* vectors = reinterpret_cast<const uint4*>(x);
@@ -270,16 +308,24 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* 
         plus_bits[first_word + word] = plus;
         if (SIGN_ZERO) minus_bits[first_word + word] = minus;
         if (MEAN) word_sums[word] = abs_sum;
+        if (POPC) word_counts[word] = __popc(plus);
       }
     }
-    if (MEAN) {  // uniform over the block
+    if (MEAN || POPC) {  // uniform over the block
       __syncthreads();
       if (t < live_rows) {
-        float total = 0.f;
-        for (int w = 0; w < words; ++w) total += word_sums[t * words + w];
-        row_mean_abs[first_row + t] = total / static_cast<float>(k);
+        if (MEAN) {
+          float total = 0.f;
+          for (int w = 0; w < words; ++w) total += word_sums[t * words + w];
+          row_mean_abs[first_row + t] = total / static_cast<float>(k);
+        }
+        if (POPC) {
+          int count = 0;
+          for (int w = 0; w < words; ++w) count += word_counts[t * words + w];
+          row_popcounts[first_row + t] = count;
+        }
       }
-      __syncthreads();  // word_sums is the next tile's
+      __syncthreads();  // word_sums / word_counts are the next tile's
     }
   }
 }
@@ -296,11 +342,21 @@ int resident_blocks(Kernel kernel, int& cached) {
   return blocks;
 }
 
-template <typename T, bool SIGN_ZERO, bool MEAN>
+// Calls f(std::bool_constant<flag>{}...) for the run-time flags: one kernel instantiation a combination.
+template <bool... kFlags, typename F>
+cudaError_t with_flags(F&& f) {
+  return f(std::bool_constant<kFlags>{}...);
+}
+template <bool... kFlags, typename F, typename... Rest>
+cudaError_t with_flags(F&& f, bool flag, Rest... rest) {
+  return flag ? with_flags<kFlags..., true>(f, rest...) : with_flags<kFlags..., false>(f, rest...);
+}
+
+template <typename T, bool SIGN_ZERO, bool MEAN, bool POPC>
 cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits, uint32_t* minus_bits,
-                        float* row_mean_abs, cudaStream_t stream) {
+                        float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream) {
   static int cached_blocks = 0;
-  const auto kernel = pack_signs_rows_kernel<T, SIGN_ZERO, MEAN>;
+  const auto kernel = pack_signs_rows_kernel<T, SIGN_ZERO, MEAN, POPC>;
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
@@ -309,23 +365,24 @@ cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits
   const int64_t resident = static_cast<int64_t>(device.sm_count) * resident_blocks(kernel, cached_blocks);
   const int64_t blocks = tiles < resident ? tiles : resident;
   kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, static_cast<int>(k), rows_per_tile, tiles,
-                                                                     plus_bits, minus_bits, row_mean_abs);
+                                                                     plus_bits, minus_bits, row_mean_abs,
+                                                                     row_popcounts);
   return cudaGetLastError();
 }
 
 template <typename T>
 cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero, uint32_t* plus_bits,
-                             uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+                             uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream) {
   const int64_t words = ceil_div(k, 32);
   const bool aligned = k % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool mean = row_mean_abs != nullptr, popc = row_popcounts != nullptr;
   if (aligned && words <= kShortRowWords) {
-    if (sign_zero) {
-      return row_mean_abs != nullptr
-                 ? launch_rows<T, true, true>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream)
-                 : launch_rows<T, true, false>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream);
-    }
-    return row_mean_abs != nullptr ? launch_rows<T, false, true>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream)
-                                   : launch_rows<T, false, false>(x, rows, k, plus_bits, minus_bits, row_mean_abs, stream);
+    return with_flags(
+        [&](auto sign_zero_c, auto mean_c, auto popc_c) {
+          return launch_rows<T, decltype(sign_zero_c)::value, decltype(mean_c)::value, decltype(popc_c)::value>(
+              x, rows, k, plus_bits, minus_bits, row_mean_abs, row_popcounts, stream);
+        },
+        sign_zero, mean, popc);
   }
   if (aligned) {
     // Up to 8 warps a row while each gets a round of kPackUnroll loads. H200, us per call in a rotating graph,
@@ -336,43 +393,46 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
     while (warps_per_row < kPackWarps && warps_per_row < rounds) warps_per_row *= 2;
     const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
-    auto kernel = sign_zero ? (row_mean_abs != nullptr ? pack_signs_vector_kernel<T, true, true>
-                                                       : pack_signs_vector_kernel<T, true, false>)
-                            : (row_mean_abs != nullptr ? pack_signs_vector_kernel<T, false, true>
-                                                       : pack_signs_vector_kernel<T, false, false>);
-    kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, warps_per_row, plus_bits,
-                                                                       minus_bits, row_mean_abs);
-    return cudaGetLastError();
+    return with_flags(
+        [&](auto sign_zero_c, auto mean_c, auto popc_c) {
+          pack_signs_vector_kernel<T, decltype(sign_zero_c)::value, decltype(mean_c)::value, decltype(popc_c)::value>
+              <<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, warps_per_row, plus_bits,
+                                                                           minus_bits, row_mean_abs, row_popcounts);
+          return cudaGetLastError();
+        },
+        sign_zero, mean, popc);
   }
   int warps_per_row = 1;  // more warps on a row only when each still gets two rounds of kPackUnroll words
   while (warps_per_row < kPackWarps && static_cast<int64_t>(warps_per_row) * kPackUnroll * 2 < words) warps_per_row *= 2;
   const int64_t blocks = ceil_div(rows, kPackWarps / warps_per_row);
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
-  if (sign_zero) {
-    pack_signs_kernel<T, true><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
-        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
-  } else {
-    pack_signs_kernel<T, false><<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(
-        x, rows, k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs);
-  }
-  return cudaGetLastError();
+  return with_flags(  // mean |x| is a run-time test in this kernel (uniform over the block)
+      [&](auto sign_zero_c, auto popc_c) {
+        pack_signs_kernel<T, decltype(sign_zero_c)::value, decltype(popc_c)::value>
+            <<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, words, warps_per_row, plus_bits,
+                                                                         minus_bits, row_mean_abs, row_popcounts);
+        return cudaGetLastError();
+      },
+      sign_zero, popc);
 }
 
 }  // namespace
 
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
-                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, cudaStream_t stream) {
+                              uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
+                              cudaStream_t stream) {
   if (!valid_sizes(rows, k) || (sign_zero && minus_bits == nullptr)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   switch (type) {
     case FloatType::kFloat32:
-      return pack_signs_typed(static_cast<const float*>(x), rows, k, sign_zero, plus_bits, minus_bits, row_mean_abs, stream);
+      return pack_signs_typed(static_cast<const float*>(x), rows, k, sign_zero, plus_bits, minus_bits, row_mean_abs,
+                              row_popcounts, stream);
     case FloatType::kFloat16:
       return pack_signs_typed(static_cast<const __half*>(x), rows, k, sign_zero, plus_bits, minus_bits,
-                              row_mean_abs, stream);
+                              row_mean_abs, row_popcounts, stream);
     case FloatType::kBFloat16:
       return pack_signs_typed(static_cast<const __nv_bfloat16*>(x), rows, k, sign_zero, plus_bits, minus_bits,
-                              row_mean_abs, stream);
+                              row_mean_abs, row_popcounts, stream);
   }
   return cudaErrorInvalidValue;
 }
