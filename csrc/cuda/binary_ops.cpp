@@ -88,12 +88,16 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   EpilogueInputs inputs(scale, bias);
   const auto stream = c10::cuda::getCurrentCUDAStream();
 
-  // Activations: bits (two planes with sign_zero), for row_scale mean |x| per row and, for the W1A1 GEMM (one plane),
-  // the popcount of each row's bits (its pa: the sm_90 wgmma kernel then does not count x's rows itself), in one pass.
+  // Activations: bits (two planes with sign_zero), for row_scale mean |x| per row and, for the W1A1 GEMM (one plane)
+  // on a 9.x device, the popcount of each row's bits (its pa: the sm_90 wgmma kernel then does not count x's rows
+  // itself; the mma.sync kernels of other devices do not read them), in one pass.
   const auto word_options = x.options().dtype(at::kInt);
   at::Tensor plus = at::empty({m, word_count}, word_options);
   at::Tensor minus = sign_zero ? at::empty({m, word_count}, word_options) : at::Tensor();
-  at::Tensor popcounts = sign_zero ? at::Tensor() : at::empty({m}, word_options);
+  int major = 0;
+  check_launch(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()), op);
+  const bool count_rows = !sign_zero && major == 9;
+  at::Tensor popcounts = count_rows ? at::empty({m}, word_options) : at::Tensor();
   if (row_scale) {
     inputs.row_mean = at::empty({m}, x.options().dtype(at::kFloat));
     inputs.epilogue.row_factor = inputs.row_mean.const_data_ptr<float>();
@@ -101,13 +105,13 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   check_launch(kernels::launch_pack_signs(input.const_data_ptr(), float_type(input), m, k, sign_zero,
                                           mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
                                           row_scale ? inputs.row_mean.mutable_data_ptr<float>() : nullptr,
-                                          sign_zero ? nullptr : popcounts.mutable_data_ptr<int32_t>(), stream),
+                                          count_rows ? popcounts.mutable_data_ptr<int32_t>() : nullptr, stream),
                op);
 
   if (!sign_zero) {
     check_launch(kernels::launch_binary_linear(words(plus), words(weight), m, n, k, inputs.epilogue,
                                                out.mutable_data_ptr(), float_type(out),
-                                               popcounts.const_data_ptr<int32_t>(), stream),
+                                               count_rows ? popcounts.const_data_ptr<int32_t>() : nullptr, stream),
                  op);
   } else {
     // torch.sign inputs (two bit planes): a linear layer is a 1x1 convolution of m pixels with k channels.
