@@ -39,6 +39,34 @@ constexpr int kPackThreads = 256;
 constexpr int kPackWarps = kPackThreads / 32;
 constexpr int kPackUnroll = 4;  // words a warp has in flight
 
+// The end of pack_signs_kernel and pack_signs_vector_kernel: each warp's mean |x| sum and popcount (both already
+// summed over the warp's lanes) handed through shared memory to lane 0 of the row's first warp, which adds the row's
+// warps in order (deterministic) and writes mean |x| and the popcount. Every thread of the block calls it.
+template <bool POPC>
+__device__ __forceinline__ void row_totals(bool mean, float warp_abs_sum, int warp_ones, float* partial_sums,
+                                           int* partial_counts, int64_t row, int64_t rows, int64_t k, int part,
+                                           int row_in_block, int warps_per_row, float* row_mean_abs,
+                                           int32_t* row_popcounts) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    if (mean) partial_sums[warp] = warp_abs_sum;
+    if (POPC) partial_counts[warp] = warp_ones;
+  }
+  __syncthreads();
+  if (row < rows && part == 0 && lane == 0) {
+    if (mean) {
+      float total = 0.f;
+      for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
+      row_mean_abs[row] = total / static_cast<float>(k);
+    }
+    if (POPC) {
+      int count = 0;
+      for (int i = 0; i < warps_per_row; ++i) count += partial_counts[row_in_block * warps_per_row + i];
+      row_popcounts[row] = count;
+    }
+  }
+}
+
 template <typename T, bool SIGN_ZERO, bool POPC>
 __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __restrict__ x, int64_t rows, int64_t k,
                                                                   int64_t words, int warps_per_row,
@@ -90,23 +118,8 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
   const bool mean = row_mean_abs != nullptr;  // uniform over the block
   if (mean || POPC) {
     if (mean) abs_sum = warp_sum(abs_sum);
-    if (lane == 0) {
-      if (mean) partial_sums[warp] = abs_sum;
-      if (POPC) partial_counts[warp] = ones;
-    }
-    __syncthreads();
-    if (row < rows && part == 0 && lane == 0) {
-      if (mean) {
-        float total = 0.f;
-        for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
-        row_mean_abs[row] = total / static_cast<float>(k);
-      }
-      if (POPC) {
-        int count = 0;
-        for (int i = 0; i < warps_per_row; ++i) count += partial_counts[row_in_block * warps_per_row + i];
-        row_popcounts[row] = count;
-      }
-    }
+    row_totals<POPC>(mean, abs_sum, ones, partial_sums, partial_counts, row, rows, k, part, row_in_block,
+                     warps_per_row, row_mean_abs, row_popcounts);
   }
 }
 
@@ -234,23 +247,8 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
   if (MEAN || POPC) {
     if (MEAN) abs_sum = warp_sum(abs_sum);
     if (POPC) ones = __reduce_add_sync(kFullMask, ones);  // sm_80 (every kernel here needs it)
-    if (lane == 0) {
-      if (MEAN) partial_sums[warp] = abs_sum;
-      if (POPC) partial_counts[warp] = ones;
-    }
-    __syncthreads();
-    if (row < rows && part == 0 && lane == 0) {
-      if (MEAN) {
-        float total = 0.f;
-        for (int i = 0; i < warps_per_row; ++i) total += partial_sums[row_in_block * warps_per_row + i];
-        row_mean_abs[row] = total / static_cast<float>(k);
-      }
-      if (POPC) {
-        int count = 0;
-        for (int i = 0; i < warps_per_row; ++i) count += partial_counts[row_in_block * warps_per_row + i];
-        row_popcounts[row] = count;
-      }
-    }
+    row_totals<POPC>(MEAN, abs_sum, ones, partial_sums, partial_counts, row, rows, k, part, row_in_block,
+                     warps_per_row, row_mean_abs, row_popcounts);
   }
 }
 
