@@ -6,10 +6,10 @@
 // does. Second H200 run (eleventh session, 2026-12-02): benchmarks/kernels/apot_wgmma.sweep 0 rows failed, the CUDA
 // apot tests 584 passed; the op (apot_ops.cpp) calls it for kSmallBatchRows < M <= kWgmmaMaxRows.
 // One kernel, apot_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp, TMA for x and the codes,
-// 128-k stages of 64 code bytes a feature, two consumer warpgroups) with NibbleWeights below (thirty-third session, 2026-12-04: M =
-// 256 at 8192^2 81.1 -> 59.7 us against the all-threads kernel of then, at 4096 x 11008 103.4 -> 58.4; ncu at M =
-// 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M instructions issued against 10.7 M, issue slots
-// 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh). The all-threads kernel (wgmma_rs.cuh's old
+// 128-k stages of 64 code bytes a feature, two consumer warpgroups) with NibbleWeights below (thirty-third session,
+// 2026-12-04: M = 256 at 8192^2 81.1 -> 59.7 us against the all-threads kernel of then, at 4096 x 11008 103.4 -> 58.4;
+// ncu at M = 256: SM throughput 58% against the sign-bit kernel's 73%, 16.6 M instructions issued against 10.7 M, issue
+// slots 29% busy; the table in kWgmmaMaxRows' comment, apot_kernels.cuh). The all-threads kernel (wgmma_rs.cuh's old
 // cp.async block) served M = 17..64 until the thirty-fifth session, when 32- and 64-row tiles of this one beat it by
 // 7-13% at five shapes; it was deleted.
 //
@@ -170,7 +170,8 @@ cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, in
   // The codes as a [n, k / 2] byte matrix, boxes of a tile's 64 bytes x the block's features, SWIZZLE_64B.
   CUtensorMap map_w;
   if (!cuda::encode_tiled_map(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT8, w.codes, n, k / 2, k / 2,
-                              NibbleWeights<T>::kWsTileBytes, NibbleWsShape<BN>::kFeatures, CU_TENSOR_MAP_SWIZZLE_64B)) {
+                              NibbleWeights<T>::kWsTileBytes, NibbleWsShape<BN>::kFeatures,
+                              CU_TENSOR_MAP_SWIZZLE_64B)) {
     return cudaErrorNotSupported;
   }
   return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1, true>(
