@@ -944,8 +944,8 @@ Row run_conv(const Args& args) {
 // sign_zero=1: the torch.sign planes (x > 0, x < 0); mean=1: mean |x| per row, against a float64 sum within the
 // fp32 bound of a k-term sum; pa=1: the popcount of each row's plus bits (row_popcounts), exact against the
 // reference's bits (counted before plant=1 flips one of them, so a planted row fails on the bits alone). xoff: x that
-// many elements past a 256-byte aligned pointer (xoff=1: the unaligned fallback). Every output is poisoned first and read again after the timed launches: it must be
-// bit-identical (deterministic).
+// many elements past a 256-byte aligned pointer (xoff=1: the unaligned fallback). Every output is poisoned first and
+// read again after the timed launches: it must be bit-identical (deterministic).
 Row run_pack(const Args& args) {
   const int64_t m = args.num("m", 4096), k = args.num("k", 8192);
   const FloatType type = parse_type(args.str("dtype", "bf16"));

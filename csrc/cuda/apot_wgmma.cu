@@ -31,9 +31,9 @@
 //   stage at 256 rows) and the rows sat unswizzled (4-way bank conflicts). Knockouts measured first (H100, graph us,
 //   8192^2, M = 256 / 512 / 1024): main 59.7 / 106.6 / 232.7, no code loads at tile start 57.3 / 102.2 / 210.6, no
 //   code copies 49.3 / 87.7 / 175.1 (W1A16 on the same pipeline 49.3 / 85.6 / 178.9). The TMA box (H100, same
-//   process, apot_wgmma.sweep and timing rows, every check passed): 59.9 -> 52.8, 107.7 ->
-//   89.0, 220.7 -> 181.9; M = 2048 456.2 -> 385.1; M = 17 / 32 / 64 / 128 35.7 / 36.0 / 38.5 / 44.5 -> 27.8 / 27.9 /
-//   30.6 / 36.3; 4096 x 11008 M = 256 56.1 -> 46.7, M = 1024 146.0 -> 113.9.
+//   process, apot_wgmma.sweep and timing rows, every check passed): 59.9 -> 52.8, 107.7 -> 89.0, 220.7 -> 181.9;
+//   M = 2048 456.2 -> 385.1; M = 17 / 32 / 64 / 128 35.7 / 36.0 / 38.5 / 44.5 -> 27.8 / 27.9 / 30.6 / 36.3;
+//   4096 x 11008 M = 256 56.1 -> 46.7, M = 1024 146.0 -> 113.9.
 //   A: apot_fragment.cuh (checked on the host by benchmarks/kernels/apot_fragment_check.cpp): per row and k16 step a
 //   gather prmt of byte t of the step's two words, then 2 x (2 lookups + 1 pick) prmt over the low- and high-byte
 //   tables (8 registers a thread, built once from code_values) and 2 interleaving prmt: 12 instructions for 2 A
@@ -79,9 +79,8 @@ template <typename T>
 struct NibbleWeights {
   using Word = uint8_t;
   static constexpr int kWsTileBytes = 64;  // a 128-k tile
-  static constexpr bool kWsTma = true;     // W by a TMA box a stage (ws_map), SWIZZLE_64B
+  static constexpr bool kWsTma = true;     // W by a TMA box a stage (ws_launch's map_w), SWIZZLE_64B
   apot_frag::Table table;
-  static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 2; }
 #if BC_WGMMA_ENABLED
   float unscale;  // the accumulators' factor after the MMA (apot_frag::plan_table: base, or 2^e)
   // The table of 16 entries in T's bits (past 2^bits: 0), read by every thread (64 bytes, cached), planned by

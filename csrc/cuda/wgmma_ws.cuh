@@ -1,16 +1,16 @@
 // The warp-specialized RS-form wgmma block of the W1A16-style kernels (binary_weight_wgmma.cu: sign bits;
 // apot_wgmma.cu: 4-bit APoT codes; each op's one wgmma kernel, from M = 17). The operands' roles and layouts are
 // binary_weight_wgmma.cu's header comment, the RS wrappers and the end of a block wgmma_rs.cuh's; here: who moves the
-// data (a producer warp: TMA for x, TMA or cp.async for W, an mbarrier ring), the stage (128 k), how the steps wait for each
-// other, the launch, and the cost model of the tiles. What differs between the kernels is the Weights policy:
+// data (a producer warp: TMA for x, TMA or cp.async for W, an mbarrier ring), the stage (128 k), how the steps wait for
+// each other, the launch, and the cost model of the tiles. What differs between the kernels is the Weights policy:
 //   Word, kWsTileBytes                           the weights' element type in global memory; bytes of one feature's
 //                                                weights in a 128-k tile (in the stage: feature f at f * kWsTileBytes)
-//   row_stride(k)                                Words a feature (a row of w)
 //   kWsTma                                       true: W comes as one TMA box a stage (the kernel's map_w: the
 //                                                block's features x kWsTileBytes, from byte j * kWsTileBytes of a
 //                                                row, the map's coordinates in Words; past N and past K zeros),
 //                                                issued by the producer's lane 0; false: by the producer warp's
 //                                                cp.async (ws_copy)
+//   row_stride(k)                                (kWsTma false) Words a feature (a row of w)
 //   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane, vector)   (kWsTma false) static, the producer
 //                                                warp: lane's cp.async copies of tile j of the block's features
 //                                                (past N: zeros; half: only k 0..63 of the tile exist); few
