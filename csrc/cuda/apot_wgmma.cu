@@ -150,11 +150,11 @@ struct NibbleWeights {
 template <typename T, int BN>  // one 64-feature slab a consumer warpgroup
 __global__ void __launch_bounds__(384, 1)
     apot_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
-                         NibbleCodes w, int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
+                         NibbleCodes w, int m_rows, int n_rows, int k, int slices, Epilogue ep,
                          T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
   cuda::wgmma_ws_block<T, BN, 1, 1, NibbleWeights<T>>(map_x, &map_w, w.codes, [&] { return NibbleWeights<T>(w); },
-                                                      m_rows, n_rows, k, slices, w_vector, ep, out);
+                                                      m_rows, n_rows, k, slices, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (linear_wgmma: BITCOMPILE_SM90A)
 #endif
@@ -173,8 +173,8 @@ cudaError_t ws_launch(const T* x, const NibbleCodes& w, int64_t m, int64_t n, in
                               CU_TENSOR_MAP_SWIZZLE_64B)) {
     return cudaErrorNotSupported;
   }
-  return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1, true>(
-      x, w, 0, m, n, k, ep, out, sm_count, slices, stream, &map_w);
+  return cuda::wgmma_ws_launch<NibbleWsShape<BN>, apot_wgmma_ws_kernel<T, BN>, 1>(x, map_w, w, m, n, k, ep, out,
+                                                                                   sm_count, slices, stream);
 }
 
 // The kernel's tile (always 1 slab a warpgroup: (64, 2) and (128, 2) lost to the all-threads kernel of then, and

@@ -5,7 +5,7 @@
 // 16-byte aligned x, 8-byte aligned w_bits, 2-byte aligned out: otherwise the launcher answers cudaErrorNotSupported
 // before launching and launch_binary_weight_linear takes the tensor-core pass kernel.
 // One kernel, binary_weight_wgmma_ws_kernel: wgmma_ws.cuh's warp-specialized block (a producer warp with TMA for x
-// and cp.async for W, an mbarrier ring of 128-k stages, two consumer warpgroups; its header is the pipeline) with
+// and W, an mbarrier ring of 128-k stages, two consumer warpgroups; its header is the pipeline) with
 // SignWeights below; the tile (rows of x, 64-feature slabs a warpgroup) and the launches by wgmma_ws_dispatch.
 // (An all-threads kernel, every thread copying into a cp.async ring, served M = 17..128 until 2026-12-04; the
 // warp-specialized block on 32- and 64-row tiles beat it at every shape measured, and it was deleted.)
@@ -71,12 +71,13 @@ namespace cuda {
 namespace {
 
 // Sign bits as the Weights of wgmma_ws_block: four words (k 0..127) a feature a stage; A by wgmma_fragment.cuh (the
-// header's "A (W) fragment").
-template <typename T>
+// header's "A (W) fragment"). kTma: the stage's W by one TMA box (16-byte rows: k % 128 == 0, w_bits 16-byte
+// aligned); else by the producer lanes' cp.async (ws_copy).
+template <typename T, bool kTma>
 struct SignWeights {
   using Word = uint32_t;
   static constexpr int kWsTileBytes = 16;  // a 128-k tile
-  static constexpr bool kWsTma = false;    // W by the producer lanes' cp.async (ws_copy)
+  static constexpr bool kWsTma = kTma;
   static __host__ __device__ __forceinline__ int64_t row_stride(int k) { return k / 32; }
 #if BC_WGMMA_ENABLED
   template <int SLABS, int kAcc>
@@ -84,7 +85,7 @@ struct SignWeights {
   // ---- the warp-specialized block (wgmma_ws.cuh) ----
   template <int kFeatures>
   static __device__ __forceinline__ void ws_copy(const uint32_t* __restrict__ w_bits, int64_t words, uint32_t w_area,
-                                                 int j, bool half, int64_t n0, int n_rows, int lane, int w_vector) {
+                                                 int j, bool half, int64_t n0, int n_rows, int lane) {
     // Feature n0 + f (f = lane, lane + 32, ...) -> 16 bytes at w_area + 16 f. Few registers (40 in the producer): one
     // running row pointer, not unrolled.
     uint32_t w_dst = w_area + lane * 16;
@@ -94,12 +95,9 @@ struct SignWeights {
     for (int round = 0; round < kFeatures / 32; ++round, w_dst += 32 * 16, row += 32 * words, left -= 32) {
       const bool inside = left > 0;  // features past N: zero-filled (their outputs are not written)
       const uint32_t* src = inside ? row : w_bits;
-      if (w_vector) {  // k % 128 == 0, w_bits 16-byte aligned
-        cp_async_16(w_dst, src, inside ? 16u : 0u);
-      } else {
-        cp_async_8(w_dst, src, inside ? 8u : 0u);
-        cp_async_8(w_dst + 8, src + (half ? 0 : 2), inside && !half ? 8u : 0u);
-      }
+      // 8-byte rows (k % 128 == 64) or a w_bits off 16 bytes: the 16-byte rows come by TMA (kTma)
+      cp_async_8(w_dst, src, inside ? 8u : 0u);
+      cp_async_8(w_dst + 8, src + (half ? 0 : 2), inside && !half ? 8u : 0u);
     }
   }
   template <int SLABS>
@@ -140,50 +138,61 @@ struct SignWeights {
 
 // ================================================================================================================
 // The kernel (binary_weight_wgmma_ws_kernel; WeightLinearTuning kernel = 3 forces it where kernel 0 would not take
-// it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and cp.async for W, an
-// mbarrier ring of 128-k stages, two consumer warpgroups) with SignWeights: the tile's 4 words a feature (16 bytes
-// at f * 16; one 16-byte copy where k % 128 == 0 and w_bits is 16-byte aligned, else two 8-byte ones), a consumer
-// lane's rows g and g + 8 of each slab by LDS.128 when the tile is full (k 0..127), k16 step kk = half kk & 1 of
-// word kk / 2 (wgmma_fragment.cuh). The highest register in the SASS: (64, 2) R152, (128, 1) R119, (128, 2) R215,
+// it): wgmma_ws.cuh's block (its header is the design: a producer warp with TMA for x and W, an mbarrier ring of
+// 128-k stages, two consumer warpgroups) with SignWeights: the tile's 4 words a feature (16 bytes at f * 16; one TMA
+// box of 4 words x the block's features where k % 128 == 0 and w_bits is 16-byte aligned, else the producer lanes'
+// two 8-byte cp.async a feature; 2026-12-05, H100 graph us, cp.async / TMA, 2 passes: M = 17 22.24 / 21.53, 128
+// 30.29 / 28.83, 2048 357.95 / 342.92, 4096 x 11008 M = 1024 109.07 / 106.78, 28672 x 8192 M = 32 63.65 / 58.93),
+// a consumer lane's rows g and g + 8 of each slab by LDS.128 when the tile is full (k 0..127), k16 step kk = half
+// kk & 1 of word kk / 2 (wgmma_fragment.cuh). The highest register in the SASS: (64, 2) R152, (128, 1) R119, (128, 2) R215,
 // (256, 1) R183. Stages: (64, 2) 20 KiB x 8, (128, 1) 34 KiB x 6, (128, 2) 36 KiB x 6, (256, 1) 66 KiB x 3.
 // L2 -> SM bytes a stage: x 2 * BN * 128 and W FEAT * 16 (32 with the unused half of each 32-byte sector): (128, 2)
 // 32 + 8 KiB per 2048 clk = 20 B/clk an SM, 5.2 TB/s over 132 SMs at 1.98 GHz at the full tensor rate; (256, 1)
 // 64 + 4 KiB, 34 B/clk; x re-reads from L2 = (N / FEAT) * M * K * 2.
 // ================================================================================================================
-template <typename T, int BN, int SLABS, int MC>
+template <typename T, int BN, int SLABS, int MC, bool kTma>
 __global__ void __launch_bounds__(384, 1)
-    binary_weight_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const uint32_t* __restrict__ w_bits,
-                                  int m_rows, int n_rows, int k, int slices, int w_vector, Epilogue ep,
-                                  T* __restrict__ out) {
+    binary_weight_wgmma_ws_kernel(const __grid_constant__ CUtensorMap map_x, const __grid_constant__ CUtensorMap map_w,
+                                  const uint32_t* __restrict__ w_bits, int m_rows, int n_rows, int k, int slices,
+                                  Epilogue ep, T* __restrict__ out) {
 #if BC_WGMMA_ENABLED
-  wgmma_ws_block<T, BN, SLABS, MC, SignWeights<T>>(map_x, nullptr, w_bits, [] { return SignWeights<T>{}; }, m_rows,
-                                                   n_rows, k, slices, w_vector, ep, out);
+  wgmma_ws_block<T, BN, SLABS, MC, SignWeights<T, kTma>>(map_x, &map_w, w_bits, [] { return SignWeights<T, kTma>{}; },
+                                                         m_rows, n_rows, k, slices, ep, out);
 #else
   __trap();  // no sm_90a code: never launched (binary_weight_wgmma_applies: BITCOMPILE_SM90A)
 #endif
 }
 
 template <int BN, int SLABS>
-using SignWsShape = WsShape<BN, SLABS, SignWeights<__half>::kWsTileBytes>;
+using SignWsShape = WsShape<BN, SLABS, SignWeights<__half, true>::kWsTileBytes>;
 
 template <typename T, int BN, int SLABS, int MC>
 cudaError_t sign_ws_launch(const T* x, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows, int64_t k,
                             const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
-  const int w_vector = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0;
-  return cuda::wgmma_ws_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC>, MC>(
-      x, w_bits, w_vector, m_rows, n_rows, k, ep, out, sm_count, slices_wanted, stream);
+  // W as a [n, k / 32] word matrix, boxes of a tile's 4 words x the block's features, where its rows are 16-byte
+  // multiples (k % 128 == 0) and w_bits is 16-byte aligned; else 8-byte cp.async (the map unused).
+  CUtensorMap map_w{};
+  const bool tma = k % 128 == 0 && (reinterpret_cast<uintptr_t>(w_bits) & 15u) == 0 &&
+                   encode_tiled_map(&map_w, CU_TENSOR_MAP_DATA_TYPE_UINT32, w_bits, n_rows, k / 32, k / 8, 4,
+                                    SignWsShape<BN, SLABS>::kFeatures, CU_TENSOR_MAP_SWIZZLE_NONE);
+  if (tma) {
+    return cuda::wgmma_ws_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC, true>, MC>(
+        x, map_w, w_bits, m_rows, n_rows, k, ep, out, sm_count, slices_wanted, stream);
+  }
+  return cuda::wgmma_ws_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, MC, false>, MC>(
+      x, map_w, w_bits, m_rows, n_rows, k, ep, out, sm_count, slices_wanted, stream);
 }
 
 // The cluster room (cluster_room) of the warp-specialized kernel's (rows, slabs) tile, for the cost model.
 template <typename T, int BN, int SLABS>
 cudaError_t ws_room(ClusterRoom& room) {
-  return prepare_wgmma_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, 1>>(room);
+  return prepare_wgmma_launch<SignWsShape<BN, SLABS>, binary_weight_wgmma_ws_kernel<T, BN, SLABS, 1, true>>(room);
 }
 template <typename T>
 cudaError_t sign_ws_rooms(WsRooms& rooms) {
-  return cuda::ws_rooms<SignWsShape<128, 1>, binary_weight_wgmma_ws_kernel<T, 128, 1, 1>, SignWsShape<192, 1>,
-                        binary_weight_wgmma_ws_kernel<T, 192, 1, 1>, SignWsShape<256, 1>,
-                        binary_weight_wgmma_ws_kernel<T, 256, 1, 1>>(rooms);
+  return cuda::ws_rooms<SignWsShape<128, 1>, binary_weight_wgmma_ws_kernel<T, 128, 1, 1, true>, SignWsShape<192, 1>,
+                        binary_weight_wgmma_ws_kernel<T, 192, 1, 1, true>, SignWsShape<256, 1>,
+                        binary_weight_wgmma_ws_kernel<T, 256, 1, 1, true>>(rooms);
 }
 // Block times, in (128, 1) block times: H200, N = K = 8192 bf16, graph us (2026-12-04, ws_tiles.sweep): one wave of
 // (128, 1) blocks 52.2 us (M = 256), of (192, 1) blocks 64.3 (M = 384), of (256, 1) blocks 83.1 (M = 512).

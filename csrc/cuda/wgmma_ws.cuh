@@ -11,7 +11,7 @@
 //                                                issued by the producer's lane 0; false: by the producer warp's
 //                                                cp.async (ws_copy)
 //   row_stride(k)                                (kWsTma false) Words a feature (a row of w)
-//   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane, vector)   (kWsTma false) static, the producer
+//   ws_copy<kFeatures>(w, stride, w_area, j, half, n0, n_rows, lane)   (kWsTma false) static, the producer
 //                                                warp: lane's cp.async copies of tile j of the block's features
 //                                                (past N: zeros; half: only k 0..63 of the tile exist); few
 //                                                registers (40)
@@ -124,7 +124,7 @@ __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint32_t bar) {
 template <typename T, int BN, int SLABS, int MC, typename Weights, typename MakeWeights>
 __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const CUtensorMap* map_w,
                                                const typename Weights::Word* __restrict__ w, MakeWeights make_weights,
-                                               int m_rows, int n_rows, int k, int slices, int w_vector,
+                                               int m_rows, int n_rows, int k, int slices,
                                                const Epilogue& ep, T* __restrict__ out) {
   using Shape = WsShape<BN, SLABS, Weights::kWsTileBytes>;
   constexpr int S = Shape::kStages, kFeatures = Shape::kFeatures;
@@ -192,7 +192,7 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const C
         }
         if constexpr (!Weights::kWsTma) {
           Weights::template ws_copy<kFeatures>(w, Weights::row_stride(k), stage + Shape::kXBytes, j, half, n0, n_rows,
-                                               lane, w_vector);
+                                               lane);
           cp_async_mbarrier_arrive_noinc(full);
         }
         if (++s == S) {
@@ -288,17 +288,16 @@ __device__ __forceinline__ void wgmma_ws_block(const CUtensorMap& map_x, const C
 }
 #endif  // BC_WGMMA_ENABLED
 
-// Launches a warp-specialized kernel `kernel` (parameters map_x, w, m_rows, n_rows, k, slices, w_vector, ep, out;
+// Launches a warp-specialized kernel `kernel` (parameters map_x, map_w, w, m_rows, n_rows, k, slices, ep, out;
 // its block Shape; MC as its template) over ceil(N / FEAT) feature blocks x ceil(M / BN) row blocks: K split by
 // split_k_slices (MC == 1), or pairs of blocks sharing x (MC == 2: no K split; with an odd number of feature blocks
 // the last pair has one past N, which loads and computes but writes nothing; cudaErrorNotSupported before launching
 // where the device fits no pair, and where it refuses one). A refused K-split cluster falls back to one block a
 // feature block. x: a [m_rows, k] matrix of 2-byte elements, 16-byte aligned.
-// kMapW: the kernel takes map_w (the W tensor map of a Weights with kWsTma) after map_x.
-template <typename Shape, auto kernel, int MC, bool kMapW = false, typename T, typename W>
-cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64_t n_rows, int64_t k,
-                            const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream,
-                            const CUtensorMap* map_w = nullptr) {
+// map_w: the W tensor map of a Weights with kWsTma (unread otherwise).
+template <typename Shape, auto kernel, int MC, typename T, typename W>
+cudaError_t wgmma_ws_launch(const T* x, const CUtensorMap& map_w, W w, int64_t m_rows, int64_t n_rows, int64_t k,
+                            const Epilogue& ep, T* out, int sm_count, int slices_wanted, cudaStream_t stream) {
   constexpr int BN = Shape::kRows;
   const int64_t feature_blocks = ceil_div(n_rows, Shape::kFeatures);
   const int64_t row_blocks = ceil_div(m_rows, BN);
@@ -320,13 +319,8 @@ cudaError_t wgmma_ws_launch(const T* x, W w, int w_vector, int64_t m_rows, int64
     const ClusterLaunch config(dim3(static_cast<unsigned>(grid_x * (MC > 1 ? 1 : size)), static_cast<unsigned>(row_blocks), 1),
                                Shape::kThreads, Shape::kSmemBytes, size, stream);
     const int slices = static_cast<int>(MC > 1 ? 1 : size);
-    if constexpr (kMapW) {
-      return cudaLaunchKernelEx(&config.config, kernel, map_x, *map_w, w, static_cast<int>(m_rows),
-                                static_cast<int>(n_rows), static_cast<int>(k), slices, w_vector, ep, out);
-    } else {
-      return cudaLaunchKernelEx(&config.config, kernel, map_x, w, static_cast<int>(m_rows), static_cast<int>(n_rows),
-                                static_cast<int>(k), slices, w_vector, ep, out);
-    }
+    return cudaLaunchKernelEx(&config.config, kernel, map_x, map_w, w, static_cast<int>(m_rows),
+                              static_cast<int>(n_rows), static_cast<int>(k), slices, ep, out);
   };
   error = launch(cluster);
   if (error != cudaSuccess && cluster > 1) {
