@@ -1113,13 +1113,15 @@ def test_weight_linear_wgmma_dispatch_cuda():
         w_packed = packed_weight(n, k, "cuda")[1] if w_packed is None else w_packed
         return profiled_kernels(lambda: ops.binary_weight_linear(x, w_packed, k), ("binary_weight", "dequantize_signs"))
 
-    def wgmma_tiles(names, kernel="binary_weight_wgmma_ws_kernel"):
+    def wgmma_tiles(names, kernel="binary_weight_wgmma_ws_kernel", tma=True):
+        """(rows, slabs, multicast) of each launch; its W by TMA (16-byte rows: k % 128 == 0) or by cp.async."""
         tiles = []
         for name in names:
             if kernel + "<" in name:
-                match = re.search(kernel + r"<[^,<>]+,\s*(\d+),\s*(\d+),\s*(\d+)\s*>", name)
+                match = re.search(kernel + r"<[^,<>]+,\s*(\d+),\s*(\d+),\s*(\d+),\s*(true|false)\s*>", name)
                 assert match, f"cannot read the tile of {name}"
-                tiles.append(tuple(int(v) for v in match.groups()))
+                assert (match.group(4) == "true") == tma, f"W by TMA should be {tma}: {name}"
+                tiles.append(tuple(int(v) for v in match.groups()[:3]))
         return tiles
 
     def uses(names, kernel):
@@ -1163,6 +1165,9 @@ def test_weight_linear_wgmma_dispatch_cuda():
         assert not uses(names, "binary_weight_linear_tc_kernel"), f"{dtype} x off m=500: {names}"
         names = kernels(random_input((4097, 1024), dtype, "cuda"), 1024)
         assert uses(names, "dequantize_signs") and not wgmma_tiles(names), f"{dtype} m=4097: {names}"
+        # k % 128 == 64: 8-byte weight rows, which TMA does not take: the producer's cp.async
+        names = kernels(random_input((100, 1088), dtype, "cuda"), 1088)
+        assert wgmma_tiles(names, tma=False), f"{dtype} k=1088: {names}"
         for what, x, k in (("k=1000", random_input((100, 1000), dtype, "cuda"), 1000),
                            ("x off", one_element_off(random_input((100, 1024), dtype, "cuda")), 1024)):
             names = kernels(x, k)
