@@ -23,8 +23,7 @@
 //   aligned 8-byte shared load per fragment pair, A and B permuted identically.
 //
 // binary_linear_mma_kernel serves M <= 64 and rows that do not allow 16-byte copies;
-// binary_linear_mma_pipelined_kernel (below) the rest. Neither reads launch_binary_linear's x_popcounts (only the
-// wgmma kernel does): both count pa from the words their threads load anyway.
+// binary_linear_mma_pipelined_kernel (below) the rest.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -431,7 +430,8 @@ cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits,
         launch_binary_linear_wgmma(x_bits, w_bits, m_rows, n_rows, k, epilogue, out, out_type, x_popcounts, t, stream);
     if (error != cudaErrorNotSupported || t.kernel == 2) return error;
   }
-  // The mma.sync kernels count pa from the words they load: x_popcounts is not read.
+  // The mma.sync kernels count pa from the words their threads load anyway: x_popcounts (the wgmma kernel's) is not
+  // read.
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_typed(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),
