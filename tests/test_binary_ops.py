@@ -1459,7 +1459,9 @@ def test_conv2d_short_pixel_rows(device, dtype, c, sign_zero):
 # (batch, channels, height, width, out_channels, kernel, stride, padding, dilation, pad_value): 3072 pixels exactly
 # and 3071; 1x1, 3x3, 5x5 (25 taps) and 4x8 (32 taps: the most one plane takes); stride 2 and dilation 2; channel
 # words 4 (C = 97: a tail word), 8, 12 and 5 (not a multiple of 4: the mma.sync kernels); output channels 1, 65,
-# 129 and 257 (tails of the 128 and 256 tiles).
+# 129 and 257 (tails of the 128 and 256 tiles). The kernel's pa counts the input rows a block reads in windows of
+# (taps + 1) x 128 pixels: 1x1 over 1600-pixel rows (7 windows) and 3x3 over 800-pixel rows (2 windows); padding 4
+# with dilation 2 (rows whose first inside tap is not the lowest pixel).
 CONV_WGMMA_CASES = [
     (16, 128, 12, 16, 65, (3, 3), (1, 1), (1, 1), (1, 1), 0.0),
     (1, 128, 37, 83, 65, (3, 3), (1, 1), (1, 1), (1, 1), 1.0),
@@ -1468,6 +1470,9 @@ CONV_WGMMA_CASES = [
     (2, 384, 40, 40, 1, (4, 8), (1, 1), (2, 3), (1, 1), 1.0),
     (12, 128, 33, 34, 64, (3, 3), (2, 2), (1, 1), (2, 2), -1.0),
     (16, 160, 12, 16, 33, (3, 3), (1, 1), (1, 1), (1, 1), 0.0),
+    (1, 128, 2, 1600, 65, (1, 1), (1, 1), (0, 0), (1, 1), 0.0),
+    (1, 128, 4, 800, 33, (3, 3), (1, 1), (1, 1), (1, 1), 1.0),
+    (3, 128, 30, 30, 65, (3, 3), (1, 1), (4, 4), (2, 2), -1.0),
 ]
 
 

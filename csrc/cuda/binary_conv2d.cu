@@ -90,7 +90,7 @@ __device__ __forceinline__ uint32_t inside_taps(int top, int left, int kernel_h,
 // A one-plane kernel's values of output pixel p (zeros past the last pixel): the word offset of its tap (0, 0) in
 // the packed input (taps outside the image are masked, never read), the taps inside the image, and its output offset.
 struct RowPixel {
-  int64_t source = 0, out_offset = 0;
+  int64_t pixel = 0, source = 0, out_offset = 0;
   uint32_t inside = 0;
 };
 __device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p, int64_t total_pixels, int64_t out_plane,
@@ -100,7 +100,8 @@ __device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p,
     const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
     const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
     const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
-    row.source = ((px.image * shape.height + top) * shape.width + left) * channel_words;
+    row.pixel = (px.image * shape.height + top) * shape.width + left;
+    row.source = row.pixel * channel_words;
     row.inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), static_cast<int>(shape.kernel_w),
                              static_cast<int>(shape.dilation_h), static_cast<int>(shape.dilation_w),
                              static_cast<int>(shape.height), static_cast<int>(shape.width));
@@ -109,12 +110,15 @@ __device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p,
   return row;
 }
 
-// Word offset of tap t (kh * kernel_w + kw) from tap (0, 0) in the packed input.
-__device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int t, int64_t channel_words) {
+// Pixel offset of tap t (kh * kernel_w + kw) from tap (0, 0) in the input (NHWC, flat over N, H, W).
+__device__ __forceinline__ int64_t tap_offset_pixels(const ConvShape& shape, int t) {
   const int kernel_w = static_cast<int>(shape.kernel_w);
   const int kh = t / kernel_w;
-  return (static_cast<int64_t>(kh) * shape.dilation_h * shape.width + (t - kh * kernel_w) * shape.dilation_w) *
-         channel_words;
+  return static_cast<int64_t>(kh) * shape.dilation_h * shape.width + (t - kh * kernel_w) * shape.dilation_w;
+}
+// Word offset of tap t from tap (0, 0) in the packed input.
+__device__ __forceinline__ int64_t tap_offset_words(const ConvShape& shape, int t, int64_t channel_words) {
+  return tap_offset_pixels(shape, t) * channel_words;
 }
 
 // One-plane D_t = C - 2 popc(B_t) over the real channels of block column c at tap_d[t * BN + c] (tap-major: the
@@ -1305,12 +1309,13 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   one tap a k256 step). 320 threads, two blocks an SM (so that one block's prologue, fills and epilogue run under
 //   the other's main loop: a block alone is latency-bound, ~0.4 eligible warps a scheduler):
 //     warps 0-3, 4-7 (consumer warpgroups 0, 1): rows 0-63 / 64-127, all BN columns: per stage up to 4 wgmma
-//         m64n128k256 into 64 s32 registers a thread; while they run, the row popcounts pa of the thread's own
-//         accumulator rows and the weight's per-tap popcounts pb_t of half of B row ctid % 128 from the stage.
+//         m64n128k256 into 64 s32 registers a thread; while they run, the weight's per-tap popcounts pb_t of half
+//         of B row ctid % 128 from the stage. The row popcounts pa come before the main loop, from a count of each
+//         input pixel the block reads (while stage 0 is in flight).
 //     warps 8-9 (producer, 64 threads): gather A by cp.async (thread p: chunk p % 8 of rows p / 8 + 8 i, i < 16);
 //         producer thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
 //   The last stage issues only its k steps that hold real words (C = 256 3x3: 9 k steps, not 12); its chunks past
-//   them are not copied, and the popcounts skip chunks past the last real word.
+//   them are not copied, and the pb counts skip chunks past the last real word.
 //   Budget: registers (ptxas, nvcc 13.0) 95, no spills (two blocks need <= 102); shared memory for 3x3: 3 stages
 //   of 32 KB + tap_pb 5 KB + 2.9 KB + 1 KB alignment slack, ~105 KB (two blocks in the SM's 228 KB).
 //   H200 harness, rotating graph us, 2026-12-01, these two blocks an SM against one block an SM of BN = 256 (same
@@ -1341,7 +1346,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //            fence.proxy.async, arrive full[kb - LAG]. After the loop: wait_group 0, fence, arrive the last LAG.
 //            LAG = min(S - 2, 2): the producer of stage kb waits for the release of kb - S, which the consumers
 //            give after issuing kb - S + 1, whose arrival came at the end of iteration kb - S + 1 + LAG <= kb - 1.
-//   consumers: for kb: wait full[s] parity round & 1; wgmma.fence; k steps; commit; pa / pb popcounts of the
+//   consumers: for kb: wait full[s] parity round & 1; wgmma.fence; k steps; commit; pb popcounts of the
 //            stage; wait_group 1 (the wgmmas of kb - 1 are done); arrive empty[(kb - 1) % S]. Then wait_group 0.
 //   No fence for the ring's reuse (wgmma reads, then cp.async / TMA writes): a wgmma's completion is followed by
 //   an implicit generic-async proxy fence (PTX ISA, wgmma "Async Proxy"), and TMA is async proxy itself.
@@ -1396,9 +1401,10 @@ struct ConvWgLayout {
 
 // Per-block values that are not part of the ring (8-byte aligned: placed after the int arrays).
 struct ConvWgRows {
-  int64_t row_source[kCwBM];              // word offset of the row's (image, top, left) input pixel (may lie outside)
+  int64_t row_pixel[kCwBM];               // flat input pixel of the row's (image, top, left) tap (may lie outside)
   int64_t row_out[kCwBM];                 // NCHW output offset of the row's channel 0
-  int64_t tap_offset[kOnePlaneMaxTaps];   // word offset of tap t = (kh, kw) from the (top, left) pixel
+  int64_t tap_offset[kOnePlaneMaxTaps];   // pixel offset of tap t = (kh, kw) from the (top, left) pixel
+  int64_t span[2];                        // pa: whole input rows holding every pixel an inside tap of a row reads
   uint32_t row_inside[kCwBM];             // the row's taps inside the image (bit t), 0 past the last output pixel
   uint64_t bars[2 * kCwMaxStages];        // full[s] at bars[s], empty[s] at bars[S + s]
 };
@@ -1538,12 +1544,21 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   }
   if (tid < kCwBM) {  // the rows' pixel math, once a row (as binary_conv2d_pipelined_kernel)
     const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
-    rows.row_source[tid] = row.source;
+    rows.row_pixel[tid] = row.pixel;
     rows.row_inside[tid] = row.inside;
     rows.row_out[tid] = row.out_offset;
   }
-  if (tid < taps) rows.tap_offset[tid] = tap_offset_words(shape, tid, channel_words);
-  for (int i = tid; i < (taps + 1) * BN; i += kCwThreads) tap_pb[i] = 0;  // tap_pb and all_pb
+  if (tid < taps) rows.tap_offset[tid] = tap_offset_pixels(shape, tid);
+  if (tid == kCwThreads - 1) {  // a producer thread without row math: the pixels pa reads (the consumers, below)
+    const int64_t last = min(m0 + kCwBM, total_pixels) - 1;
+    const OutPixel first_px = split_out_pixel(m0, total_pixels, out_plane, shape.out_width);
+    const OutPixel last_px = split_out_pixel(last, total_pixels, out_plane, shape.out_width);
+    const int64_t top = first_px.oh * shape.stride_h - shape.pad_h;  // rows after it (of its image) read lower down
+    const int64_t bottom =
+        last_px.oh * shape.stride_h - shape.pad_h + (shape.kernel_h - 1) * shape.dilation_h;  // and above it
+    rows.span[0] = (first_px.image * shape.height + min(max(top, int64_t{0}), shape.height - 1)) * shape.width;
+    rows.span[1] = (last_px.image * shape.height + max(min(bottom, shape.height - 1), int64_t{0}) + 1) * shape.width - 1;
+  }
   __syncthreads();
   if (weights_ready) wait_for_prerequisite_grid();
 
@@ -1566,7 +1581,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 #pragma unroll
     for (int i = 0; i < kRowsEach; ++i) {
       const int r = row0 + kRowGroups * i;
-      a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(rows.row_source[r] * 4);
+      a_source[i] = reinterpret_cast<uint64_t>(plus_bits) + static_cast<uint64_t>(rows.row_pixel[r] * channel_words * 4);
       a_inside[i] = rows.row_inside[r];
     }
     static_assert(kRowGroups % 8 == 0, "rows row0 + kRowGroups i share r % 8 (one swizzle a thread)");
@@ -1588,8 +1603,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       }
       const bool in_taps = tap < taps;
       const int tap_bit = in_taps ? tap : 0;
-      const uint64_t offset = static_cast<uint64_t>((rows.tap_offset[tap_bit] + channel_word) * 4);
-      // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pa counts): not copied
+      const uint64_t offset = static_cast<uint64_t>((rows.tap_offset[tap_bit] * channel_words + channel_word) * 4);
+      // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pb counts): not copied
       if (kb * kCwStageWords + 4 * chunk < steps_words) {
 #pragma unroll
         for (int i = 0; i < kRowsEach; ++i) {
@@ -1634,12 +1649,41 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-    // pa: this thread's accumulator rows are a_row0 = 64 wg + 16 (warp % 4) + lane / 4 and a_row0 + 8; lanes 0, 1
-    // of the quad count row a_row0 (chunks 0-3 / 4-7), lanes 2, 3 row a_row0 + 8, the second pair rotated by two
-    // chunks (rows r and r + 8 share r % 8): the 8 lanes of a quarter warp read 8 distinct bank groups.
+    // pa, the popcount of a tile row's A bits, is the sum over the row's inside taps of that input pixel's popcount
+    // (padded taps are zero-filled). The input rows the block's rows read, pixels [lo, hi], are counted once each
+    // into the tap_pb area (windows of its size; one for the usual shapes) while the consumers wait for stage 0, and
+    // each row adds up its taps from there: a few KB of global reads instead of counting the A tile of every stage.
+    // Lanes 0, 1 of a quad take row a_row0 = 64 wg + 16 (warp % 4) + lane / 4 (even / odd taps), lanes 2, 3 row
+    // a_row0 + 8: the rows of the thread's accumulators.
     const int a_row = wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * (quad >> 1);
-    const uint32_t a_pop = a_row * 128;
     int pa = 0;
+    {
+      const int64_t lo = rows.span[0], hi = rows.span[1];
+      const int window = (taps + 1) * BN;  // ints of tap_pb and all_pb
+      const int vectors = channel_words / 4;
+      const uint32_t row_taps = rows.row_inside[a_row];
+      const int64_t row_pixel = rows.row_pixel[a_row];
+      for (int64_t w0 = lo; w0 <= hi; w0 += window) {  // uniform over the consumers (their barriers)
+        const int count = static_cast<int>(min(static_cast<int64_t>(window), hi - w0 + 1));
+        for (int i = ctid; i < count; i += kCwConsumerThreads) {
+          const uint4* bits = reinterpret_cast<const uint4*>(plus_bits + (w0 + i) * channel_words);
+          int ones = 0;
+#pragma unroll 4
+          for (int v = 0; v < vectors; ++v) ones += popc4(__ldcg(bits + v));
+          tap_pb[i] = ones;
+        }
+        named_barrier(1, kCwConsumerThreads);
+        const int64_t base = row_pixel - w0;
+#pragma unroll 4
+        for (int t = quad & 1; t < taps; t += 2) {  // independent loads (a loop over the set bits chains them)
+          const int64_t q = base + rows.tap_offset[t];
+          if (((row_taps >> t) & 1u) != 0 && q >= 0 && q < count) pa += tap_pb[q];
+        }
+        named_barrier(1, kCwConsumerThreads);  // every read of the window done
+      }
+      for (int i = ctid; i < window; i += kCwConsumerThreads) tap_pb[i] = 0;  // for the pb counts
+      named_barrier(1, kCwConsumerThreads);
+    }
     // pb: B row b_row (column n0 + b_row), chunks q0 .. q0 + kBChunks - 1 of every stage; per-tap counts into
     // tap_pb by shared atomics (a tap may straddle two stages, or, for BN = 128, the two threads of a row).
     constexpr int kBChunks = 8 * BN / 256;
@@ -1670,14 +1714,9 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       } else {
         wgmma_stage<BN, 1>(acc, a_start, b_start);
       }
-      // Row popcounts while the wgmmas run (zero-filled chunks count 0: padded taps), only of chunks holding real
-      // words (past them: zeros, or in a stage's uncopied tail stale words).
+      // pb while the wgmmas run, only of chunks holding real words (past them: zeros, or in a stage's uncopied
+      // tail stale words).
       const int stage_words = reduction_words - kb * kCwStageWords;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3);
-        if (4 * q < stage_words) pa += popc4(ld_shared_16(slot + a_pop + ((q ^ (a_row & 7)) * 16)));
-      }
       {
         int tap = b_tap, word = b_word, count = 0;
 #pragma unroll
