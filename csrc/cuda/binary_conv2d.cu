@@ -1316,7 +1316,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //         producer thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
 //   The last stage issues only its k steps that hold real words (C = 256 3x3: 9 k steps, not 12); its chunks past
 //   them are not copied, and the pb counts skip chunks past the last real word.
-//   Budget: registers (ptxas, nvcc 13.0) 95, no spills (two blocks need <= 102); shared memory for 3x3: 3 stages
+//   Budget: registers (ptxas, nvcc 13.0) 96, no spills (two blocks need <= 102); shared memory for 3x3: 3 stages
 //   of 32 KB + tap_pb 5 KB + 2.9 KB + 1 KB alignment slack, ~105 KB (two blocks in the SM's 228 KB).
 //   H200 harness, rotating graph us, 2026-12-01, these two blocks an SM against one block an SM of BN = 256 (same
 //   kernel otherwise): C = OC = 256 14x14 B = 64 12.3 / 13.1, B = 256 34.9 / 36.4; C = OC = 512 7x7 B = 256 30.7 /
