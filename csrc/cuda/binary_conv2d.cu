@@ -87,21 +87,20 @@ __device__ __forceinline__ uint32_t inside_taps(int top, int left, int kernel_h,
   return inside;
 }
 
-// A one-plane kernel's values of output pixel p (zeros past the last pixel): the word offset of its tap (0, 0) in
-// the packed input (taps outside the image are masked, never read), the taps inside the image, and its output offset.
+// A one-plane kernel's values of output pixel p (zeros past the last pixel): the flat input pixel of its tap (0, 0)
+// (taps outside the image are masked, never read), the taps inside the image, and its output offset.
 struct RowPixel {
-  int64_t pixel = 0, source = 0, out_offset = 0;
+  int64_t pixel = 0, out_offset = 0;
   uint32_t inside = 0;
 };
-__device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p, int64_t total_pixels, int64_t out_plane,
-                                              int64_t channel_words) {
+__device__ __forceinline__ RowPixel row_pixel(const ConvShape& shape, int64_t p, int64_t total_pixels,
+                                              int64_t out_plane) {
   RowPixel row;
   if (p < total_pixels) {
     const OutPixel px = split_out_pixel(p, total_pixels, out_plane, shape.out_width);
     const int top = static_cast<int>(px.oh * shape.stride_h - shape.pad_h);
     const int left = static_cast<int>(px.ow * shape.stride_w - shape.pad_w);
     row.pixel = (px.image * shape.height + top) * shape.width + left;
-    row.source = row.pixel * channel_words;
     row.inside = inside_taps(top, left, static_cast<int>(shape.kernel_h), static_cast<int>(shape.kernel_w),
                              static_cast<int>(shape.dilation_h), static_cast<int>(shape.dilation_w),
                              static_cast<int>(shape.height), static_cast<int>(shape.width));
@@ -991,8 +990,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
         tap_d, all_d, w_bits, n0, n_rows, reduction_words, channel_words, static_cast<int>(shape.channels), taps, index);
   };
   if (tid < BM) {
-    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
-    row_source[tid] = row.source;
+    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane);
+    row_source[tid] = row.pixel * channel_words;
     row_inside[tid] = row.inside;
     row_out[tid] = row.out_offset;
     row_pop[tid] = 0;
@@ -1543,7 +1542,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     }
   }
   if (tid < kCwBM) {  // the rows' pixel math, once a row (as binary_conv2d_pipelined_kernel)
-    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane, channel_words);
+    const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane);
     rows.row_pixel[tid] = row.pixel;
     rows.row_inside[tid] = row.inside;
     rows.row_out[tid] = row.out_offset;
