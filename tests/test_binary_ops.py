@@ -1317,6 +1317,48 @@ def test_conv2d_tile_edges(device, geometry, sign_zero):
                        f"conv {geometry} c={c} oc={oc} pad={pad_value} sign_zero={sign_zero}")
 
 
+# Under zero padding the CPU conv groups the output pixels in boxes whose valid taps are the same rectangle, and each
+# box loops over those taps only. (batch, height, width, kernel, stride, padding, dilation): boxes of no valid tap,
+# boxes of fewer rows than a tile, edge boxes spanning images and blocks of 36 rows.
+CONV_BOX_GEOMETRIES = [
+    (1, 2, 2, 3, 1, 3, 1),  # 6x6 outputs whose outer ring reads only padding (boxes of no tap: out = bias)
+    (4, 14, 14, 3, 1, 1, 1),  # edge boxes of 48 rows over 4 images (two blocks)
+    (1, 7, 7, 5, 1, 2, 1),  # 5x5: 25 boxes around a 3x3 interior
+    (3, 9, 4, 3, 2, 2, 3),  # stride 2, dilation 3: 4x1 outputs
+]
+
+
+@pytest.mark.parametrize("geometry", CONV_BOX_GEOMETRIES)
+@pytest.mark.parametrize("sign_zero", [False, True])
+def test_conv2d_padding_boxes(device, geometry, sign_zero):
+    batch, height, width, kernel, stride, padding, dilation = geometry
+    for index, (c, oc) in enumerate([(1, 17), (33, 64), (65, 129), (128, 16)]):
+        memory_format = (torch.channels_last, torch.contiguous_format)[index % 2]
+        x = random_input((batch, c, height, width), device=device, zeros=sign_zero).contiguous(memory_format=memory_format)
+        weight = torch.randn(oc, c, kernel, kernel, device=device)
+        scale, bias = scale_and_bias("per_channel", oc, device)
+        for pad_value in (0.0, -1.0):
+            actual, expected = run_conv(x, weight, (stride, stride), (padding, padding), (dilation, dilation), scale,
+                                        bias, pad_value=pad_value, sign_zero=sign_zero)
+            assert_matches(actual, expected, torch.float32, False,
+                           f"conv {geometry} c={c} oc={oc} pad={pad_value} sign_zero={sign_zero}")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_conv2d_cpu_threads(threads):
+    """The CPU conv splits its blocks over the threads by their work (a box's taps): every thread count gives the
+    reference's values, with enough work (~0.5 M word-dots) to run in parallel."""
+    x = random_input((5, 96, 10, 9)).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(70, 96, 3, 3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1))
+    finally:
+        torch.set_num_threads(before)
+    assert_matches(actual, expected, torch.float32, True, f"conv on {threads} threads")
+
+
 # (batch, channels, out_channels, height, width, kernel, stride, padding, dilation): the CUDA one-plane kernel's
 # narrow cp.async pieces, 2 words a pixel (C = 64, 40, 48: 8-byte copies, a stage of 16 words spans 8 taps) and
 # 1 or 3 words (C = 32, 20, 96: 4-byte copies, 16 or 5.33 taps a stage); batch 1 and 3, stride 2, out_channels

@@ -953,9 +953,11 @@ at::Tensor binary_weight_linear_cpu(const at::Tensor& x, const at::Tensor& w_pac
 // The input is packed once, one row of C/32 words per pixel, into an image grown by the padding
 // whose border pixels hold pad_value's signs (all valid bits for +1, none for -1 and 0). Output
 // pixel (b, oh, ow) reads tap (kh, kw) at a fixed word offset from its first pixel: no patch
-// matrix, no branch per tap. A zero-padded tap then counts -1 per channel where it must count 0,
-// so the dot gets + sum_c s(w[oc, tap, c]) for each tap in the padding (one table row per pattern
-// of padded taps). Rows with a zero under sign_zero take the masked path (nonzero plane, 0 there).
+// matrix, no branch per tap. Under zero padding the output pixels are grouped in boxes whose
+// valid taps are the same rectangle (ConvBox), and a box's rows loop over those taps only: a
+// padded tap costs nothing and needs no correction (at 14x14, 3x3, 9% of the taps). Padding of
+// +-1 reads the border pixels (one box, every tap). Rows with a zero under sign_zero take the
+// masked path (nonzero plane, 0 there).
 // The weights are re-laid in panels of kLanes output channels interleaved word by word,
 // panel[p][k][lane] = w[kLanes p + lane][k] (0 past OC): one vector holds word k of kLanes
 // outputs, the popcounts add up per lane, and no output pays a horizontal sum.
@@ -974,11 +976,10 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static void store_counts(Vec total, int32_t* out) { _mm512_storeu_si512(out, total); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
     const __mmask16 lanes = n - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - col)) - 1);
     __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total, 1));
-    if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction));
     __m512 value = _mm512_cvtepi32_ps(dot);
     if (epilogue.scale)
       value = _mm512_mul_ps(value, epilogue.scale_stride ? _mm512_maskz_loadu_ps(lanes, epilogue.scale + col)
@@ -994,14 +995,13 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   // read once (stores through `row` may alias them, so store() reads them again for every vector: ~8% of the conv
   // at B = 8, C = 128, 14x14, 2026-12-05).
   template <int NP>
-  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
-                        float* row, int64_t col) {
+  static void store_row(const Vec (&total)[NP], int32_t ones, const Epilogue& epilogue, float* row,
+                        int64_t col) {
     const float* scale = epilogue.scale;
     const float* bias = epilogue.bias;
     const bool per_column = epilogue.scale_stride != 0;
     for (int q = 0; q < NP; ++q) {
       __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total[q], 1));
-      if (correction) dot = _mm512_add_epi32(dot, _mm512_loadu_si512(correction + col + 16 * q));
       __m512 value = _mm512_cvtepi32_ps(dot);
       if (scale)
         value = _mm512_mul_ps(value, per_column ? _mm512_loadu_ps(scale + col + 16 * q) : _mm512_set1_ps(*scale));
@@ -1011,11 +1011,11 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   }
 };
 #else
-// Epilogue::apply lane by lane on dot = ones - 2 count [+ correction] (the conv has no row factor).
-inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const int32_t* correction,
-                        const Epilogue& epilogue, float* row, int64_t col_stride, int64_t col, int64_t n) {
+// Epilogue::apply lane by lane on dot = ones - 2 count (the conv has no row factor).
+inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const Epilogue& epilogue, float* row,
+                        int64_t col_stride, int64_t col, int64_t n) {
   for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
-    const int32_t dot = ones - 2 * counts[lane] + (correction ? correction[lane] : 0);
+    const int32_t dot = ones - 2 * counts[lane];
     row[(col + lane) * col_stride] = epilogue.apply(float(dot), 0, col + lane);
   }
 }
@@ -1024,12 +1024,10 @@ inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const in
 template <typename Lanes>
 struct StoreRowByVectors {
   template <int NP, typename Vec>
-  static void store_row(const Vec (&total)[NP], int32_t ones, const int32_t* correction, const Epilogue& epilogue,
-                        float* row, int64_t col) {
+  static void store_row(const Vec (&total)[NP], int32_t ones, const Epilogue& epilogue, float* row, int64_t col) {
     constexpr int64_t lanes = Lanes::kLanes;
     for (int q = 0; q < NP; ++q)
-      Lanes::store(total[q], ones, correction ? correction + col + lanes * q : nullptr, epilogue, row, 1,
-                   col + lanes * q, col + lanes * NP);
+      Lanes::store(total[q], ones, epilogue, row, 1, col + lanes * q, col + lanes * NP);
   }
 };
 #if defined(__AVX2__)
@@ -1055,11 +1053,11 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {
     return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
   static void store_counts(Vec total, int32_t* out) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), total); }
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
     alignas(32) int32_t counts[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
-    store_lanes(counts, 8, ones, correction, epilogue, row, col_stride, col, n);
+    store_lanes(counts, 8, ones, epilogue, row, col_stride, col, n);
   }
 };
 #else
@@ -1073,30 +1071,32 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {  // POPCNT: one output a lane
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return acc + uint32_t(__builtin_popcount(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
   static void store_counts(Vec total, int32_t* out) { *out = int32_t(total); }
-  static void store(Vec total, int32_t ones, const int32_t* correction, const Epilogue& epilogue, float* row,
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
                     int64_t col_stride, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
-    store_lanes(counts, 1, ones, correction, epilogue, row, col_stride, col, n);
+    store_lanes(counts, 1, ones, epilogue, row, col_stride, col, n);
   }
 };
 #endif
 #endif
 
-// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input, taps at
-// tap_offsets) against NP weight panels, per lane; every packed word is kSplit words of the layouts.
+// Counts popc((a ^ b) [& nz]) of MR output pixels (row pointers into the padded input) over the taps `taps` (tap t
+// at word offset tap_offsets[t] from a row's pointer, at t * tap_words words of a panel's lane) against NP weight
+// panels, per lane; every packed word is kSplit words of the layouts.
 template <int MR, int NP, bool MASKED>
-inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets, int64_t taps,
-                        int64_t tap_words, const uint32_t* const* panels, ConvLanes::Vec (&total)[MR][NP]) {
+inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, const int64_t* tap_offsets,
+                        const int32_t* taps, int64_t tap_count, int64_t tap_words, const uint32_t* const* panels,
+                        ConvLanes::Vec (&total)[MR][NP]) {
   using L = ConvLanes;
+  constexpr int S = L::kSplit;
   L::Vec acc[MR][NP];
   for (int i = 0; i < MR; ++i)
     for (int q = 0; q < NP; ++q) acc[i][q] = total[i][q] = L::zero();
-  const uint32_t* b[NP];
-  for (int q = 0; q < NP; ++q) b[q] = panels[q];
   [[maybe_unused]] int steps = 0;
-  constexpr int S = L::kSplit;
-  for (int64_t t = 0; t < taps; ++t) {
-    const int64_t offset = tap_offsets[t];
+  for (int64_t j = 0; j < tap_count; ++j) {
+    const int64_t t = taps[j], offset = tap_offsets[t];
+    const uint32_t* b[NP];
+    for (int q = 0; q < NP; ++q) b[q] = panels[q] + t * tap_words * S * L::kLanes;
     for (int64_t w = offset; w < offset + tap_words * S; w += S) {
       L::Vec bv[NP][S];
       for (int q = 0; q < NP; ++q) {
@@ -1132,13 +1132,21 @@ inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, con
     for (int q = 0; q < NP; ++q) total[i][q] = L::flush(total[i][q], acc[i][q]);
 }
 
-// What output pixel m of the conv reads and how its dot is finished.
+// What an output pixel of the conv reads and where its outputs go.
 struct ConvRow {
   int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
   int64_t out_offset;      // float offset of its output channel 0
   int32_t nonzero_count;   // masked rows: nonzero input values under its taps
-  int32_t correction;      // row of the padding correction table, -1 for none
   uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
+};
+
+// The output pixels whose valid taps are the same rectangle: output rows [h0, h1) x columns [w0, w1) of every image
+// (the valid taps of a coordinate change monotonically along its axis, so each pattern is one range of it). Its rows
+// (b, oh, ow) are numbered from 0, b first, then oh, then ow.
+struct ConvBox {
+  int64_t h0, h1, w0, w1;
+  std::vector<int32_t> taps;  // kh * kernel_w + kw of its valid taps (every tap under +-1 padding)
+  int64_t rows(int64_t batch) const { return batch * (h1 - h0) * (w1 - w0); }
 };
 
 // The packed input grown by the padding, and what each row of the implicit GEMM over it reads (rows(), worked out a
@@ -1148,46 +1156,43 @@ struct ConvInput {
   at::Tensor bits, nonzero;              // int32 [B * HP * WP, C/32]; nonzero only under sign_zero
   std::vector<int64_t> tap_offsets;      // word offset of tap (kh, kw) from a row's offset
   std::vector<int64_t> tap_pixels;       // pixel offset of tap (kh, kw) from a row's first pixel
-  at::Tensor corrections;                // int32 [patterns, panels * kLanes]
+  std::vector<ConvBox> boxes;
   int64_t channel_words = 0;
   int64_t pixel_words = 0;               // words a pixel of bits (channel_words x the layout's planes)
-  // Rows: output pixel m = (b, oh, ow).
   ConvGeometry g{};
-  bool channels_last = true, correct = false;
-  std::vector<int32_t> class_h, class_w;  // per oh / ow: its pattern of valid taps along the axis
-  std::vector<uint8_t> full_h, full_w;    // per oh / ow: every tap along the axis valid
-  int64_t patterns_w = 0;
+  bool channels_last = true;
   std::vector<int32_t> pixel_count;       // sign_zero: nonzero values of each padded pixel
   std::vector<uint8_t> pixel_has_zero;    // sign_zero: whether it holds a zero
 
-  // Rows m .. m + count - 1: (b, oh, ow) divided out for the first and stepped for the others (three 64-bit
+  // Rows r .. r + count - 1 of `box`: (b, oh, ow) divided out for the first and stepped for the others (three 64-bit
   // divisions a row, each tile working out its own rows, were ~5-12% of the conv, 2026-12-05).
-  void rows(int64_t m, int64_t count, ConvRow* out) const {
-    const int64_t pixels_out = g.out_height * g.out_width;
-    int64_t b = m / pixels_out, oh = m % pixels_out / g.out_width, ow = m % g.out_width;
+  void rows(const ConvBox& box, int64_t r, int64_t count, ConvRow* out) const {
+    const int64_t width = box.w1 - box.w0, pixels = (box.h1 - box.h0) * width;
+    int64_t b = r / pixels, oh = box.h0 + r % pixels / width, ow = box.w0 + r % width;
     for (int64_t i = 0; i < count; ++i) {
-      out[i] = row(m + i, b, oh, ow);
-      if (++ow == g.out_width) {
-        ow = 0;
-        if (++oh == g.out_height) oh = 0, ++b;
+      out[i] = row(box, b, oh, ow);
+      if (++ow == box.w1) {
+        ow = box.w0;
+        if (++oh == box.h1) oh = box.h0, ++b;
       }
     }
   }
 
-  ConvRow row(int64_t m, int64_t b, int64_t oh, int64_t ow) const {
+  ConvRow row(const ConvBox& box, int64_t b, int64_t oh, int64_t ow) const {
     const int64_t padded_height = g.height + 2 * g.pad_h, padded_width = g.width + 2 * g.pad_w;
     const int64_t first_pixel = (b * padded_height + oh * g.stride_h) * padded_width + ow * g.stride_w;
     ConvRow row;
     row.offset = first_pixel * pixel_words;
-    row.out_offset = channels_last ? m * g.out_channels
+    row.out_offset = channels_last ? ((b * g.out_height + oh) * g.out_width + ow) * g.out_channels
                                    : (b * g.out_channels * g.out_height + oh) * g.out_width + ow;
-    row.correction = correct && !(full_h[oh] && full_w[ow]) ? int32_t(class_h[oh] * patterns_w + class_w[ow]) : -1;
     row.masked = 0;
     row.nonzero_count = 0;
-    for (size_t t = 0; t < tap_pixels.size() && !pixel_count.empty(); ++t) {
-      const int64_t pixel = first_pixel + tap_pixels[t];
-      row.masked |= pixel_has_zero[pixel];
-      row.nonzero_count += pixel_count[pixel];
+    if (!pixel_count.empty()) {
+      for (const int32_t t : box.taps) {
+        const int64_t pixel = first_pixel + tap_pixels[t];
+        row.masked |= pixel_has_zero[pixel];
+        row.nonzero_count += pixel_count[pixel];
+      }
     }
     return row;
   }
@@ -1200,6 +1205,23 @@ inline std::pair<int64_t, int64_t> valid_taps(int64_t o, int64_t size, int64_t k
   while (first < kernel && o * stride - pad + first * dilation < 0) ++first;
   while (last > first && o * stride - pad + (last - 1) * dilation >= size) --last;
   return {first, last};
+}
+
+// An axis of the output cut into runs of coordinates with the same valid taps: (start, end, first tap, last tap).
+// Under +-1 padding (zero_padding false) one run of every tap.
+struct TapRun {
+  int64_t start, end, first, last;
+};
+inline std::vector<TapRun> tap_runs(int64_t out_size, int64_t size, int64_t kernel, int64_t stride, int64_t pad,
+                                    int64_t dilation, bool zero_padding) {
+  if (!zero_padding) return {{0, out_size, 0, kernel}};
+  std::vector<TapRun> runs;
+  for (int64_t o = 0; o < out_size; ++o) {
+    const auto [first, last] = valid_taps(o, size, kernel, stride, pad, dilation);
+    if (!runs.empty() && runs.back().first == first && runs.back().last == last) runs.back().end = o + 1;
+    else runs.push_back({o, o + 1, first, last});
+  }
+  return runs;
 }
 
 // `count` pixels of `words` words each set to `pattern`.
@@ -1216,10 +1238,9 @@ struct ConvPixels {
   const float* floats = nullptr;
 };
 
-// panels: conv_panels' layout of the weight (padded_oc outputs, whole panels).
-ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, const uint32_t* panels, int64_t padded_oc,
-                     double pad_value, bool sign_zero, bool channels_last) {
-  const int64_t cw = packed_words(g.channels), taps = g.kernel_h * g.kernel_w;
+ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, double pad_value, bool sign_zero,
+                     bool channels_last) {
+  const int64_t cw = packed_words(g.channels);
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
   ConvInput in;
   in.channel_words = in.pixel_words = cw;
@@ -1282,70 +1303,24 @@ ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, const uint
       in.tap_offsets.push_back(in.tap_pixels.back() * cw);
     }
 
-  // Patterns of padded taps: the valid taps of a row are a rectangle [h0, h1) x [w0, w1).
-  std::vector<std::pair<int64_t, int64_t>> ranges_h, ranges_w;
-  std::vector<int32_t> class_h(g.out_height), class_w(g.out_width);
-  const auto class_of = [](std::vector<std::pair<int64_t, int64_t>>& ranges, std::pair<int64_t, int64_t> range) {
-    const auto found = std::find(ranges.begin(), ranges.end(), range);
-    if (found != ranges.end()) return int32_t(found - ranges.begin());
-    ranges.push_back(range);
-    return int32_t(ranges.size() - 1);
-  };
-  for (int64_t oh = 0; oh < g.out_height; ++oh)
-    class_h[oh] = class_of(ranges_h, valid_taps(oh, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h));
-  for (int64_t ow = 0; ow < g.out_width; ++ow)
-    class_w[ow] = class_of(ranges_w, valid_taps(ow, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w));
-  const int64_t patterns_w = int64_t(ranges_w.size());
-  const auto full = [](const std::pair<int64_t, int64_t>& range, int64_t kernel) { return range.first == 0 && range.second == kernel; };
-  const bool correct = pad_value == 0.0 && (g.pad_h > 0 || g.pad_w > 0);
-  if (correct) {
-    // corrections[pattern][oc] = sum over the taps outside its rectangle of sum_c s(w[oc, tap, c]).
-    // tap_sum[t][oc] = 2 popc(w[oc, t]) - C, counted in the panels by the conv's own loop against a row of zeros
-    // (popc(0 ^ w)). Word by word over the weight rows this was 7 us at C = 128 and 24 us at C = 512, 3x3 (one
-    // thread), as much as a batch-1 conv's compute at the latter (2026-12-05).
-    using L = ConvLanes;
-    const std::vector<uint32_t> zeros(cw * L::kSplit, 0);
-    const uint32_t* zero_row[1] = {zeros.data()};
-    const int64_t tap_start[1] = {0};
-    std::vector<int32_t> tap_sum(taps * padded_oc);
-    for (int64_t p = 0; p < padded_oc / L::kLanes; ++p)
-      for (int64_t t = 0; t < taps; ++t) {
-        const uint32_t* panel[1] = {panels + (p * taps + t) * cw * L::kSplit * L::kLanes};
-        L::Vec counts[1][1];
-        conv_counts<1, 1, false>(zero_row, zero_row, tap_start, 1, cw, panel, counts);
-        L::store_counts(counts[0][0], tap_sum.data() + t * padded_oc + p * L::kLanes);
-      }
-    for (int32_t& sum : tap_sum) sum = 2 * sum - int32_t(g.channels);
-    in.corrections = at::zeros({int64_t(ranges_h.size()) * patterns_w, padded_oc}, int_options);
-    int32_t* table = in.corrections.data_ptr<int32_t>();
-    for (size_t ph = 0; ph < ranges_h.size(); ++ph)
-      for (int64_t pw = 0; pw < patterns_w; ++pw)
-        for (int64_t kh = 0; kh < g.kernel_h; ++kh)
-          for (int64_t kw = 0; kw < g.kernel_w; ++kw) {
-            if (kh >= ranges_h[ph].first && kh < ranges_h[ph].second && kw >= ranges_w[pw].first &&
-                kw < ranges_w[pw].second)
-              continue;
-            int32_t* row = table + (ph * patterns_w + pw) * padded_oc;
-            const int32_t* sums = tap_sum.data() + (kh * g.kernel_w + kw) * padded_oc;
-            for (int64_t oc = 0; oc < padded_oc; ++oc) row[oc] += sums[oc];
-          }
-  }
-
-  in.correct = correct;
-  in.patterns_w = patterns_w;
-  in.class_h = std::move(class_h);
-  in.class_w = std::move(class_w);
-  in.full_h.resize(g.out_height);
-  in.full_w.resize(g.out_width);
-  for (int64_t oh = 0; oh < g.out_height; ++oh) in.full_h[oh] = full(ranges_h[in.class_h[oh]], g.kernel_h);
-  for (int64_t ow = 0; ow < g.out_width; ++ow) in.full_w[ow] = full(ranges_w[in.class_w[ow]], g.kernel_w);
+  // The boxes: runs of output rows times runs of output columns with the same valid taps.
+  const bool zero_padding = pad_value == 0.0;
+  const auto runs_h = tap_runs(g.out_height, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, zero_padding);
+  const auto runs_w = tap_runs(g.out_width, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, zero_padding);
+  for (const TapRun& h : runs_h)
+    for (const TapRun& w : runs_w) {
+      ConvBox box{h.start, h.end, w.start, w.end, {}};
+      for (int64_t kh = h.first; kh < h.last; ++kh)
+        for (int64_t kw = w.first; kw < w.last; ++kw) box.taps.push_back(int32_t(kh * g.kernel_w + kw));
+      in.boxes.push_back(std::move(box));
+    }
   return in;
 }
 
 struct ConvTile {
   const ConvInput& in;
   const uint32_t* panels;  // [panels][taps * channel_words][kSplit][kLanes]
-  int64_t valid, n;        // values a row holds (taps * C), output channels
+  int64_t n;               // output channels
   const Epilogue& epilogue;
   float* out;              // output channel 0 of pixel 0; pixel m's at out + its ConvRow's out_offset
   int64_t col_stride;      // between output channels: 1 for channels_last, OH * OW for NCHW
@@ -1353,13 +1328,11 @@ struct ConvTile {
   // when each tile asked, B = 8, C = 128, 14x14).
   const uint32_t* bits;
   const uint32_t* nonzero;       // sign_zero only
-  const int32_t* corrections;    // padding only
-  int64_t correction_stride;
 
   template <int MR, int NP, bool MASKED>
-  void compute(const ConvRow* rows, int64_t p0) const {
+  void compute(const ConvBox& box, const ConvRow* rows, int64_t p0) const {
     using L = ConvLanes;
-    const int64_t taps = int64_t(in.tap_offsets.size()), k_words = taps * in.channel_words * L::kSplit;
+    const int64_t k_words = int64_t(in.tap_offsets.size()) * in.channel_words * L::kSplit;
     const uint32_t *a[MR], *nz[MR], *panel[NP];
     for (int i = 0; i < MR; ++i) {
       a[i] = bits + rows[i].offset;
@@ -1367,44 +1340,71 @@ struct ConvTile {
     }
     for (int q = 0; q < NP; ++q) panel[q] = panels + (p0 + q) * k_words * L::kLanes;
     L::Vec total[MR][NP];
-    conv_counts<MR, NP, MASKED>(a, nz, in.tap_offsets.data(), taps, in.channel_words, panel, total);
+    conv_counts<MR, NP, MASKED>(a, nz, in.tap_offsets.data(), box.taps.data(), int64_t(box.taps.size()),
+                                in.channel_words, panel, total);
+    const int32_t valid = int32_t(box.taps.size() * in.g.channels);
     for (int i = 0; i < MR; ++i) {
-      // dot = taps * C - 2 popc(a ^ w) [+ padding correction], or popc(nz) - 2 popc((a ^ w) & nz)
-      // when masked (a padded tap has nz 0 there, so it needs no correction).
+      // dot = valid taps * C - 2 popc(a ^ w), or popc(nz) - 2 popc((a ^ w) & nz) when masked.
       const ConvRow& row = rows[i];
-      const int32_t ones = MASKED ? row.nonzero_count : int32_t(valid);
-      const int32_t* correction =
-          !MASKED && row.correction >= 0 ? corrections + row.correction * correction_stride : nullptr;
+      const int32_t ones = MASKED ? row.nonzero_count : valid;
       if (col_stride == 1 && (p0 + NP) * L::kLanes <= n) {
-        L::template store_row<NP>(total[i], ones, correction, epilogue, out + row.out_offset, p0 * L::kLanes);
+        L::template store_row<NP>(total[i], ones, epilogue, out + row.out_offset, p0 * L::kLanes);
         continue;
       }
       for (int q = 0; q < NP; ++q) {
         const int64_t col = (p0 + q) * L::kLanes;
-        L::store(total[i][q], ones, correction ? correction + col : nullptr, epilogue, out + row.out_offset, col_stride,
-                 col, n);
+        L::store(total[i][q], ones, epilogue, out + row.out_offset, col_stride, col, n);
       }
     }
   }
 };
 
-// A block of the conv's rows [m0, m0 + kBlockRows) worked out once for all its tiles (tile_block's Tile).
+// A block of a box's rows [r0, r1) (at most kBlockRows) worked out once for all its tiles: tiles of kRows rows, then
+// one of the rows left (a box's rows are often fewer than kRows: 5 along each edge of a 7x7 image at batch 1, and a
+// tile of them costs about one of its rows alone), each over the panels [p0, p1) kPanels at a time.
 struct ConvBlock {
   static constexpr int64_t kBlockRows = 36;
   static_assert(kBlockRows % ConvLanes::kRows == 0, "whole tiles a block");
   const ConvTile& tile;
-  int64_t m0;
+  const ConvBox& box;
+  int64_t r0, r1;
   ConvRow rows[kBlockRows];
 
-  ConvBlock(const ConvTile& tile, int64_t m0, int64_t m1) : tile(tile), m0(m0) { tile.in.rows(m0, m1 - m0, rows); }
+  ConvBlock(const ConvTile& tile, const ConvBox& box, int64_t r0, int64_t r1) : tile(tile), box(box), r0(r0), r1(r1) {
+    tile.in.rows(box, r0, r1 - r0, rows);
+  }
+
+  void run(int64_t p0, int64_t p1) const {
+    constexpr int R = ConvLanes::kRows;
+    int64_t r = r0;
+    for (; r + R <= r1; r += R) run_panels<R>(r, p0, p1);
+    run_rest<R - 1>(r1 - r, r, p0, p1);
+  }
+
+ private:
+  template <int MR>
+  void run_rest(int64_t count, int64_t r, int64_t p0, int64_t p1) const {
+    if constexpr (MR > 0) {
+      if (count == MR) return run_panels<MR>(r, p0, p1);
+      run_rest<MR - 1>(count, r, p0, p1);
+    }
+  }
+
+  template <int MR>
+  void run_panels(int64_t r, int64_t p0, int64_t p1) const {
+    constexpr int NP = ConvLanes::kPanels;
+    int64_t p = p0;
+    for (; p + NP <= p1; p += NP) run_tile<MR, NP>(r, p);
+    for (; p < p1; ++p) run_tile<MR, 1>(r, p);
+  }
 
   template <int MR, int NP>
-  void run(int64_t m, int64_t p0) const {
-    const ConvRow* first = rows + (m - m0);
+  void run_tile(int64_t r, int64_t p0) const {
+    const ConvRow* first = rows + (r - r0);
     bool masked = false;
     for (int i = 0; i < MR; ++i) masked = masked || first[i].masked;
-    if (masked) tile.compute<MR, NP, true>(first, p0);
-    else tile.compute<MR, NP, false>(first, p0);
+    if (masked) tile.compute<MR, NP, true>(box, first, p0);
+    else tile.compute<MR, NP, false>(box, first, p0);
   }
 };
 
@@ -1483,6 +1483,42 @@ void split_conv_input(ConvInput& in) {
   }
 }
 
+// Runs fn(box, r0, r1, p0, p1) on the conv's blocks: kBlockRows rows of one box x block_panels panels, over the
+// threads, each a run of consecutive blocks of about the same work (a box's taps set its blocks' work, so a split by
+// block count would hand one thread the full interior and the other the edges).
+template <typename Fn>
+void for_each_conv_block(const ConvInput& in, int64_t panels, int64_t block_panels, const Fn& fn) {
+  struct Block {
+    int64_t box, r0, r1, p0, p1;
+    int64_t twice_middle;  // 2 x the work before it + its own work: twice the middle of its span of the work
+  };
+  std::vector<Block> blocks;
+  int64_t work = 0;
+  for (size_t k = 0; k < in.boxes.size(); ++k) {
+    const ConvBox& box = in.boxes[k];
+    const int64_t rows = box.rows(in.g.batch);
+    // A row of a tile costs its taps' word-dots (a word-dot is half a work unit), and its stores.
+    const int64_t row_work = int64_t(box.taps.size()) * in.channel_words / 2 + 1;
+    for (int64_t r0 = 0; r0 < rows; r0 += ConvBlock::kBlockRows)
+      for (int64_t p0 = 0; p0 < panels; p0 += block_panels) {
+        const int64_t r1 = std::min(rows, r0 + ConvBlock::kBlockRows), p1 = std::min(panels, p0 + block_panels);
+        const int64_t own = (r1 - r0) * (p1 - p0) * ConvLanes::kLanes * row_work;
+        blocks.push_back({int64_t(k), r0, r1, p0, p1, 2 * work + own});
+        work += own;
+      }
+  }
+  const int64_t threads =
+      work < kMinParallelWork ? 1 : std::min<int64_t>(at::get_num_threads(), int64_t(blocks.size()));
+  // Thread t runs the blocks whose middle falls in [t, t + 1) * work / threads.
+  const auto owner = [&](const Block& block) { return block.twice_middle * threads / std::max<int64_t>(1, 2 * work); };
+  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      auto it = std::partition_point(blocks.begin(), blocks.end(), [&](const Block& b) { return owner(b) < t; });
+      for (; it != blocks.end() && owner(*it) == t; ++it) fn(in.boxes[it->box], it->r0, it->r1, it->p0, it->p1);
+    }
+  });
+}
+
 // The conv of binary_conv2d / binary_conv2d_packed on its input pixels (one row per input pixel, NHWC order)
 // into result (fp32 [N, OC, OH, OW], channels_last or contiguous).
 void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tensor& w_packed,
@@ -1493,30 +1529,19 @@ void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tens
   if (m > 0 && n > 0) {
     const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
     const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
-    const uint32_t* weight_words = words_of(weight);
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
-    const at::Tensor panel_words = conv_panels(weight_words, weight.size(1), n, k_words);
-    ConvInput in = conv_input(pixels, g, words_of(panel_words), panels * lanes, pad_value, sign_zero, channels_last);
+    const at::Tensor panel_words = conv_panels(words_of(weight), weight.size(1), n, k_words);
+    ConvInput in = conv_input(pixels, g, pad_value, sign_zero, channels_last);
     split_conv_input(in);
     const Epilogue epilogue(scale, bias);
-    const ConvTile tile{in,
-                        words_of(panel_words),
-                        g.kernel_h * g.kernel_w * g.channels,
-                        n,
-                        epilogue,
-                        result.data_ptr<float>(),
-                        channels_last ? 1 : pixels_out,
-                        words_of(in.bits),
-                        words_of(in.nonzero),
-                        in.corrections.defined() ? in.corrections.data_ptr<int32_t>() : nullptr,
-                        in.corrections.defined() ? in.corrections.size(1) : 0};
-    // Blocks of 36 output pixels x 128 output channels; a 32-bit word-dot is half a work unit.
-    const int64_t block_panels = std::max<int64_t>(1, 128 / lanes);
-    for_each_block(m, panels, ConvBlock::kBlockRows, block_panels, lanes * std::max<int64_t>(1, k_words / 2),
-                   [&](int64_t m0, int64_t m1, int64_t p0, int64_t p1) {
-                     tile_block<ConvLanes::kRows, ConvLanes::kPanels>(m0, m1, p0, p1, ConvBlock(tile, m0, m1));
-                   });
+    const ConvTile tile{in, words_of(panel_words), n, epilogue, result.data_ptr<float>(),
+                        channels_last ? 1 : pixels_out, words_of(in.bits), words_of(in.nonzero)};
+    // Blocks of 36 output pixels x 128 output channels.
+    for_each_conv_block(in, panels, std::max<int64_t>(1, 128 / lanes),
+                        [&](const ConvBox& box, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
+                          ConvBlock(tile, box, r0, r1).run(p0, p1);
+                        });
   }
 }
 
