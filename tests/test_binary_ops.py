@@ -1346,8 +1346,8 @@ def test_conv2d_padding_boxes(device, geometry, sign_zero):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_conv2d_cpu_threads(threads):
-    """The CPU conv splits its blocks over the threads by their work (a box's taps): every thread count gives the
-    reference's values, with enough work (~0.5 M word-dots) to run in parallel."""
+    """The CPU conv's threads take its blocks (of boxes with different taps) one by one as they finish: every thread
+    count gives the reference's values, with enough work (~0.5 M word-dots) to run in parallel."""
     x = random_input((5, 96, 10, 9)).contiguous(memory_format=torch.channels_last)
     weight = torch.randn(70, 96, 3, 3)
     before = torch.get_num_threads()

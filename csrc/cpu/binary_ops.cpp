@@ -26,6 +26,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -1483,14 +1484,14 @@ void split_conv_input(ConvInput& in) {
   }
 }
 
-// Runs fn(box, r0, r1, p0, p1) on the conv's blocks: kBlockRows rows of one box x block_panels panels, over the
-// threads, each a run of consecutive blocks of about the same work (a box's taps set its blocks' work, so a split by
-// block count would hand one thread the full interior and the other the edges).
+// Runs fn(box, r0, r1, p0, p1) on the conv's blocks: kBlockRows rows of one box x block_panels panels, each thread
+// taking the next block left (a box's taps set its blocks' work, and the two vCPUs of the 2-core machine run at
+// different speeds: a split by block count or by work before the start kept one thread waiting on the other,
+// 2026-12-05).
 template <typename Fn>
 void for_each_conv_block(const ConvInput& in, int64_t panels, int64_t block_panels, const Fn& fn) {
   struct Block {
     int64_t box, r0, r1, p0, p1;
-    int64_t twice_middle;  // 2 x the work before it + its own work: twice the middle of its span of the work
   };
   std::vector<Block> blocks;
   int64_t work = 0;
@@ -1502,19 +1503,17 @@ void for_each_conv_block(const ConvInput& in, int64_t panels, int64_t block_pane
     for (int64_t r0 = 0; r0 < rows; r0 += ConvBlock::kBlockRows)
       for (int64_t p0 = 0; p0 < panels; p0 += block_panels) {
         const int64_t r1 = std::min(rows, r0 + ConvBlock::kBlockRows), p1 = std::min(panels, p0 + block_panels);
-        const int64_t own = (r1 - r0) * (p1 - p0) * ConvLanes::kLanes * row_work;
-        blocks.push_back({int64_t(k), r0, r1, p0, p1, 2 * work + own});
-        work += own;
+        blocks.push_back({int64_t(k), r0, r1, p0, p1});
+        work += (r1 - r0) * (p1 - p0) * ConvLanes::kLanes * row_work;
       }
   }
-  const int64_t threads =
-      work < kMinParallelWork ? 1 : std::min<int64_t>(at::get_num_threads(), int64_t(blocks.size()));
-  // Thread t runs the blocks whose middle falls in [t, t + 1) * work / threads.
-  const auto owner = [&](const Block& block) { return block.twice_middle * threads / std::max<int64_t>(1, 2 * work); };
-  at::parallel_for(0, threads, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t t = begin; t < end; ++t) {
-      auto it = std::partition_point(blocks.begin(), blocks.end(), [&](const Block& b) { return owner(b) < t; });
-      for (; it != blocks.end() && owner(*it) == t; ++it) fn(in.boxes[it->box], it->r0, it->r1, it->p0, it->p1);
+  const int64_t count = int64_t(blocks.size());
+  const int64_t threads = work < kMinParallelWork ? 1 : std::min<int64_t>(at::get_num_threads(), count);
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next++; i < count; i = next++) {
+      const Block& block = blocks[i];
+      fn(in.boxes[block.box], block.r0, block.r1, block.p0, block.p1);
     }
   });
 }
