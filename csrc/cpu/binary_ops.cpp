@@ -977,8 +977,7 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static void store_counts(Vec total, int32_t* out) { _mm512_storeu_si512(out, total); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
-  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
-                    int64_t col_stride, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
     const __mmask16 lanes = n - col >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - col)) - 1);
     __m512i dot = _mm512_sub_epi32(_mm512_set1_epi32(ones), _mm512_slli_epi32(total, 1));
     __m512 value = _mm512_cvtepi32_ps(dot);
@@ -986,10 +985,7 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
       value = _mm512_mul_ps(value, epilogue.scale_stride ? _mm512_maskz_loadu_ps(lanes, epilogue.scale + col)
                                                           : _mm512_set1_ps(epilogue.scale[0]));
     if (epilogue.bias) value = _mm512_add_ps(value, _mm512_maskz_loadu_ps(lanes, epilogue.bias + col));
-    if (col_stride == 1) return _mm512_mask_storeu_ps(row + col, lanes, value);
-    alignas(64) float values[16];
-    _mm512_store_ps(values, value);
-    for (int lane = 0; lane < 16 && col + lane < n; ++lane) row[(col + lane) * col_stride] = values[lane];
+    _mm512_mask_storeu_ps(row + col, lanes, value);
   }
 
   // store on NP * 16 contiguous outputs col .. of a row, all inside N: no lane masks, and the epilogue's pointers
@@ -1014,10 +1010,10 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
 #else
 // Epilogue::apply lane by lane on dot = ones - 2 count (the conv has no row factor).
 inline void store_lanes(const int32_t* counts, int lanes, int32_t ones, const Epilogue& epilogue, float* row,
-                        int64_t col_stride, int64_t col, int64_t n) {
+                        int64_t col, int64_t n) {
   for (int lane = 0; lane < lanes && col + lane < n; ++lane) {
     const int32_t dot = ones - 2 * counts[lane];
-    row[(col + lane) * col_stride] = epilogue.apply(float(dot), 0, col + lane);
+    row[col + lane] = epilogue.apply(float(dot), 0, col + lane);
   }
 }
 // ConvLanes::store_row (NP * kLanes contiguous outputs of a row, all inside N) for the lanes with no faster one:
@@ -1028,7 +1024,7 @@ struct StoreRowByVectors {
   static void store_row(const Vec (&total)[NP], int32_t ones, const Epilogue& epilogue, float* row, int64_t col) {
     constexpr int64_t lanes = Lanes::kLanes;
     for (int q = 0; q < NP; ++q)
-      Lanes::store(total[q], ones, epilogue, row, 1, col + lanes * q, col + lanes * NP);
+      Lanes::store(total[q], ones, epilogue, row, col + lanes * q, col + lanes * NP);
   }
 };
 #if defined(__AVX2__)
@@ -1054,11 +1050,10 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {
     return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
   static void store_counts(Vec total, int32_t* out) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), total); }
-  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
-                    int64_t col_stride, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
     alignas(32) int32_t counts[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
-    store_lanes(counts, 8, ones, epilogue, row, col_stride, col, n);
+    store_lanes(counts, 8, ones, epilogue, row, col, n);
   }
 };
 #else
@@ -1072,10 +1067,9 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {  // POPCNT: one output a lane
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return acc + uint32_t(__builtin_popcount(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
   static void store_counts(Vec total, int32_t* out) { *out = int32_t(total); }
-  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row,
-                    int64_t col_stride, int64_t col, int64_t n) {
+  static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
-    store_lanes(counts, 1, ones, epilogue, row, col_stride, col, n);
+    store_lanes(counts, 1, ones, epilogue, row, col, n);
   }
 };
 #endif
@@ -1136,7 +1130,7 @@ inline void conv_counts(const uint32_t* const* a, const uint32_t* const* nz, con
 // What an output pixel of the conv reads and where its outputs go.
 struct ConvRow {
   int64_t offset;          // word offset of its first input pixel (tap 0, 0) in the padded image
-  int64_t out_offset;      // float offset of its output channel 0
+  int64_t out_offset;      // float offset of its output channel 0 (channels_last rows)
   int32_t nonzero_count;   // masked rows: nonzero input values under its taps
   uint8_t masked;          // a tap reads a pixel with zeros (sign_zero)
 };
@@ -1161,7 +1155,6 @@ struct ConvInput {
   int64_t channel_words = 0;
   int64_t pixel_words = 0;               // words a pixel of bits (channel_words x the layout's planes)
   ConvGeometry g{};
-  bool channels_last = true;
   std::vector<int32_t> pixel_count;       // sign_zero: nonzero values of each padded pixel
   std::vector<uint8_t> pixel_has_zero;    // sign_zero: whether it holds a zero
 
@@ -1184,8 +1177,7 @@ struct ConvInput {
     const int64_t first_pixel = (b * padded_height + oh * g.stride_h) * padded_width + ow * g.stride_w;
     ConvRow row;
     row.offset = first_pixel * pixel_words;
-    row.out_offset = channels_last ? ((b * g.out_height + oh) * g.out_width + ow) * g.out_channels
-                                   : (b * g.out_channels * g.out_height + oh) * g.out_width + ow;
+    row.out_offset = ((b * g.out_height + oh) * g.out_width + ow) * g.out_channels;
     row.masked = 0;
     row.nonzero_count = 0;
     if (!pixel_count.empty()) {
@@ -1239,14 +1231,12 @@ struct ConvPixels {
   const float* floats = nullptr;
 };
 
-ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, double pad_value, bool sign_zero,
-                     bool channels_last) {
+ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, double pad_value, bool sign_zero) {
   const int64_t cw = packed_words(g.channels);
   const int64_t hp = g.height + 2 * g.pad_h, wp = g.width + 2 * g.pad_w;
   ConvInput in;
   in.channel_words = in.pixel_words = cw;
   in.g = g;
-  in.channels_last = channels_last;
   // The signs of a pixel whose channels are all >= 0 (nonzero): every valid bit set.
   std::vector<uint32_t> all_valid(cw, 0xFFFFFFFFu), none(cw, 0);
   all_valid.back() = low_bits(g.channels - 32 * (cw - 1));
@@ -1323,8 +1313,7 @@ struct ConvTile {
   const uint32_t* panels;  // [panels][taps * channel_words][kSplit][kLanes]
   int64_t n;               // output channels
   const Epilogue& epilogue;
-  float* out;              // output channel 0 of pixel 0; pixel m's at out + its ConvRow's out_offset
-  int64_t col_stride;      // between output channels: 1 for channels_last, OH * OW for NCHW
+  float* out;              // channels_last rows [B * OH * OW, OC]; a pixel's at out + its ConvRow's out_offset
   // in's tensors as raw pointers, taken once a call (data_ptr<T>() checks the type on every call: ~3% of the conv
   // when each tile asked, B = 8, C = 128, 14x14).
   const uint32_t* bits;
@@ -1348,13 +1337,13 @@ struct ConvTile {
       // dot = valid taps * C - 2 popc(a ^ w), or popc(nz) - 2 popc((a ^ w) & nz) when masked.
       const ConvRow& row = rows[i];
       const int32_t ones = MASKED ? row.nonzero_count : valid;
-      if (col_stride == 1 && (p0 + NP) * L::kLanes <= n) {
+      if ((p0 + NP) * L::kLanes <= n) {
         L::template store_row<NP>(total[i], ones, epilogue, out + row.out_offset, p0 * L::kLanes);
         continue;
       }
       for (int q = 0; q < NP; ++q) {
         const int64_t col = (p0 + q) * L::kLanes;
-        L::store(total[i][q], ones, epilogue, out + row.out_offset, col_stride, col, n);
+        L::store(total[i][q], ones, epilogue, out + row.out_offset, col, n);
       }
     }
   }
@@ -1484,16 +1473,19 @@ void split_conv_input(ConvInput& in) {
   }
 }
 
-// Runs fn(box, r0, r1, p0, p1) on the conv's blocks: kBlockRows rows of one box x block_panels panels, each thread
-// taking the next block left (a box's taps set its blocks' work, and the two vCPUs of the 2-core machine run at
-// different speeds: a split by block count or by work before the start kept one thread waiting on the other,
-// 2026-12-05).
+// Runs fn(box, r0, r1, p0, p1) on the conv's blocks: kBlockRows rows of one box x block_panels panels. The threads
+// take runs of consecutive blocks as they finish, each run 1 / (2 x threads) of the work left, at least a block
+// (2 threads, 2026-12-05, against a split by work before the start, which kept one of this VM's two unequal vCPUs
+// waiting, and against one block at a time: 3-7% faster at B = 8 C = 128 14x14, where a thread's consecutive blocks
+// read overlapping input rows; runs of a fixed share of the blocks left lost 15% at B = 1 C = 512 7x7, whose blocks'
+// work differs tenfold between boxes).
 template <typename Fn>
 void for_each_conv_block(const ConvInput& in, int64_t panels, int64_t block_panels, const Fn& fn) {
   struct Block {
     int64_t box, r0, r1, p0, p1;
   };
   std::vector<Block> blocks;
+  std::vector<int64_t> work_through;  // the work of the blocks up to and including this one
   int64_t work = 0;
   for (size_t k = 0; k < in.boxes.size(); ++k) {
     const ConvBox& box = in.boxes[k];
@@ -1505,43 +1497,86 @@ void for_each_conv_block(const ConvInput& in, int64_t panels, int64_t block_pane
         const int64_t r1 = std::min(rows, r0 + ConvBlock::kBlockRows), p1 = std::min(panels, p0 + block_panels);
         blocks.push_back({int64_t(k), r0, r1, p0, p1});
         work += (r1 - r0) * (p1 - p0) * ConvLanes::kLanes * row_work;
+        work_through.push_back(work);
       }
   }
   const int64_t count = int64_t(blocks.size());
   const int64_t threads = work < kMinParallelWork ? 1 : std::min<int64_t>(at::get_num_threads(), count);
   std::atomic<int64_t> next{0};
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    for (int64_t i = next++; i < count; i = next++) {
-      const Block& block = blocks[i];
-      fn(in.boxes[block.box], block.r0, block.r1, block.p0, block.p1);
+    for (;;) {
+      int64_t start = next.load(std::memory_order_relaxed), end = 0;
+      do {
+        if (start >= count) return;
+        const int64_t done = start > 0 ? work_through[start - 1] : 0;
+        const int64_t target = done + (work - done) / (2 * threads);
+        end = std::upper_bound(work_through.begin() + start, work_through.end(), target) - work_through.begin();
+        end = std::max(end, start + 1);
+      } while (!next.compare_exchange_weak(start, end, std::memory_order_relaxed));
+      for (int64_t i = start; i < end; ++i) {
+        const Block& block = blocks[i];
+        fn(in.boxes[block.box], block.r0, block.r1, block.p0, block.p1);
+      }
     }
   });
 }
 
 // The conv of binary_conv2d / binary_conv2d_packed on its input pixels (one row per input pixel, NHWC order)
-// into result (fp32 [N, OC, OH, OW], channels_last or contiguous).
+// into result (fp32 [N, OC, OH, OW], channels_last).
 void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tensor& w_packed,
                  const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& bias, double pad_value,
-                 bool sign_zero, bool channels_last, at::Tensor& result) {
+                 bool sign_zero, at::Tensor& result) {
   const int64_t n = g.out_channels;
-  const int64_t pixels_out = g.out_height * g.out_width, m = g.batch * pixels_out;
+  const int64_t m = g.batch * g.out_height * g.out_width;
   if (m > 0 && n > 0) {
     const int64_t cw = packed_words(g.channels), k_words = g.kernel_h * g.kernel_w * cw;
     const at::Tensor weight = weight_rows(w_packed.reshape({n, -1}), cw, g.channels);
     constexpr int64_t lanes = ConvLanes::kLanes;
     const int64_t panels = (n + lanes - 1) / lanes;
     const at::Tensor panel_words = conv_panels(words_of(weight), weight.size(1), n, k_words);
-    ConvInput in = conv_input(pixels, g, pad_value, sign_zero, channels_last);
+    ConvInput in = conv_input(pixels, g, pad_value, sign_zero);
     split_conv_input(in);
     const Epilogue epilogue(scale, bias);
-    const ConvTile tile{in, words_of(panel_words), n, epilogue, result.data_ptr<float>(),
-                        channels_last ? 1 : pixels_out, words_of(in.bits), words_of(in.nonzero)};
+    const ConvTile tile{in, words_of(panel_words), n, epilogue, result.data_ptr<float>(), words_of(in.bits),
+                        words_of(in.nonzero)};
     // Blocks of 36 output pixels x 128 output channels.
     for_each_conv_block(in, panels, std::max<int64_t>(1, 128 / lanes),
                         [&](const ConvBox& box, int64_t r0, int64_t r1, int64_t p0, int64_t p1) {
                           ConvBlock(tile, box, r0, r1).run(p0, p1);
                         });
   }
+}
+
+// planes [B, N, P] = rows [B, P, N] (fp32): channels_last rows into an NCHW tensor, by 16 x 16 blocks transposed in
+// registers (AVX-512) or copied a value at a time. ATen's copy took 296 us for the conv's output at B = 8, C = 128,
+// 14x14 (one thread, 2026-12-05).
+void rows_to_planes(const float* rows, float* planes, int64_t batch, int64_t pixels, int64_t n) {
+  constexpr int64_t kBlock = 16;
+  const int64_t column_blocks = (n + kBlock - 1) / kBlock;
+  // Threads from 32 K values (B = 8, C = 128, 14x14, 2 threads: 363.7 -> 297.1 us the NCHW conv against 2^18).
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / (pixels * kBlock));
+  at::parallel_for(0, batch * column_blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / column_blocks, c0 = task % column_blocks * kBlock;
+      const int64_t columns = std::min(kBlock, n - c0);
+      const float* src = rows + b * pixels * n + c0;
+      float* dst = planes + (b * n + c0) * pixels;
+      for (int64_t p0 = 0; p0 < pixels; p0 += kBlock) {
+        const int64_t count = std::min(kBlock, pixels - p0);
+#if defined(__AVX512F__)
+        const __mmask16 column_mask = __mmask16((1u << columns) - 1), pixel_mask = __mmask16((1u << count) - 1);
+        __m512i r[kBlock];
+        for (int64_t i = 0; i < kBlock; ++i)
+          r[i] = i < count ? _mm512_maskz_loadu_epi32(column_mask, src + (p0 + i) * n) : _mm512_setzero_si512();
+        transpose_16x16(r);  // r[j] lane i = column j of pixel p0 + i
+        for (int64_t j = 0; j < columns; ++j) _mm512_mask_storeu_epi32(dst + j * pixels + p0, pixel_mask, r[j]);
+#else
+        for (int64_t j = 0; j < columns; ++j)
+          for (int64_t i = 0; i < count; ++i) dst[j * pixels + p0 + i] = src[(p0 + i) * n + j];
+#endif
+      }
+    }
+  });
 }
 
 // binary_conv2d: y = conv2d(pad(s(x), pad_value), s(W), stride, dilation) * scale[OC] + bias.
@@ -1551,21 +1586,26 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
                              const std::optional<at::Tensor>& bias, double pad_value, bool sign_zero) {
   const ConvGeometry g = check_binary_conv2d(x, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
                                              bias, pad_value);
-  // The kernel writes straight into a fresh tensor of the input's memory format (strides as the
-  // fake kernel's): rows (b, oh, ow), columns the output channels.
+  // A fresh tensor of the input's memory format (strides as the fake kernel's). The conv writes channels_last rows
+  // (b, oh, ow) of the output channels; an NCHW result is their transpose (written by the conv's tiles straight into
+  // the planes, 16 strided stores a vector, an NCHW conv took twice a channels_last one: 816 against ~400 us at B = 8,
+  // C = 128, 14x14, one thread, 2026-12-05).
   const at::MemoryFormat memory_format = x.suggest_memory_format();
-  at::Tensor result = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
-                                x.options().dtype(at::kFloat).memory_format(memory_format));
+  const auto float_options = x.options().dtype(at::kFloat);
+  const std::vector<int64_t> sizes = {g.batch, g.out_channels, g.out_height, g.out_width};
+  at::Tensor result = at::empty(sizes, float_options.memory_format(memory_format));
   if (result.numel() > 0) {
     // One row per input pixel (NHWC order): channels_last fp32 rows as they are, packed into the padded image by the
     // conv; NCHW packed along the channels first.
-    const bool channels_last = memory_format == at::MemoryFormat::ChannelsLast;
-    if (channels_last) {
+    if (memory_format == at::MemoryFormat::ChannelsLast) {
       const at::Tensor rows = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous();
-      conv_pixels({nullptr, rows.data_ptr<float>()}, g, w_packed, scale, bias, pad_value, sign_zero, true, result);
+      conv_pixels({nullptr, rows.data_ptr<float>()}, g, w_packed, scale, bias, pad_value, sign_zero, result);
     } else {
       const PackedRows packed = pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
-      conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, sign_zero, false, result);
+      at::Tensor rows = at::empty(sizes, float_options.memory_format(at::MemoryFormat::ChannelsLast));
+      conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, sign_zero, rows);
+      rows_to_planes(rows.data_ptr<float>(), result.data_ptr<float>(), g.batch, g.out_height * g.out_width,
+                     g.out_channels);
     }
   }
   return result.to(x.scalar_type());
@@ -1586,8 +1626,7 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
   if (result.numel() > 0) {
     PackedRows packed;
     packed.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
-    conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, /*channels_last=*/true,
-                result);
+    conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, result);
   }
   if (out_dtype == at::kInt) {
     const int64_t words = packed_words(g.out_channels);
