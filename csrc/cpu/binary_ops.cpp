@@ -1547,32 +1547,32 @@ void conv_pixels(const ConvPixels& pixels, const ConvGeometry& g, const at::Tens
   }
 }
 
-// planes [B, N, P] = rows [B, P, N] (fp32): channels_last rows into an NCHW tensor, by 16 x 16 blocks transposed in
-// registers (AVX-512) or copied a value at a time. ATen's copy took 296 us for the conv's output at B = 8, C = 128,
-// 14x14 (one thread, 2026-12-05).
-void rows_to_planes(const float* rows, float* planes, int64_t batch, int64_t pixels, int64_t n) {
+// dst [B, C, R] = src [B, R, C] transposed (fp32): channels_last rows into NCHW planes or back, by 16 x 16 blocks
+// transposed in registers (AVX-512) or a value at a time. ATen's copy took 296 us for the conv's NCHW output at B = 8,
+// C = 128, 14x14 (one thread, 2026-12-05).
+void transpose_batched(const float* src, float* dst, int64_t batch, int64_t rows, int64_t cols) {
   constexpr int64_t kBlock = 16;
-  const int64_t column_blocks = (n + kBlock - 1) / kBlock;
+  const int64_t column_blocks = (cols + kBlock - 1) / kBlock;
   // Threads from 32 K values (B = 8, C = 128, 14x14, 2 threads: 363.7 -> 297.1 us the NCHW conv against 2^18).
-  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / (pixels * kBlock));
+  const int64_t grain = std::max<int64_t>(1, (int64_t(1) << 15) / (rows * kBlock));
   at::parallel_for(0, batch * column_blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; ++task) {
       const int64_t b = task / column_blocks, c0 = task % column_blocks * kBlock;
-      const int64_t columns = std::min(kBlock, n - c0);
-      const float* src = rows + b * pixels * n + c0;
-      float* dst = planes + (b * n + c0) * pixels;
-      for (int64_t p0 = 0; p0 < pixels; p0 += kBlock) {
-        const int64_t count = std::min(kBlock, pixels - p0);
+      const int64_t columns = std::min(kBlock, cols - c0);
+      const float* from = src + b * rows * cols + c0;
+      float* to = dst + (b * cols + c0) * rows;
+      for (int64_t r0 = 0; r0 < rows; r0 += kBlock) {
+        const int64_t count = std::min(kBlock, rows - r0);
 #if defined(__AVX512F__)
-        const __mmask16 column_mask = __mmask16((1u << columns) - 1), pixel_mask = __mmask16((1u << count) - 1);
+        const __mmask16 column_mask = __mmask16((1u << columns) - 1), row_mask = __mmask16((1u << count) - 1);
         __m512i r[kBlock];
         for (int64_t i = 0; i < kBlock; ++i)
-          r[i] = i < count ? _mm512_maskz_loadu_epi32(column_mask, src + (p0 + i) * n) : _mm512_setzero_si512();
-        transpose_16x16(r);  // r[j] lane i = column j of pixel p0 + i
-        for (int64_t j = 0; j < columns; ++j) _mm512_mask_storeu_epi32(dst + j * pixels + p0, pixel_mask, r[j]);
+          r[i] = i < count ? _mm512_maskz_loadu_epi32(column_mask, from + (r0 + i) * cols) : _mm512_setzero_si512();
+        transpose_16x16(r);  // r[j] lane i = column c0 + j of row r0 + i
+        for (int64_t j = 0; j < columns; ++j) _mm512_mask_storeu_epi32(to + j * rows + r0, row_mask, r[j]);
 #else
         for (int64_t j = 0; j < columns; ++j)
-          for (int64_t i = 0; i < count; ++i) dst[j * pixels + p0 + i] = src[(p0 + i) * n + j];
+          for (int64_t i = 0; i < count; ++i) to[j * rows + r0 + i] = from[(r0 + i) * cols + j];
 #endif
       }
     }
@@ -1604,8 +1604,8 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
       const PackedRows packed = pack_pixels_nchw(x.to(at::kFloat).contiguous(), sign_zero);
       at::Tensor rows = at::empty(sizes, float_options.memory_format(at::MemoryFormat::ChannelsLast));
       conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, sign_zero, rows);
-      rows_to_planes(rows.data_ptr<float>(), result.data_ptr<float>(), g.batch, g.out_height * g.out_width,
-                     g.out_channels);
+      transpose_batched(rows.data_ptr<float>(), result.data_ptr<float>(), g.batch, g.out_height * g.out_width,
+                        g.out_channels);
     }
   }
   return result.to(x.scalar_type());
@@ -1688,7 +1688,14 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
     const int64_t out_blocks = (g.out_channels + kLutCols - 1) / kLutCols;
     // x as NHWC fp32 with the channels zero padded to whole words (a copy into zeros: constant_pad_nd of the
     // permuted x took 5 ms at B = 8, C = 48, 56x56, twice the conv).
-    at::Tensor pixels = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous();
+    at::Tensor pixels = x.permute({0, 2, 3, 1}).to(at::kFloat);
+    if (memory_format == at::MemoryFormat::ChannelsLast) {
+      pixels = pixels.contiguous();
+    } else {  // NCHW planes transposed (ATen's copy: the conv 7048 -> 6098 us at B = 8, C = 128, 28x28, 2 threads)
+      const at::Tensor planes = x.to(at::kFloat).contiguous();
+      pixels = at::empty({g.batch, g.height, g.width, g.channels}, planes.options());
+      transpose_batched(planes.data_ptr<float>(), pixels.data_ptr<float>(), g.batch, g.channels, g.height * g.width);
+    }
     if (32 * words != g.channels) {
       at::Tensor padded = at::zeros({g.batch, g.height, g.width, 32 * words}, pixels.options());
       padded.narrow(3, 0, g.channels).copy_(pixels);
@@ -1747,7 +1754,12 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
       });
     }
   }
-  return result.permute({0, 3, 1, 2}).to(x.scalar_type()).contiguous(memory_format);
+  if (memory_format == at::MemoryFormat::ChannelsLast || result.numel() == 0)
+    return result.permute({0, 3, 1, 2}).to(x.scalar_type()).contiguous(memory_format);
+  at::Tensor planes = at::empty({g.batch, g.out_channels, g.out_height, g.out_width}, result.options());
+  transpose_batched(result.data_ptr<float>(), planes.data_ptr<float>(), g.batch, g.out_height * g.out_width,
+                    g.out_channels);
+  return planes.to(x.scalar_type());
 }
 #endif
 
