@@ -1649,12 +1649,14 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
 // Without AVX-512 the op's composite form runs (bitcompile/ops.py: the weight dequantized, then at::conv2d).
 constexpr int64_t kConvLutPixels = 4;  // output pixels a tile: they share the weight vector and its shifts
 
+// The taps `taps` (tap t at tap_offsets[t] floats of a pixel's tables, at words t * words of the lanes) of MR pixels.
 template <int MR>
-inline void conv_lut_tile(const float* const* pixel_tables, const int64_t* tap_offsets, int64_t taps, int64_t words,
-                          const int32_t* lanes, float (*out)[kLutCols]) {
+inline void conv_lut_tile(const float* const* pixel_tables, const int64_t* tap_offsets, const int32_t* taps,
+                          int64_t tap_count, int64_t words, const int32_t* lanes, float (*out)[kLutCols]) {
   __m512 acc[MR][2];
   for (int i = 0; i < MR; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < taps; ++t) {
+  for (int64_t j = 0; j < tap_count; ++j) {
+    const int64_t t = taps[j];
     for (int64_t c = 0; c < words; ++c)
       lut_word<MR>(_mm512_loadu_si512(lanes + 16 * (t * words + c)), pixel_tables, tap_offsets[t] + kLutTableFloats * c,
                    acc);
@@ -1716,6 +1718,18 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
     for (int64_t kh = 0; kh < g.kernel_h; ++kh)
       for (int64_t kw = 0; kw < g.kernel_w; ++kw)
         tap_offsets[kh * g.kernel_w + kw] = (kh * g.dilation_h * grown_w + kw * g.dilation_w) * pixel_floats;
+    // The valid taps of an output row / column (binary_conv2d's runs): padded taps read zeros, so they are skipped.
+    const auto runs_h = tap_runs(g.out_height, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, true);
+    const auto runs_w = tap_runs(g.out_width, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, true);
+    std::vector<int64_t> run_h(g.out_height);  // oh's run
+    std::vector<std::vector<int32_t>> valid(runs_h.size() * runs_w.size());  // the taps of each pair of runs
+    for (size_t i = 0; i < runs_h.size(); ++i) {
+      for (int64_t oh = runs_h[i].start; oh < runs_h[i].end; ++oh) run_h[oh] = int64_t(i);
+      for (size_t j = 0; j < runs_w.size(); ++j)
+        for (int64_t kh = runs_h[i].first; kh < runs_h[i].last; ++kh)
+          for (int64_t kw = runs_w[j].first; kw < runs_w[j].last; ++kw)
+            valid[i * runs_w.size() + j].push_back(int32_t(kh * g.kernel_w + kw));
+    }
     const float* x_data = pixels.data_ptr<float>();
     float* y = result.data_ptr<float>();
     for (int64_t b = 0; b < g.batch; ++b) {
@@ -1735,20 +1749,26 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
           const int32_t* block_lanes = lanes + ob * taps * words * kLutCols;
           const int64_t oc0 = ob * kLutCols, cols = std::min<int64_t>(kLutCols, g.out_channels - oc0);
           const float* row_tables = tables + oh * g.stride_h * grown_w * pixel_floats;
-          for (int64_t ow = 0; ow < g.out_width;) {
-            const int64_t tile = g.out_width - ow >= kConvLutPixels ? kConvLutPixels : 1;
-            const float* pixel_tables[kConvLutPixels];
-            for (int64_t i = 0; i < tile; ++i) pixel_tables[i] = row_tables + (ow + i) * g.stride_w * pixel_floats;
-            float acc[kConvLutPixels][kLutCols];
-            if (tile == kConvLutPixels)
-              conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), taps, words, block_lanes, acc);
-            else
-              conv_lut_tile<1>(pixel_tables, tap_offsets.data(), taps, words, block_lanes, acc);
-            for (int64_t i = 0; i < tile; ++i) {
-              float* out = y + ((b * g.out_height + oh) * g.out_width + ow + i) * g.out_channels + oc0;
-              for (int64_t j = 0; j < cols; ++j) out[j] = epilogue.apply(acc[i][j], 0, oc0 + j);
+          for (size_t j = 0; j < runs_w.size(); ++j) {
+            const TapRun& w = runs_w[j];
+            const std::vector<int32_t>& box_taps = valid[run_h[oh] * runs_w.size() + j];
+            const int64_t count = int64_t(box_taps.size());
+            for (int64_t ow = w.start; ow < w.end;) {
+              const int64_t tile = w.end - ow >= kConvLutPixels ? kConvLutPixels : 1;
+              const float* pixel_tables[kConvLutPixels];
+              for (int64_t i = 0; i < tile; ++i) pixel_tables[i] = row_tables + (ow + i) * g.stride_w * pixel_floats;
+              float acc[kConvLutPixels][kLutCols];
+              if (tile == kConvLutPixels)
+                conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), box_taps.data(), count, words,
+                                              block_lanes, acc);
+              else
+                conv_lut_tile<1>(pixel_tables, tap_offsets.data(), box_taps.data(), count, words, block_lanes, acc);
+              for (int64_t i = 0; i < tile; ++i) {
+                float* out = y + ((b * g.out_height + oh) * g.out_width + ow + i) * g.out_channels + oc0;
+                for (int64_t j = 0; j < cols; ++j) out[j] = epilogue.apply(acc[i][j], 0, oc0 + j);
+              }
+              ow += tile;
             }
-            ow += tile;
           }
         }
       });
