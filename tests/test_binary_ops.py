@@ -1344,6 +1344,21 @@ def test_conv2d_padding_boxes(device, geometry, sign_zero):
                            f"conv {geometry} c={c} oc={oc} pad={pad_value} sign_zero={sign_zero}")
 
 
+@pytest.mark.parametrize("geometry", CONV_BOX_GEOMETRIES)
+def test_weight_conv2d_padding_boxes(device, geometry):
+    """binary_weight_conv2d skips the padded taps the same way (the table-lookup kernel from 24 channels)."""
+    batch, height, width, kernel, stride, padding, dilation = geometry
+    for index, (c, oc) in enumerate([(33, 17), (64, 40), (128, 16)]):
+        memory_format = (torch.channels_last, torch.contiguous_format)[index % 2]
+        x = random_input((batch, c, height, width), device=device).contiguous(memory_format=memory_format)
+        weight = torch.randn(oc, c, kernel, kernel, device=device)
+        scale, bias = scale_and_bias("per_channel", oc, device)
+        actual, expected, magnitude = run_weight_conv(x, weight, (stride, stride), (padding, padding),
+                                                      (dilation, dilation), scale, bias)
+        assert actual.is_contiguous(memory_format=memory_format)
+        assert_matches(actual, expected, torch.float32, False, f"weight conv {geometry} c={c} oc={oc}", magnitude)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_conv2d_cpu_threads(threads):
     """The CPU conv's threads take its blocks (of boxes with different taps) one by one as they finish: every thread
