@@ -407,17 +407,24 @@ WEIGHT_CONV_CASES = [
 ]
 
 
+def check_weight_conv(x, oc, kernel, stride, padding, dilation, memory_format, what):
+    """binary_weight_conv2d of x (in memory_format) with a random weight, per-channel scale and bias against the
+    reference, square kernel, stride, padding and dilation."""
+    weight = torch.randn(oc, x.shape[1], kernel, kernel, device=x.device)
+    scale, bias = scale_and_bias("per_channel", oc, x.device)
+    actual, expected, magnitude = run_weight_conv(x, weight, (stride, stride), (padding, padding),
+                                                  (dilation, dilation), scale, bias)
+    assert actual.is_contiguous(memory_format=memory_format)
+    assert_matches(actual, expected, torch.float32, False, what, magnitude)
+
+
 @pytest.mark.parametrize("c,kernel,stride,padding,dilation", WEIGHT_CONV_CASES)
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_weight_conv2d_geometry(device, c, kernel, stride, padding, dilation, memory_format):
     x = random_input((2, c, 11, 13), device=device).contiguous(memory_format=memory_format)  # odd H and W
     for oc in (5, 16, 37):
-        weight = torch.randn(oc, c, kernel, kernel, device=device)
-        scale, bias = scale_and_bias("per_channel", oc, device)
-        actual, expected, magnitude = run_weight_conv(x, weight, (stride, stride), (padding, padding),
-                                                      (dilation, dilation), scale, bias)
-        assert actual.is_contiguous(memory_format=memory_format)
-        assert_matches(actual, expected, torch.float32, False, f"weight conv c={c} oc={oc} k={kernel}", magnitude)
+        check_weight_conv(x, oc, kernel, stride, padding, dilation, memory_format,
+                          f"weight conv c={c} oc={oc} k={kernel}")
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
@@ -1351,12 +1358,8 @@ def test_weight_conv2d_padding_boxes(device, geometry):
     for index, (c, oc) in enumerate([(33, 17), (64, 40), (128, 16)]):
         memory_format = (torch.channels_last, torch.contiguous_format)[index % 2]
         x = random_input((batch, c, height, width), device=device).contiguous(memory_format=memory_format)
-        weight = torch.randn(oc, c, kernel, kernel, device=device)
-        scale, bias = scale_and_bias("per_channel", oc, device)
-        actual, expected, magnitude = run_weight_conv(x, weight, (stride, stride), (padding, padding),
-                                                      (dilation, dilation), scale, bias)
-        assert actual.is_contiguous(memory_format=memory_format)
-        assert_matches(actual, expected, torch.float32, False, f"weight conv {geometry} c={c} oc={oc}", magnitude)
+        check_weight_conv(x, oc, kernel, stride, padding, dilation, memory_format,
+                          f"weight conv {geometry} c={c} oc={oc}")
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])

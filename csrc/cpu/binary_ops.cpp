@@ -974,7 +974,6 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   static Vec broadcast(uint32_t v) { return _mm512_set1_epi32(int(v)); }
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return _mm512_add_epi32(acc, _mm512_popcnt_epi32(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return _mm512_add_epi32(total, acc); }
-  static void store_counts(Vec total, int32_t* out) { _mm512_storeu_si512(out, total); }
 
   // Epilogue::apply on the 16 outputs (m, col .. col + 15), lanes past N masked off.
   static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
@@ -992,8 +991,7 @@ struct ConvLanes {  // AVX-512 VPOPCNTDQ: 16 outputs a vector
   // read once (stores through `row` may alias them, so store() reads them again for every vector: ~8% of the conv
   // at B = 8, C = 128, 14x14, 2026-12-05).
   template <int NP>
-  static void store_row(const Vec (&total)[NP], int32_t ones, const Epilogue& epilogue, float* row,
-                        int64_t col) {
+  static void store_row(const Vec (&total)[NP], int32_t ones, const Epilogue& epilogue, float* row, int64_t col) {
     const float* scale = epilogue.scale;
     const float* bias = epilogue.bias;
     const bool per_column = epilogue.scale_stride != 0;
@@ -1049,7 +1047,6 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {
     const __m256i pairs = _mm256_maddubs_epi16(bytes, _mm256_set1_epi8(1));
     return _mm256_add_epi32(total, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
-  static void store_counts(Vec total, int32_t* out) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), total); }
   static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
     alignas(32) int32_t counts[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(counts), total);
@@ -1066,7 +1063,6 @@ struct ConvLanes : StoreRowByVectors<ConvLanes> {  // POPCNT: one output a lane
   static Vec broadcast(uint32_t v) { return v; }
   static Vec count(Vec acc, const Vec (&diff)[kSplit]) { return acc + uint32_t(__builtin_popcount(diff[0])); }
   static Vec flush(Vec total, Vec acc) { return total + acc; }
-  static void store_counts(Vec total, int32_t* out) { *out = int32_t(total); }
   static void store(Vec total, int32_t ones, const Epilogue& epilogue, float* row, int64_t col, int64_t n) {
     const int32_t counts[1] = {int32_t(total)};
     store_lanes(counts, 1, ones, epilogue, row, col, n);
@@ -1217,6 +1213,22 @@ inline std::vector<TapRun> tap_runs(int64_t out_size, int64_t size, int64_t kern
   return runs;
 }
 
+// The conv's boxes (ConvBox): runs of output rows times runs of output columns with the same valid taps, row runs
+// first. Under +-1 padding (zero_padding false) one box of every tap.
+inline std::vector<ConvBox> conv_boxes(const ConvGeometry& g, bool zero_padding) {
+  const auto runs_h = tap_runs(g.out_height, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, zero_padding);
+  const auto runs_w = tap_runs(g.out_width, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, zero_padding);
+  std::vector<ConvBox> boxes;
+  for (const TapRun& h : runs_h)
+    for (const TapRun& w : runs_w) {
+      ConvBox box{h.start, h.end, w.start, w.end, {}};
+      for (int64_t kh = h.first; kh < h.last; ++kh)
+        for (int64_t kw = w.first; kw < w.last; ++kw) box.taps.push_back(int32_t(kh * g.kernel_w + kw));
+      boxes.push_back(std::move(box));
+    }
+  return boxes;
+}
+
 // `count` pixels of `words` words each set to `pattern`.
 inline void fill_pixels(uint32_t* dst, int64_t count, const uint32_t* pattern, int64_t words) {
   for (int64_t p = 0; p < count; ++p)
@@ -1294,17 +1306,7 @@ ConvInput conv_input(const ConvPixels& pixels, const ConvGeometry& g, double pad
       in.tap_offsets.push_back(in.tap_pixels.back() * cw);
     }
 
-  // The boxes: runs of output rows times runs of output columns with the same valid taps.
-  const bool zero_padding = pad_value == 0.0;
-  const auto runs_h = tap_runs(g.out_height, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, zero_padding);
-  const auto runs_w = tap_runs(g.out_width, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, zero_padding);
-  for (const TapRun& h : runs_h)
-    for (const TapRun& w : runs_w) {
-      ConvBox box{h.start, h.end, w.start, w.end, {}};
-      for (int64_t kh = h.first; kh < h.last; ++kh)
-        for (int64_t kw = w.first; kw < w.last; ++kw) box.taps.push_back(int32_t(kh * g.kernel_w + kw));
-      in.boxes.push_back(std::move(box));
-    }
+  in.boxes = conv_boxes(g, pad_value == 0.0);
   return in;
 }
 
@@ -1690,9 +1692,9 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
     const int64_t out_blocks = (g.out_channels + kLutCols - 1) / kLutCols;
     // x as NHWC fp32 with the channels zero padded to whole words (a copy into zeros: constant_pad_nd of the
     // permuted x took 5 ms at B = 8, C = 48, 56x56, twice the conv).
-    at::Tensor pixels = x.permute({0, 2, 3, 1}).to(at::kFloat);
+    at::Tensor pixels;
     if (memory_format == at::MemoryFormat::ChannelsLast) {
-      pixels = pixels.contiguous();
+      pixels = x.permute({0, 2, 3, 1}).to(at::kFloat).contiguous();
     } else {  // NCHW planes transposed (ATen's copy: the conv 7048 -> 6098 us at B = 8, C = 128, 28x28, 2 threads)
       const at::Tensor planes = x.to(at::kFloat).contiguous();
       pixels = at::empty({g.batch, g.height, g.width, g.channels}, planes.options());
@@ -1718,18 +1720,8 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
     for (int64_t kh = 0; kh < g.kernel_h; ++kh)
       for (int64_t kw = 0; kw < g.kernel_w; ++kw)
         tap_offsets[kh * g.kernel_w + kw] = (kh * g.dilation_h * grown_w + kw * g.dilation_w) * pixel_floats;
-    // The valid taps of an output row / column (binary_conv2d's runs): padded taps read zeros, so they are skipped.
-    const auto runs_h = tap_runs(g.out_height, g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h, true);
-    const auto runs_w = tap_runs(g.out_width, g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w, true);
-    std::vector<int64_t> run_h(g.out_height);  // oh's run
-    std::vector<std::vector<int32_t>> valid(runs_h.size() * runs_w.size());  // the taps of each pair of runs
-    for (size_t i = 0; i < runs_h.size(); ++i) {
-      for (int64_t oh = runs_h[i].start; oh < runs_h[i].end; ++oh) run_h[oh] = int64_t(i);
-      for (size_t j = 0; j < runs_w.size(); ++j)
-        for (int64_t kh = runs_h[i].first; kh < runs_h[i].last; ++kh)
-          for (int64_t kw = runs_w[j].first; kw < runs_w[j].last; ++kw)
-            valid[i * runs_w.size() + j].push_back(int32_t(kh * g.kernel_w + kw));
-    }
+    // binary_conv2d's boxes: each output pixel loops over its valid taps only (padded taps read zeros).
+    const std::vector<ConvBox> boxes = conv_boxes(g, /*zero_padding=*/true);
     const float* x_data = pixels.data_ptr<float>();
     float* y = result.data_ptr<float>();
     for (int64_t b = 0; b < g.batch; ++b) {
@@ -1749,20 +1741,20 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
           const int32_t* block_lanes = lanes + ob * taps * words * kLutCols;
           const int64_t oc0 = ob * kLutCols, cols = std::min<int64_t>(kLutCols, g.out_channels - oc0);
           const float* row_tables = tables + oh * g.stride_h * grown_w * pixel_floats;
-          for (size_t j = 0; j < runs_w.size(); ++j) {
-            const TapRun& w = runs_w[j];
-            const std::vector<int32_t>& box_taps = valid[run_h[oh] * runs_w.size() + j];
-            const int64_t count = int64_t(box_taps.size());
-            for (int64_t ow = w.start; ow < w.end;) {
-              const int64_t tile = w.end - ow >= kConvLutPixels ? kConvLutPixels : 1;
+          for (const ConvBox& box : boxes) {
+            if (oh < box.h0 || oh >= box.h1) continue;
+            const int32_t* box_taps = box.taps.data();
+            const int64_t count = int64_t(box.taps.size());
+            for (int64_t ow = box.w0; ow < box.w1;) {
+              const int64_t tile = box.w1 - ow >= kConvLutPixels ? kConvLutPixels : 1;
               const float* pixel_tables[kConvLutPixels];
               for (int64_t i = 0; i < tile; ++i) pixel_tables[i] = row_tables + (ow + i) * g.stride_w * pixel_floats;
               float acc[kConvLutPixels][kLutCols];
               if (tile == kConvLutPixels)
-                conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), box_taps.data(), count, words,
-                                              block_lanes, acc);
+                conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), box_taps, count, words, block_lanes,
+                                              acc);
               else
-                conv_lut_tile<1>(pixel_tables, tap_offsets.data(), box_taps.data(), count, words, block_lanes, acc);
+                conv_lut_tile<1>(pixel_tables, tap_offsets.data(), box_taps, count, words, block_lanes, acc);
               for (int64_t i = 0; i < tile; ++i) {
                 float* out = y + ((b * g.out_height + oh) * g.out_width + ow + i) * g.out_channels + oc0;
                 for (int64_t j = 0; j < cols; ++j) out[j] = epilogue.apply(acc[i][j], 0, oc0 + j);
