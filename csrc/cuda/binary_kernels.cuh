@@ -42,6 +42,10 @@ cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64
                               uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
                               cudaStream_t stream);
 
+// Whether launch_binary_linear reads x_popcounts on the current device (a 9.x device: the wgmma kernel), so that a
+// caller asks launch_pack_signs for them only then. The compute capability is asked of the driver once per device.
+cudaError_t binary_linear_reads_popcounts(bool& reads);
+
 // binary_linear on b1 tensor cores (AND.POPC), for s(x) in {-1, +1}:
 //   dot[m, n] = s(x[m]) . s(w[n]) over k features, then the epilogue; out is [m_rows, n_rows] of out_type.
 // x_bits: [m_rows, ceil(k / 32)], w_bits: [n_rows, ceil(k / 32)] (both from launch_pack_signs' plus_bits).

@@ -419,6 +419,13 @@ cudaError_t binary_linear_typed(const uint32_t* x_bits, const uint32_t* w_bits, 
 
 }  // namespace
 
+cudaError_t binary_linear_reads_popcounts(bool& reads) {
+  DeviceFacts device;
+  const cudaError_t error = current_device_facts(device);
+  reads = error == cudaSuccess && device.major == 9;
+  return error;
+}
+
 cudaError_t launch_binary_linear(const uint32_t* x_bits, const uint32_t* w_bits, int64_t m_rows, int64_t n_rows,
                                  int64_t k, const Epilogue& epilogue, void* out, FloatType out_type,
                                  const int32_t* x_popcounts, cudaStream_t stream, const BinaryLinearTuning* tuning) {

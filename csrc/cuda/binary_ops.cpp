@@ -94,9 +94,9 @@ at::Tensor binary_linear_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   const auto word_options = x.options().dtype(at::kInt);
   at::Tensor plus = at::empty({m, word_count}, word_options);
   at::Tensor minus = sign_zero ? at::empty({m, word_count}, word_options) : at::Tensor();
-  int major = 0;
-  check_launch(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, x.get_device()), op);
-  const bool count_rows = !sign_zero && major == 9;
+  bool reads_popcounts = false;
+  check_launch(kernels::binary_linear_reads_popcounts(reads_popcounts), op);  // cached per device
+  const bool count_rows = !sign_zero && reads_popcounts;
   at::Tensor popcounts = count_rows ? at::empty({m}, word_options) : at::Tensor();
   if (row_scale) {
     inputs.row_mean = at::empty({m}, x.options().dtype(at::kFloat));
