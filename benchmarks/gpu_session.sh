@@ -6,7 +6,8 @@
 #               (with $HARNESS, a variant's binary, instead of the carried main build)
 #               (kernels matching $NCU_KERNELS, skipping $NCU_SKIP launches, profiling $NCU_COUNT; NCU_SOURCE=1: also
 #               the SASS lines with the most stall samples, kernels/ncu_source_top.py, summed over NCU_SRC_COUNT
-#               launches: a short kernel gets few samples a launch)
+#               launches: a short kernel gets few samples a launch; NCU_RANK="L1 Wavefronts Shared": the lines again,
+#               ranked by that source counter)
 #     build     pip install -e . and a timed build of the extension from an empty TORCH_EXTENSIONS_DIR
 #     tests     the CUDA tests (pytest -k "$TESTS", default cuda), 8 workers, failures in $OUT/failures.txt
 #     bench     benchmarks/bench_ops.py --quick
@@ -51,6 +52,9 @@ for stage in "$@"; do
             --launch-count "${NCU_SRC_COUNT:-1}" "$harness" $row graph=0 reps="$((${NCU_SRC_COUNT:-1} + 2))" \
             > "$OUT/src_$name.csv" 2> /dev/null
           python3 "$here/kernels/ncu_source_top.py" "$OUT/src_$name.csv" 25 | tee "$OUT/src_$name.txt"
+          if [ -n "${NCU_RANK:-}" ]; then  # the same lines ranked by a source counter, e.g. "L1 Wavefronts Shared"
+            python3 "$here/kernels/ncu_source_top.py" "$OUT/src_$name.csv" 25 "$NCU_RANK" | tee -a "$OUT/src_$name.txt"
+          fi
         fi
       done <<< "${NCU_ROWS:-w1a16 m=1 n=8192 k=8192}" ;;
     build)
