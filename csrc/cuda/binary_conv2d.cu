@@ -1424,6 +1424,7 @@ __device__ __forceinline__ uint32_t cw_shared_address(const void* p) {
 // 16-byte chunks of columns 32..63 and 96..127 trade places in pairs (word bit 2 flipped where bit 5 is set), so E2's
 // eight lanes of a 16-byte load phase (chunks 2 l or 2 l + 1, l = 0..7) land on eight distinct bank quads; without
 // it lanes l and l + 4 share one (2-way conflicts). NCHW (swizzle = 0) reads single words, 16 consecutive a row.
+constexpr int kCwColSwizzle = 4;  // cw_col's swizzle for a channels_last output (NCHW: 0)
 __device__ __forceinline__ int cw_col(int c, int swizzle) { return c ^ ((c >> 3) & swizzle); }
 // Named barrier `id` (1..15) of `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
@@ -1695,7 +1696,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     // tap_pb by shared atomics (a tap may straddle two stages, or, for BN = 128, the two threads of a row).
     constexpr int kBChunks = 8 * BN / 256;
     const int b_row = ctid % BN;
-    const int pb_col = cw_col(b_row, out_channels_last ? 4 : 0);  // tap_pb's word of column b_row
+    const int pb_col = cw_col(b_row, out_channels_last ? kCwColSwizzle : 0);  // tap_pb's word of column b_row
     const int q0 = (ctid / BN) * kBChunks;
     const uint32_t b_pop = L::kBytesA + b_row * 128;
     int b_tap = 4 * q0 / channel_words;  // of the thread's first chunk of the current stage
@@ -1781,7 +1782,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     const int term_bottom = -2 * pa_bottom - padded_c * __popc(~rows.row_inside[r_top + 8] & all_taps);
     // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
     const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
-    const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ (out_channels_last ? 4 : 0))) * 4;
+    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;
+    const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
     constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i) {
@@ -1822,7 +1824,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const int* tile = reinterpret_cast<const int*>(smem);
   // Words of the lane's two 16-byte chunks in a tile / tap_pb row (channels_last; they trade places where lane_in_row
   // / 4 is odd)
-  const int lo_word = cw_col(col_base, 4), hi_word = cw_col(col_base + 4, 4);
+  const int lo_word = cw_col(col_base, kCwColSwizzle), hi_word = cw_col(col_base + 4, kCwColSwizzle);
   // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t + 2 (1 + pad) sum_padded pb_t, the padded
   // taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
   auto row_dots = [&](int r, int (&v)[8]) {
