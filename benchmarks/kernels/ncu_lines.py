@@ -14,15 +14,12 @@ the instruction counts must match, which is checked. The fifty-first session's u
 B = 64 (its NOTES section)."""
 import collections
 import csv
+import os
 import re
 import sys
 
-
-def number(text):
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_source_top import number  # noqa: E402  (the CSV's numbers, "1,234" included)
 
 
 def sass_lines(path, source, first, last):

@@ -31,27 +31,17 @@ if [ ! -s "$out/$name.sass" ]; then
   grep -o '^//-* \.text\.[^ ]*' "$out/$source_name.all.sass" | sed 's|.*\.text\.||' >&2
   exit 1
 fi
-# each instruction counted against the innermost source line of $source_name.cu that precedes it
-python3 - "$out/$name.sass" "$source_name.cu" "$first" "$last" > "$out/$name.lines" <<'PY'
-import re, sys
-path, source, first, last = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-# nvdisasm -gi puts a block of "//## File" lines before each group of instructions, the innermost inlined line
-# first: the block's first line in the source file is the instruction's own line there
-counts, line, total, in_block = {}, None, 0, False
-for text in open(path):
-    m = re.search(r'//## File "([^"]+)", line (\d+)', text)
-    if m:
-        if not in_block:
-            line, in_block = None, True
-        if line is None and m.group(1).endswith(source):
-            line = int(m.group(2))
-        continue
-    in_block = False
-    if re.match(r'\s+/\*[0-9a-f]+\*/\s+\S', text) and line is not None and first <= line <= last:
-        counts[line] = counts.get(line, 0) + 1
-        total += 1
-print(f"{total} instructions on lines {first}..{last} of {source}")
-for l, c in sorted(counts.items(), key=lambda kv: -kv[1])[:40]:
+# each instruction counted against the innermost source line of $source_name.cu that precedes it (ncu_lines.py's
+# sass_lines over the whole file, then kept to FIRST..LAST)
+python3 - "$here" "$out/$name.sass" "$source_name.cu" "$first" "$last" > "$out/$name.lines" <<'PY'
+import collections, sys
+sys.path.insert(0, sys.argv[1])
+from ncu_lines import sass_lines
+path, source, first, last = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+counts = collections.Counter(l for l in sass_lines(path, source, 0, 1 << 62).values()
+                             if l is not None and first <= l <= last)
+print(f"{sum(counts.values())} instructions on lines {first}..{last} of {source}")
+for l, c in counts.most_common(40):
     print(f"{l:6d} {c:6d}")
 PY
 echo "$out/$name.sass ($(grep -c '/\*[0-9a-f]*\*/' "$out/$name.sass") instructions)"

@@ -1696,7 +1696,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     // tap_pb by shared atomics (a tap may straddle two stages, or, for BN = 128, the two threads of a row).
     constexpr int kBChunks = 8 * BN / 256;
     const int b_row = ctid % BN;
-    const int pb_col = cw_col(b_row, out_channels_last ? kCwColSwizzle : 0);  // tap_pb's word of column b_row
+    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;  // cw_col's, for tap_pb and the E1 tile
+    const int pb_col = cw_col(b_row, col_swizzle);                  // tap_pb's word of column b_row
     const int q0 = (ctid / BN) * kBChunks;
     const uint32_t b_pop = L::kBytesA + b_row * 128;
     int b_tap = 4 * q0 / channel_words;  // of the thread's first chunk of the current stage
@@ -1782,7 +1783,6 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     const int term_bottom = -2 * pa_bottom - padded_c * __popc(~rows.row_inside[r_top + 8] & all_taps);
     // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
     const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
-    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;
     const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
     constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
 #pragma unroll
