@@ -1364,7 +1364,8 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //      all_d - (1 + pad) sum_padded D_t. Then epilogue_value's fma (bit for bit). The column values (scale, bias,
 //      all_d) of the lane's 8 columns are read once a thread.
 //      channels_last: lane = 8 consecutive columns, stored straight to global (16-byte vectors where the row
-//      pitch and the output pointer allow: a half warp writes a row's 256 contiguous bytes for fp16).
+//      pitch and the output pointer allow: a half warp writes a row's 256 contiguous bytes for fp16); 16-bit
+//      outputs two of the warp's row pairs a trip (both pairs' tile loads before either's math).
 //      NCHW: lane = columns lane % 16 + 16 e, values kept in registers for all the thread's rows, __syncthreads,
 //      written transposed ([channel][pixel], 2 mod 32 line stride: no bank conflicts), __syncthreads, E3: the 256
 //      consumer threads store consecutive pixels of a channel.
@@ -1827,7 +1828,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const int lo_word = cw_col(col_base, kCwColSwizzle), hi_word = cw_col(col_base + 4, kCwColSwizzle);
   // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t + 2 (1 + pad) sum_padded pb_t, the padded
   // taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
-  auto row_dots = [&](int r, int (&v)[8]) {
+  auto row_tile = [&](int r, int (&v)[8]) {
     const int* line = tile + r * L::kTileStride;
     if (out_channels_last) {
       const int4 lo = *reinterpret_cast<const int4*>(line + lo_word);
@@ -1839,6 +1840,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     }
 #pragma unroll
     for (int e = 0; e < 8; ++e) v[e] += col_all_d[e];
+  };
+  auto row_padded = [&](int r, int (&v)[8]) {
     if (twice_pad_weight != 0) {
       for (uint32_t left = ~rows.row_inside[r] & all_taps; left != 0; left &= left - 1) {
         const int* pb = tap_pb + (__ffs(left) - 1) * BN;
@@ -1855,20 +1858,27 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       }
     }
   };
+  auto row_dots = [&](int r, int (&v)[8]) {
+    row_tile(r, v);
+    row_padded(r, v);
+  };
   // epilogue_value(dot, factor, scale, bias) = fma(dot * factor, scale, bias) as nvcc contracts it, bit for bit;
   // without a row factor (the op's convs) dot * 1 is exact, so fma(dot, scale, bias) gives the same bits.
   auto run = [&](auto with_factor) {
     constexpr bool kFactor = decltype(with_factor)::value;
     const float* factors = ep.row_factor + m0;
-    auto row_values = [&](int r, float (&y)[8]) {
-      int v[8];
-      row_dots(r, v);
+    auto dot_values = [&](int r, const int (&v)[8], float (&y)[8]) {
       const float factor = kFactor ? factors[r] : 1.f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const float dot = static_cast<float>(v[e]);
         y[e] = __fmaf_rn(kFactor ? __fmul_rn(dot, factor) : dot, col_scale[e], col_bias[e]);
       }
+    };
+    auto row_values = [&](int r, float (&y)[8]) {
+      int v[8];
+      row_dots(r, v);
+      dot_values(r, v, y);
     };
     if constexpr (std::is_same_v<OutT, SignWords>) {
       // Sign words: a half warp's 16 lanes hold a row's 128 columns, 8 a lane: a byte of signs each, 4 lanes a word
@@ -1902,20 +1912,40 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       if (valid > 0) {
         OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
         const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
-        for (int r = first_row; r < rows_valid; r += L::kRowStep, dst += dst_step) {
-          float y[8];
-          row_values(r, y);
+        auto store_row = [&](OutT* d, const float (&y)[8]) {
           EightOut<OutT> o;
           o.set(y);
           if (vec == kMaxVec) {
-            o.template store<kMaxVec>(dst, valid);
+            o.template store<kMaxVec>(d, valid);
           } else if (vec >= 4) {
-            o.template store<4>(dst, valid);
+            o.template store<4>(d, valid);
           } else if (vec == 2) {
-            o.template store<2>(dst, valid);
+            o.template store<2>(d, valid);
           } else {
-            o.template store<1>(dst, valid);
+            o.template store<1>(d, valid);
           }
+        };
+        // 16-bit outputs two rows a trip: both rows' tile loads issued before either's math (two independent chains
+        // a warp; H100, two A/Bs of the fifty-first / fifty-second sessions: B = 64 C = 256 14x14 and B = 256 C = 512
+        // 7x7 -1.2 to -1.7%); fp32 outputs one (their two rows' 16 words a lane lost 0.6 and 2.6%).
+        constexpr int kTrip = sizeof(OutT) == 2 ? 2 : 1;
+        int r = first_row;
+        for (; kTrip == 2 && r + L::kRowStep < rows_valid; r += 2 * L::kRowStep, dst += 2 * dst_step) {
+          int v0[8], v1[8];
+          row_tile(r, v0);
+          row_tile(r + L::kRowStep, v1);
+          row_padded(r, v0);
+          row_padded(r + L::kRowStep, v1);
+          float y0[8], y1[8];
+          dot_values(r, v0, y0);
+          dot_values(r + L::kRowStep, v1, y1);
+          store_row(dst, y0);
+          store_row(dst + dst_step, y1);
+        }
+        for (; r < rows_valid; r += L::kRowStep, dst += dst_step) {
+          float y[8];
+          row_values(r, y);
+          store_row(dst, y);
         }
       }
     } else {
