@@ -1617,6 +1617,39 @@ def test_conv2d_tap_table_cuda(channels):
 
 
 @requires_cuda
+@pytest.mark.parametrize("pad_value", [-1.0, 0.0, 1.0])
+def test_conv2d_wgmma_tap_table_cuda(pad_value):
+    """The wgmma conv reads its columns' D_t from conv_tap_table_kernel's table: launched ahead of the packing of x
+    (binary_conv2d: the table, pack_signs launched dependent on it, the conv) or by the conv's own launch
+    (binary_conv2d_packed, and sign words out). Exact on every path with stray weight bits past the channels (the
+    table masks them), C = 100 (4 channel words, 4 real bits in the last), OC = 200 (a partial second block of 128
+    columns), every pad value, at 3072 output pixels (the wgmma kernel's first size)."""
+    skip_without_wgmma()
+    c, oc = 100, 200
+    weight = torch.randn(oc, c, 3, 3, device="cuda")
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    w_packed[..., -1] |= torch.tensor(-1 << (c % 32), dtype=torch.int32, device="cuda")
+    args = (c, [3, 3], [1, 1], [1, 1], [1, 1])
+    x = random_input((16, c, 12, 16), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
+    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+    expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, None, None, pad_value=pad_value)
+
+    def packed(dtype):
+        return ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
+
+    actual = ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)
+    assert_matches(actual, expected, torch.float16, True, f"binary_conv2d pad {pad_value}")
+    assert_matches(packed(torch.float16), expected, torch.float16, True, f"binary_conv2d_packed pad {pad_value}")
+    values = packed(torch.float32)
+    assert_matches(values, expected, torch.float32, True, f"binary_conv2d_packed fp32 pad {pad_value}")
+    assert torch.equal(packed(torch.int32), ops.pack_signs(values.permute(0, 2, 3, 1))), f"sign words pad {pad_value}"
+    for call in (lambda: ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value), lambda: packed(torch.float16)):
+        names = profiled_kernels(call, ("conv2d",))
+        assert any("binary_conv2d_wgmma_kernel" in name for name in names), names
+        assert any("conv_tap_table_kernel" in name for name in names), names
+
+
+@requires_cuda
 def test_weight_linear_cublas_path_keeps_reduction_flags_cuda():
     """Above 4096 rows binary_weight_linear runs cuBLAS with its split-K sums in fp32 (fp32 accumulation) and gives
     torch's reduced-precision-reduction flags back as the user set them."""

@@ -904,16 +904,19 @@ Row run_conv(const Args& args) {
   const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
     const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
+    bool table_first = false;  // as the op: the D_t table, then the packing (dependent), then the conv
     if (pack) {
-      const cudaError_t error = bk::launch_pack_signs(inputs[copy], FloatType::kFloat16, s.batch * s.height * s.width,
-                                                      s.channels, false, packed.as<uint32_t>(), nullptr, nullptr,
-                                                      nullptr, stream);
+      cudaError_t error = bk::launch_conv_tap_table_first(weights.as<uint32_t>(), s, table.as<int>(), stream);
+      if (error != cudaSuccess && error != cudaErrorNotSupported) return error;
+      table_first = error == cudaSuccess;
+      error = bk::launch_pack_signs(inputs[copy], FloatType::kFloat16, s.batch * s.height * s.width, s.channels, false,
+                                    packed.as<uint32_t>(), nullptr, nullptr, nullptr, stream, table_first);
       if (error != cudaSuccess) return error;
       bits = packed.as<uint32_t>();
     }
     return bk::launch_binary_conv2d(bits, nullptr, weights.as<uint32_t>(), s, ep, out_ptr, out,
                                     /*out_channels_last=*/!nchw, table.as<int>(), stream, &tuning,
-                                    /*weights_ready=*/pack);
+                                    /*weights_ready=*/pack, /*table_ready=*/table_first);
   };
   // expect=reject: kernel=2 on a shape the wgmma kernel does not take
   const cudaError_t first = launch(0, nullptr);

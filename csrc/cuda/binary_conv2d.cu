@@ -1226,7 +1226,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
 template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                          const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
-                                         bool dependent, bool weights_ready, cudaStream_t stream) {
+                                         bool dependent, bool weights_ready, bool table_ready,
+                                         cudaStream_t stream) {
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
   const int64_t channel_words = ceil_div(shape.channels, 32);
   const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
@@ -1242,7 +1243,7 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
   cudaError_t error =
       allow_dynamic_smem(kernel, smem, smem_devices, /*max_shared_carveout=*/conv_pipelined_blocks_per_sm(PW) == 3);
   if (error != cudaSuccess) return error;
-  if (tap_table != nullptr) {
+  if (tap_table != nullptr && !table_ready) {
     error = launch_conv_tap_table(w_bits, shape, tap_table, dependent, weights_ready, stream);
     if (error != cudaSuccess) return error;
   }
@@ -1265,7 +1266,8 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
 template <int PW, typename OutT>
 cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                            const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
-                                           cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
+                                           cudaStream_t stream, const ConvTuning& tuning, bool weights_ready,
+                                           bool table_ready) {
   constexpr int kBigBM = 128, kBigBN = 64, kSmallBM = 64, kSmallBN = 32;
   constexpr int kSmallTilesAnSm = 3;  // resident 64 x 32 blocks of two K groups: 61 KB of shared memory, 134 registers
   DeviceFacts device;
@@ -1282,19 +1284,19 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   if (small && tuning.k_groups != 1) {
     return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 2, PW>(plus_bits, w_bits, shape, ep, out,
                                                                          out_channels_last, nullptr, dependent,
-                                                                         weights_ready, stream);
+                                                                         weights_ready, false, stream);
   }
   if (small) {
     return binary_conv2d_pipelined_tile<kSmallBM, kSmallBN, 2, 1, 1, PW>(plus_bits, w_bits, shape, ep, out,
                                                                          out_channels_last, nullptr, dependent,
-                                                                         weights_ready, stream);
+                                                                         weights_ready, false, stream);
   }
   // the three-block build (8-byte pieces) reads D_t from a table made once a launch (see the kernel)
   constexpr bool kTable = conv_pipelined_blocks_per_sm(PW) == 3;
   if (kTable && tap_table == nullptr) return cudaErrorInvalidValue;
   return binary_conv2d_pipelined_tile<kBigBM, kBigBN, 4, 2, 1, PW>(plus_bits, w_bits, shape, ep, out, out_channels_last,
                                                                 kTable ? tap_table : nullptr, dependent, weights_ready,
-                                                                stream);
+                                                                table_ready, stream);
 }
 
 // ==== binary_conv2d_wgmma_kernel: the one-plane conv on Hopper's warpgroup b1 tensor cores (sm_90a) ==============
@@ -1308,22 +1310,29 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   one tap a k256 step). 320 threads, two blocks an SM (so that one block's prologue, fills and epilogue run under
 //   the other's main loop: a block alone is latency-bound, ~0.4 eligible warps a scheduler):
 //     warps 0-3, 4-7 (consumer warpgroups 0, 1): rows 0-63 / 64-127, all BN columns: per stage up to 4 wgmma
-//         m64n128k256 into 64 s32 registers a thread; while they run, the weight's per-tap popcounts pb_t of half
-//         of B row ctid % 128 from the stage. The row popcounts pa come before the main loop, from a count of each
-//         input pixel the block reads (while stage 0 is in flight).
+//         m64n128k256 into 64 s32 registers a thread, each with an m64n8k256 of the same A against 8 all-ones rows
+//         (the row popcounts pa, 4 s32 registers). The columns' D_t come from conv_tap_table_kernel's table (copied
+//         to shared memory by cp.async before the main loop), so the main loop only issues wgmmas. H100, harness
+//         graph us, 2026-12-06, against counting pa from the input pixels before the main loop and pb_t from each
+//         stage's B (fp16 out): C = OC = 256 14x14 B = 64 11.69 -> 10.64, with pack_signs 15.24 -> 13.94; C = OC =
+//         512 7x7 B = 256 24.11 -> 23.15, with pack_signs 29.22 -> 28.65; C = OC = 128 28x28 B = 256 with pack_signs
+//         80.63 -> 76.96 (the m64n8 pa wgmmas alone: B = 64 -> 10.68, but B = 256 C = 512 -> 26.14: they add the
+//         A reads a stage, and the main loop is bound by shared-memory reads there; the pb counts' were what made room).
 //     warps 8-9 (producer, 64 threads): gather A by cp.async (thread p: chunk p % 8 of rows p / 8 + 8 i, i < 16);
 //         producer thread 0 also issues B (the weight: rows = output channels, K-contiguous words) by 2-D TMA.
 //   The last stage issues only its k steps that hold real words (C = 256 3x3: 9 k steps, not 12); its chunks past
-//   them are not copied, and the pb counts skip chunks past the last real word.
+//   them are not copied.
 //   Budget: registers (ptxas, nvcc 13.0) 96, no spills (two blocks need <= 102); shared memory for 3x3: 3 stages
-//   of 32 KB + tap_pb 5 KB + 2.9 KB + 1 KB alignment slack, ~105 KB (two blocks in the SM's 228 KB).
+//   of 32 KB + tap_d 5 KB + 2.9 KB + 1 KB alignment slack, ~105 KB (two blocks in the SM's 228 KB).
 //   H200 harness, rotating graph us, 2026-12-01, these two blocks an SM against one block an SM of BN = 256 (same
 //   kernel otherwise): C = OC = 256 14x14 B = 64 12.3 / 13.1, B = 256 34.9 / 36.4; C = OC = 512 7x7 B = 256 30.7 /
 //   33.7, B = 1 11.6 / 14.6. C = OC = 128 28x28 B = 256 (ResNet-18 layer2): 63.1; ncu 65.6 us against 90.1 for the
 //   earlier one-block-an-SM kernel of 384 threads (a producer warpgroup) at BN = 128.
 //
 // ---- Shared memory (dynamic; base rounded up to 1024) -----------------------------------------------------------
-//   [ring: S stages of (A 128 x 128 bytes | B 128 x 128 bytes)] [tap_pb: taps x BN int] [all_pb: BN int] [ConvWgRows]
+//   [ring: S stages of (A 128 x 128 bytes | B 128 x 128 bytes)] [tap_d: taps x BN int] [all_d: BN int] [ConvWgRows]
+//   and the pa wgmma's all-ones B operand (256 bytes, no swizzle: cw_ones_descriptor) in the base's 1 KB alignment
+//   slack, before the base where the slack holds it, else after ConvWgRows (then >= 768 bytes are left there).
 //   Both boxes in the canonical K-major SW128 layout of wgmma (as binary_linear_wgmma.cu): row r at r * 128, its
 //   16-byte chunk q (words 4q..4q+3 of the stage) at r * 128 + ((q ^ (r % 8)) * 16); TMA writes B so
 //   (CU_TENSOR_MAP_SWIZZLE_128B), the gather writes A so itself. Descriptors: A of consumer WG w, step j:
@@ -1337,31 +1346,29 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //            (cp.async.wait_group LAG, then fence.proxy.async.shared::cta: its generic-proxy writes ordered before
 //            the consumers' async-proxy wgmma reads; then mbarrier.arrive, release), + one arrive.expect_tx(BN *
 //            128) whose TMA box completes the transaction bytes (thread 0 for the first S, then producer thread 0).
-//   empty[s] (count 8): lane 0 of each consumer warp, after its wgmmas of the stage completed (wait_group) and
-//            its popcount loads of the stage were consumed (__syncwarp).
+//   empty[s] (count 8): lane 0 of each consumer warp, after its wgmmas of the stage completed (wait_group).
 //   producer thread: for kb: if kb >= S wait empty[s] parity (round - 1) & 1; (producer thread 0: expect_tx + TMA
 //            B; the first S B boxes go out right after the barrier init, before the row set-up); 16 cp.async (zero
 //            fill for padded taps, taps past the last, pixels past the end); commit; if kb >= LAG: wait_group LAG,
 //            fence.proxy.async, arrive full[kb - LAG]. After the loop: wait_group 0, fence, arrive the last LAG.
 //            LAG = min(S - 2, 2): the producer of stage kb waits for the release of kb - S, which the consumers
 //            give after issuing kb - S + 1, whose arrival came at the end of iteration kb - S + 1 + LAG <= kb - 1.
-//   consumers: for kb: wait full[s] parity round & 1; wgmma.fence; k steps; commit; pb popcounts of the
-//            stage; wait_group 1 (the wgmmas of kb - 1 are done); arrive empty[(kb - 1) % S]. Then wait_group 0.
+//   consumers: for kb: wait full[s] parity round & 1; wgmma.fence; k steps (each an n128 and an n8 wgmma); commit;
+//            wait_group 1 (the wgmmas of kb - 1 are done); arrive empty[(kb - 1) % S]. Then wait_group 0.
 //   No fence for the ring's reuse (wgmma reads, then cp.async / TMA writes): a wgmma's completion is followed by
 //   an implicit generic-async proxy fence (PTX ISA, wgmma "Async Proxy"), and TMA is async proxy itself.
 //
 // ---- Epilogue -----------------------------------------------------------------------------------------------------
 //   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
-//      writes 4 acc - 2 pa - (1 + pad) C n_padded of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
+//      writes 4 acc - 2 pa of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
 //      2 (lane % 4) + 0/1, the mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart
 //      (8-byte stores of a warp on distinct banks); for a channels_last output column c at word cw_col(c) (16-byte
-//      chunks swapped in pairs, so that E2's 16-byte reads are free of bank conflicts; tap_pb likewise: ncu, H100,
+//      chunks swapped in pairs, so that E2's 16-byte reads are free of bank conflicts; tap_d likewise: ncu, H100,
 //      B = 64 C = 256 14x14: 260,469 -> 69,338 shared-load bank conflicts, 12.10 -> 11.52 us; H200 11.99 ->
 //      11.57). __syncthreads (all 320: the producer warps join the rest).
 //   E2 (all 10 warps): a warp takes two rows at a time (16 lanes a row), so the padded-tap correction of the row is
-//      uniform across the warp (no divergence): value = tile + all_d[c] + 2 (1 + pad) sum_padded pb_t[c], all_d[c]
-//      = taps C - 2 all_pb[c] (= sum_t D_t, D_t = C - 2 pb_t); with the E1 term that is conv_epilogue's
-//      all_d - (1 + pad) sum_padded D_t. Then epilogue_value's fma (bit for bit). The column values (scale, bias,
+//      uniform across the warp (no divergence): value = tile + all_d[c] - (1 + pad) sum_padded D_t[c] (all_d =
+//      sum_t D_t; with the E1 term conv_epilogue's integer). Then epilogue_value's fma (bit for bit). The column values (scale, bias,
 //      all_d) of the lane's 8 columns are read once a thread.
 //      channels_last: lane = 8 consecutive columns, stored straight to global (16-byte vectors where the row
 //      pitch and the output pointer allow: a half warp writes a row's 256 contiguous bytes for fp16); 16-bit
@@ -1407,11 +1414,13 @@ struct ConvWgRows {
   int64_t row_pixel[kCwBM];               // flat input pixel of the row's (image, top, left) tap (may lie outside)
   int64_t row_out[kCwBM];                 // NCHW output offset of the row's channel 0
   int64_t tap_offset[kOnePlaneMaxTaps];   // pixel offset of tap t = (kh, kw) from the (top, left) pixel
-  int64_t span[2];                        // pa: whole input rows holding every pixel an inside tap of a row reads
   uint32_t row_inside[kCwBM];             // the row's taps inside the image (bit t), 0 past the last output pixel
   uint64_t bars[2 * kCwMaxStages];        // full[s] at bars[s], empty[s] at bars[S + s]
 };
 
+// Dynamic shared memory of the kernel: 1 KB of alignment slack (it also holds the 256-byte ones operand), the ring,
+// tap_d and all_d, ConvWgRows (a multiple of 16 bytes: the tail slack starts 16-byte aligned).
+static_assert(sizeof(ConvWgRows) % 16 == 0, "the tail slack after ConvWgRows starts 16-byte aligned");
 constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
   return 1024 + static_cast<size_t>(stages) * ConvWgLayout::kStageBytes + static_cast<size_t>(taps + 1) * kCwBN * 4 +
          sizeof(ConvWgRows);
@@ -1421,7 +1430,7 @@ constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
 __device__ __forceinline__ uint32_t cw_shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// Word of column c (0..127) in a row of the E1 tile and of tap_pb for a channels_last output (swizzle = 4): the
+// Word of column c (0..127) in a row of the E1 tile and of tap_d for a channels_last output (swizzle = 4): the
 // 16-byte chunks of columns 32..63 and 96..127 trade places in pairs (word bit 2 flipped where bit 5 is set), so E2's
 // eight lanes of a 16-byte load phase (chunks 2 l or 2 l + 1, l = 0..7) land on eight distinct bank quads; without
 // it lanes l and l + 4 share one (2-way conflicts). NCHW (swizzle = 0) reads single words, 16 consecutive a row.
@@ -1434,15 +1443,24 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
 __device__ __forceinline__ void st_shared_v2(uint32_t address, int a, int b) {
   asm volatile("st.shared.v2.s32 [%0], {%1, %2};\n" ::"r"(address), "r"(a), "r"(b) : "memory");
 }
-__device__ __forceinline__ int popc4(uint4 v) { return __popc(v.x) + __popc(v.y) + __popc(v.z) + __popc(v.w); }
+// Descriptor of the all-ones B operand of the row popcounts (N = 8, k256: 8 rows x 32 bytes) with no swizzle: two
+// 8-row x 16-byte core matrices, K-adjacent 128 bytes apart (leading byte offset 128); with a single 8-row group the
+// stride byte offset is unused (128 too), so every byte the wgmma reads lies in the 256 bytes at `start`.
+__device__ __forceinline__ uint64_t cw_ones_descriptor(uint32_t start) {
+  constexpr uint64_t kLbo = 128 >> 4, kSbo = 128 >> 4;  // swizzle mode 0 (none) in bits 62-63
+  return static_cast<uint64_t>((start & 0x3ffff) >> 4) | (kLbo << 16) | (kSbo << 32);
+}
 // A stage's STEPS k256 steps as one commit group: A at a_start, B at b_start (SW128 K-major), step j 32 bytes into
-// both rows.
+// both rows; each step's A also against the all-ones operand into pa (its 8 columns all popc of the A row).
 template <int BN, int STEPS>
-__device__ __forceinline__ void wgmma_stage(int (&acc)[BN / 2], uint32_t a_start, uint32_t b_start) {
+__device__ __forceinline__ void wgmma_stage(int (&acc)[BN / 2], int (&pa)[4], uint32_t a_start, uint32_t b_start,
+                                            uint64_t ones) {
   wgmma_fence();
 #pragma unroll
   for (int j = 0; j < STEPS; ++j) {
-    b1::wgmma_and_popc<BN>(acc, sw128_descriptor(a_start + 32 * j), sw128_descriptor(b_start + 32 * j));
+    const uint64_t a = sw128_descriptor(a_start + 32 * j);
+    b1::wgmma_and_popc<BN>(acc, a, sw128_descriptor(b_start + 32 * j));
+    b1::wgmma_and_popc<8>(pa, a, ones);
   }
   wgmma_commit();
 }
@@ -1512,7 +1530,8 @@ struct EightOut {
 
 template <typename OutT>
 __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmma_kernel(
-    const __grid_constant__ CUtensorMap map_w, const uint32_t* __restrict__ plus_bits, ConvShape shape, int m_tiles,
+    const __grid_constant__ CUtensorMap map_w, const uint32_t* __restrict__ plus_bits,
+    const int* __restrict__ tap_table, ConvShape shape, int m_tiles,
     int stages, int channel_words, int reduction_words, Epilogue ep, OutT* __restrict__ out, bool out_channels_last,
     bool weights_ready) {
 #if BC_WGMMA_ENABLED
@@ -1522,9 +1541,11 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   uint8_t* const smem = cw_smem_raw + ((1024 - (cw_shared_address(cw_smem_raw) & 1023)) & 1023);
   const uint32_t ring = cw_shared_address(smem);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
-  int* const tap_pb = reinterpret_cast<int*>(smem + stages * L::kStageBytes);  // pb_t of column c at [t * BN + c]
-  int* const all_pb = tap_pb + taps * BN;                                      // sum_t pb_t of column c
-  ConvWgRows& rows = *reinterpret_cast<ConvWgRows*>(all_pb + BN);
+  int* const tap_d = reinterpret_cast<int*>(smem + stages * L::kStageBytes);  // D_t of column c at [t * BN + cw_col(c)]
+  int* const all_d = tap_d + taps * BN;                                      // sum_t D_t of column c at [c]
+  ConvWgRows& rows = *reinterpret_cast<ConvWgRows*>(all_d + BN);
+  const uint32_t slack = ring - cw_shared_address(cw_smem_raw);  // 0..1023 bytes before the base
+  const uint32_t ones = slack >= 256 ? ring - 256 : cw_shared_address(&rows + 1);
   const uint32_t full_bar = cw_shared_address(&rows.bars[0]);  // full[s] at full_bar + 8 s
   const uint32_t empty_bar = full_bar + 8 * stages;            // empty[s] at empty_bar + 8 s
 
@@ -1540,8 +1561,6 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   // launched dependent: pack_signs' bits (and anything earlier) are visible past this wait; with weights_ready the
   // first stages' B boxes and the row set-up go first (launch_binary_conv2d)
   if (!weights_ready) wait_for_prerequisite_grid();
-  const int channels = static_cast<int>(shape.channels);
-
   if (tid == 0) {
     init_stage_ring(full_bar, empty_bar, stages, kCwFullArrivals, kCwEmptyArrivals);
     fence_proxy_async_shared();
@@ -1558,15 +1577,9 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     rows.row_out[tid] = row.out_offset;
   }
   if (tid < taps) rows.tap_offset[tid] = tap_offset_pixels(shape, tid);
-  if (tid == kCwThreads - 1) {  // a producer thread without row math: the pixels pa reads (the consumers, below)
-    const int64_t last = min(m0 + kCwBM, total_pixels) - 1;
-    const OutPixel first_px = split_out_pixel(m0, total_pixels, out_plane, shape.out_width);
-    const OutPixel last_px = split_out_pixel(last, total_pixels, out_plane, shape.out_width);
-    const int64_t top = first_px.oh * shape.stride_h - shape.pad_h;  // rows after it (of its image) read lower down
-    const int64_t bottom =
-        last_px.oh * shape.stride_h - shape.pad_h + (shape.kernel_h - 1) * shape.dilation_h;  // and above it
-    rows.span[0] = (first_px.image * shape.height + min(max(top, int64_t{0}), shape.height - 1)) * shape.width;
-    rows.span[1] = (last_px.image * shape.height + max(min(bottom, shape.height - 1), int64_t{0}) + 1) * shape.width - 1;
+  if (tid >= kCwThreads - 64) {  // the ones operand, written by generic stores and read by the async proxy
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ones + 4 * (tid - (kCwThreads - 64))), "r"(~0u) : "memory");
+    fence_proxy_async_shared();
   }
   __syncthreads();
   if (weights_ready) wait_for_prerequisite_grid();
@@ -1613,7 +1626,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       const bool in_taps = tap < taps;
       const int tap_bit = in_taps ? tap : 0;
       const uint64_t offset = static_cast<uint64_t>((rows.tap_offset[tap_bit] * channel_words + channel_word) * 4);
-      // A chunk past the stage's last k step is never read (neither by the wgmmas nor by the pb counts): not copied
+      // A chunk past the stage's last k step is never read (by no wgmma): not copied
       if (kb * kCwStageWords + 4 * chunk < steps_words) {
 #pragma unroll
         for (int i = 0; i < kRowsEach; ++i) {
@@ -1658,53 +1671,21 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     int acc[BN / 2];
 #pragma unroll
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-    // pa, the popcount of a tile row's A bits, is the sum over the row's inside taps of that input pixel's popcount
-    // (padded taps are zero-filled). The input rows the block's rows read, pixels [lo, hi], are counted once each
-    // into the tap_pb area (windows of its size; one for the usual shapes) while the consumers wait for stage 0, and
-    // each row adds up its taps from there: a few KB of global reads instead of counting the A tile of every stage.
-    // Lanes 0, 1 of a quad take row a_row0 = 64 wg + 16 (warp % 4) + lane / 4 (even / odd taps), lanes 2, 3 row
-    // a_row0 + 8: the rows of the thread's accumulators.
-    const int a_row = wg * 64 + (warp & 3) * 16 + (lane >> 2) + 8 * (quad >> 1);
-    int pa = 0;
-    {
-      const int64_t lo = rows.span[0], hi = rows.span[1];
-      const int window = (taps + 1) * BN;  // ints of tap_pb and all_pb
-      const int vectors = channel_words / 4;
-      const uint32_t row_taps = rows.row_inside[a_row];
-      const int64_t row_pixel = rows.row_pixel[a_row];
-      for (int64_t w0 = lo; w0 <= hi; w0 += window) {  // uniform over the consumers (their barriers)
-        const int count = static_cast<int>(min(static_cast<int64_t>(window), hi - w0 + 1));
-        for (int i = ctid; i < count; i += kCwConsumerThreads) {
-          const uint4* bits = reinterpret_cast<const uint4*>(plus_bits + (w0 + i) * channel_words);
-          int ones = 0;
-#pragma unroll 4
-          for (int v = 0; v < vectors; ++v) ones += popc4(__ldcg(bits + v));
-          tap_pb[i] = ones;
-        }
-        named_barrier(1, kCwConsumerThreads);
-        const int64_t base = row_pixel - w0;
-#pragma unroll 4
-        for (int t = quad & 1; t < taps; t += 2) {  // independent loads (a loop over the set bits chains them)
-          const int64_t q = base + rows.tap_offset[t];
-          if (((row_taps >> t) & 1u) != 0 && q >= 0 && q < count) pa += tap_pb[q];
-        }
-        named_barrier(1, kCwConsumerThreads);  // every read of the window done
-      }
-      for (int i = ctid; i < window; i += kCwConsumerThreads) tap_pb[i] = 0;  // for the pb counts
-      named_barrier(1, kCwConsumerThreads);
+    // pa, the popcount of a tile row's A bits (padded taps and words past the channels are zero-filled), from the
+    // m64n8 wgmmas against the ones operand: every column of a row holds it (rows of the acc fragment).
+    int pa[4] = {0, 0, 0, 0};
+    const uint64_t ones_desc = cw_ones_descriptor(ones);
+    // D_t of the block's columns (conv_tap_table_kernel's table, complete past the prerequisite-grid wait above)
+    // into tap_d / all_d by cp.async (awaited before E1): no pb counts in the main loop.
+    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;  // cw_col's, for tap_d and the E1 tile
+    for (int i = ctid; i < (taps + 1) * BN; i += kCwConsumerThreads) {
+      const int t = i / BN, c = i - t * BN;
+      const bool valid = n0 + c < n_rows;
+      const uint32_t dst = cw_shared_address(tap_d + t * BN + (t < taps ? cw_col(c, col_swizzle) : c));
+      cp_async_shared<4>(dst, valid ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c)
+                                    : reinterpret_cast<const uint32_t*>(tap_table), valid);
     }
-    // pb: B row b_row (column n0 + b_row), chunks q0 .. q0 + kBChunks - 1 of every stage; per-tap counts into
-    // tap_pb by shared atomics (a tap may straddle two stages, or, for BN = 128, the two threads of a row).
-    constexpr int kBChunks = 8 * BN / 256;
-    const int b_row = ctid % BN;
-    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;  // cw_col's, for tap_pb and the E1 tile
-    const int pb_col = cw_col(b_row, col_swizzle);                  // tap_pb's word of column b_row
-    const int q0 = (ctid / BN) * kBChunks;
-    const uint32_t b_pop = L::kBytesA + b_row * 128;
-    int b_tap = 4 * q0 / channel_words;  // of the thread's first chunk of the current stage
-    int b_word = 4 * q0 % channel_words;
-    int pb_total = 0;
-    const uint32_t last_bits = valid_bits(channels, channel_words - 1);  // real channels of a tap's last word
+    cp_async_commit();
     int s = 0, previous_s = 0;
     uint32_t round_parity = 0;
     for (int kb = 0; kb < kblocks; ++kb) {
@@ -1714,49 +1695,21 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       const uint32_t a_start = slot + wg * (64 * 128);
       const uint32_t b_start = slot + L::kBytesA;
       b1::fence_accumulators(acc);
+      b1::fence_accumulators(pa);
       // One straight-line fence + chain + commit a step count: a branch around single wgmmas makes ptxas serialize
       // them (C7520); a fence before the branch or a commit after the join makes it inject arrives (C7519).
       if (steps == 4) {
-        wgmma_stage<BN, 4>(acc, a_start, b_start);
+        wgmma_stage<BN, 4>(acc, pa, a_start, b_start, ones_desc);
       } else if (steps == 3) {
-        wgmma_stage<BN, 3>(acc, a_start, b_start);
+        wgmma_stage<BN, 3>(acc, pa, a_start, b_start, ones_desc);
       } else if (steps == 2) {
-        wgmma_stage<BN, 2>(acc, a_start, b_start);
+        wgmma_stage<BN, 2>(acc, pa, a_start, b_start, ones_desc);
       } else {
-        wgmma_stage<BN, 1>(acc, a_start, b_start);
-      }
-      // pb while the wgmmas run, only of chunks holding real words (past them: zeros, or in a stage's uncopied
-      // tail stale words).
-      const int stage_words = reduction_words - kb * kCwStageWords;
-      {
-        int tap = b_tap, word = b_word, count = 0;
-#pragma unroll
-        for (int i = 0; i < kBChunks; ++i) {
-          const int q = q0 + i;
-          if (4 * q >= stage_words) break;  // uniform across the warp (one q0 a warp)
-          uint4 v = ld_shared_16(slot + b_pop + ((q ^ (b_row & 7)) * 16));
-          if (word + 4 == channel_words) v.w &= last_bits;  // the tap's last channel word: real channels only
-          const int c = popc4(v);
-          count += c;
-          pb_total += c;
-          word += 4;
-          if (word == channel_words) {
-            if (count != 0 && tap < taps) atomicAdd(&tap_pb[tap * BN + pb_col], count);
-            count = 0;
-            word = 0;
-            ++tap;
-          }
-        }
-        if (count != 0 && tap < taps) atomicAdd(&tap_pb[tap * BN + pb_col], count);
-        b_tap += tap_step;
-        b_word += word_step;
-        if (b_word >= channel_words) {
-          b_word -= channel_words;
-          ++b_tap;
-        }
+        wgmma_stage<BN, 1>(acc, pa, a_start, b_start, ones_desc);
       }
       wgmma_wait<1>();  // the wgmmas of kb - 1 are complete: their stage may be refilled
       b1::fence_accumulators(acc);
+      b1::fence_accumulators(pa);
       if (kb > 0) {
         __syncwarp();
         if (lane == 0) mbar_arrive(empty_bar + 8 * previous_s);
@@ -1769,19 +1722,14 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     }
     wgmma_wait<0>();
     b1::fence_accumulators(acc);
-    atomicAdd(&all_pb[b_row], pb_total);
-    // pa of rows a_row0 (lanes 0, 1 of the quad) and a_row0 + 8 (lanes 2, 3)
-    pa += __shfl_xor_sync(kFullMask, pa, 1);
-    const int pa_top = __shfl_sync(kFullMask, pa, lane & ~3);
-    const int pa_bottom = __shfl_sync(kFullMask, pa, (lane & ~3) | 2);
+    b1::fence_accumulators(pa);
+    const int pa_top = pa[0], pa_bottom = pa[2];  // rows r_top and r_top + 8 (below)
+    cp_async_wait<0>();     // the thread's D_t copies (visible to all past the __syncthreads after E1)
     named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring: it becomes the E1 tile
-    // E1: 4 acc + the row's term into the int32 tile [128][BN + 8]. The row's term: -2 pa, and of the padded-tap
-    // correction -(1 + pad) sum_padded D_t = -(1 + pad) (C n_padded - 2 sum_padded pb_t) the part without pb_t.
+    // E1: 4 acc - 2 pa into the int32 tile [128][BN + 8] (E2 adds the columns' terms).
     const int r_top = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-    const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
-    const int padded_c = (1 + shape.pad_value) * channels;
-    const int term_top = -2 * pa_top - padded_c * __popc(~rows.row_inside[r_top] & all_taps);
-    const int term_bottom = -2 * pa_bottom - padded_c * __popc(~rows.row_inside[r_top + 8] & all_taps);
+    const int term_top = -2 * pa_top;
+    const int term_bottom = -2 * pa_bottom;
     // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
     const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
     const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
@@ -1793,7 +1741,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       st_shared_v2(e1 + kEightRows + i * 32, 4 * acc[4 * i + 2] + term_bottom, 4 * acc[4 * i + 3] + term_bottom);
     }
   }
-  __syncthreads();  // the E1 tile, tap_pb and all_pb complete
+  __syncthreads();  // the E1 tile, tap_d and all_d complete
 
   // ---- E2: a row (BN = 128: two) a warp at a time, 8 columns a lane ----
   const int rows_valid = static_cast<int>(min(static_cast<int64_t>(kCwBM), total_pixels - m0));
@@ -1811,23 +1759,22 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
   float col_scale[8], col_bias[8];
   int col_all_d[8];
-  const int all_taps_c = taps * channels;
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     const int col = col_base + e * col_step;
     const bool valid = col < cols_valid;
     col_scale[e] = valid ? scale[col * scale_step] : 0.f;
     col_bias[e] = valid ? bias[has_bias ? col : 0] : 0.f;
-    col_all_d[e] = all_taps_c - 2 * all_pb[col];  // sum_t D_t
+    col_all_d[e] = all_d[col];  // sum_t D_t
   }
   const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
-  const int twice_pad_weight = 2 * (1 + shape.pad_value);
+  const int pad_weight = -(1 + shape.pad_value);  // of a padded tap's D_t
   const int* tile = reinterpret_cast<const int*>(smem);
-  // Words of the lane's two 16-byte chunks in a tile / tap_pb row (channels_last; they trade places where lane_in_row
+  // Words of the lane's two 16-byte chunks in a tile / tap_d row (channels_last; they trade places where lane_in_row
   // / 4 is odd)
   const int lo_word = cw_col(col_base, kCwColSwizzle), hi_word = cw_col(col_base + 4, kCwColSwizzle);
-  // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t + 2 (1 + pad) sum_padded pb_t, the padded
-  // taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
+  // The integer dot of (row r, the lane's 8 columns): tile + sum_t D_t - (1 + pad) sum_padded D_t (conv_epilogue's),
+  // the padded taps' loop uniform across the row's lanes (none for interior pixels or pad = -1).
   auto row_tile = [&](int r, int (&v)[8]) {
     const int* line = tile + r * L::kTileStride;
     if (out_channels_last) {
@@ -1842,18 +1789,18 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     for (int e = 0; e < 8; ++e) v[e] += col_all_d[e];
   };
   auto row_padded = [&](int r, int (&v)[8]) {
-    if (twice_pad_weight != 0) {
+    if (pad_weight != 0) {
       for (uint32_t left = ~rows.row_inside[r] & all_taps; left != 0; left &= left - 1) {
-        const int* pb = tap_pb + (__ffs(left) - 1) * BN;
+        const int* d = tap_d + (__ffs(left) - 1) * BN;
         if (out_channels_last) {
-          const int4 lo = *reinterpret_cast<const int4*>(pb + lo_word);
-          const int4 hi = *reinterpret_cast<const int4*>(pb + hi_word);
-          v[0] += twice_pad_weight * lo.x, v[1] += twice_pad_weight * lo.y, v[2] += twice_pad_weight * lo.z;
-          v[3] += twice_pad_weight * lo.w, v[4] += twice_pad_weight * hi.x, v[5] += twice_pad_weight * hi.y;
-          v[6] += twice_pad_weight * hi.z, v[7] += twice_pad_weight * hi.w;
+          const int4 lo = *reinterpret_cast<const int4*>(d + lo_word);
+          const int4 hi = *reinterpret_cast<const int4*>(d + hi_word);
+          v[0] += pad_weight * lo.x, v[1] += pad_weight * lo.y, v[2] += pad_weight * lo.z;
+          v[3] += pad_weight * lo.w, v[4] += pad_weight * hi.x, v[5] += pad_weight * hi.y;
+          v[6] += pad_weight * hi.z, v[7] += pad_weight * hi.w;
         } else {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) v[e] += twice_pad_weight * pb[col_base + e * L::kLanesPerRow];
+          for (int e = 0; e < 8; ++e) v[e] += pad_weight * d[col_base + e * L::kLanesPerRow];
         }
       }
     }
@@ -1999,8 +1946,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                       const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
-                                       bool weights_ready) {
+                                       const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                       cudaStream_t stream, bool weights_ready, bool table_ready) {
   using L = ConvWgLayout;
   constexpr int BN = kCwBN;
   const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
@@ -2010,7 +1957,7 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
   const int64_t m_tiles = ceil_div(total_pixels, kCwBM);
   const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
   if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4 ||
-      shape.out_channels > INT_MAX - BN) {
+      shape.out_channels > INT_MAX - BN || tap_table == nullptr) {
     return cudaErrorInvalidValue;
   }
   // Ring stages: as many as fit a resident block's share of the SM's shared memory (3 for 3x3), at least 3 (the
@@ -2031,11 +1978,17 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
   auto kernel = binary_conv2d_wgmma_kernel<OutT>;
   static unsigned long long smem_devices = 0;  // the attribute is raised to the largest size once (sizes vary)
   // with the whole unified L1 as shared memory, so that two blocks of ~105 KB fit an SM
-  const cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices, /*max_shared_carveout=*/true);
+  cudaError_t error = allow_dynamic_smem(kernel, kCwMaxDynamicSmem, smem_devices, /*max_shared_carveout=*/true);
   if (error != cudaSuccess) return error;
+  // the weight's D_t table first (its completion implies the launch before it complete), then the conv
+  if (!table_ready) {
+    error = launch_conv_tap_table(w_bits, shape, tap_table, /*dependent=*/true, weights_ready, stream);
+    if (error != cudaSuccess) return error;
+  }
   const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kCwThreads, conv_wgmma_smem_bytes(stages, taps), 1,
                              stream, /*dependent=*/true);
-  return cudaLaunchKernelEx(&launch.config, kernel, map_w, plus_bits, shape, static_cast<int>(m_tiles), stages,
+  return cudaLaunchKernelEx(&launch.config, kernel, map_w, plus_bits, static_cast<const int*>(tap_table), shape,
+                            static_cast<int>(m_tiles), stages,
                             static_cast<int>(channel_words), static_cast<int>(reduction_words), ep, out,
                             out_channels_last, weights_ready);
 }
@@ -2049,8 +2002,8 @@ constexpr int64_t kCwMinPixels = 3072;
 // The wgmma kernel where it applies (cudaErrorNotSupported elsewhere).
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                const Epilogue& ep, OutT* out, bool out_channels_last, cudaStream_t stream,
-                                bool weights_ready) {
+                                const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                cudaStream_t stream, bool weights_ready, bool table_ready) {
   const int64_t channel_words = ceil_div(shape.channels, 32);
   if (shape.kernel_h * shape.kernel_w > kOnePlaneMaxTaps || channel_words % 4 != 0 ||
       reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
@@ -2061,20 +2014,23 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   if (error != cudaSuccess) return error;
   // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only
   if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
-  return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, weights_ready);
+  return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream,
+                                    weights_ready, table_ready);
 }
 
 template <typename OutT>
 cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                 const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
-                                int* tap_table, cudaStream_t stream, const ConvTuning& tuning, bool weights_ready) {
+                                int* tap_table, cudaStream_t stream, const ConvTuning& tuning, bool weights_ready,
+                                bool table_ready) {
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
   if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
     if (minus_bits != nullptr) return cudaErrorNotSupported;
     const cudaError_t error =
-        binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, stream, weights_ready);
+        binary_conv2d_wgmma(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream, weights_ready,
+                            table_ready);
     if (error != cudaErrorNotSupported || tuning.kernel == 2) return error;
     (void)cudaGetLastError();
   }
@@ -2088,15 +2044,15 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
     // one plane: the widest piece that divides the channel words and the operands' alignment
     if (channel_words % 4 == 0 && aligned(16)) {
       return binary_conv2d_pipelined_launch<4>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
-                                               stream, tuning, weights_ready);
+                                               stream, tuning, weights_ready, table_ready);
     }
     if (channel_words % 2 == 0 && aligned(8)) {
       return binary_conv2d_pipelined_launch<2>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
-                                               stream, tuning, weights_ready);
+                                               stream, tuning, weights_ready, table_ready);
     }
     if (aligned(4)) {
       return binary_conv2d_pipelined_launch<1>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
-                                               stream, tuning, weights_ready);
+                                               stream, tuning, weights_ready, table_ready);
     }
   }
   // two planes: torch.sign inputs, more than kOnePlaneMaxTaps taps (or words not 4-byte aligned)
@@ -2133,13 +2089,14 @@ cudaError_t launch_binary_conv2d_signs(const uint32_t* plus_bits, const uint32_t
   const cudaError_t error = check_conv_launch(shape, chosen, done);
   if (error != cudaSuccess || done) return error;
   return binary_conv2d_typed(plus_bits, nullptr, w_bits, shape, epilogue, reinterpret_cast<SignWords*>(out_words),
-                             /*out_channels_last=*/true, tap_table, stream, chosen, /*weights_ready=*/false);
+                             /*out_channels_last=*/true, tap_table, stream, chosen, /*weights_ready=*/false,
+                             /*table_ready=*/false);
 }
 
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
                                  bool out_channels_last, int* tap_table, cudaStream_t stream,
-                                 const ConvTuning* tuning, bool weights_ready) {
+                                 const ConvTuning* tuning, bool weights_ready, bool table_ready) {
   const ConvTuning chosen = tuning != nullptr ? *tuning : ConvTuning{};
   bool done = false;
   const cudaError_t error = check_conv_launch(shape, chosen, done);
@@ -2147,15 +2104,37 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready,
+                                 table_ready && weights_ready);
     case FloatType::kFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready,
+                                 table_ready && weights_ready);
     case FloatType::kBFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready,
+                                 table_ready && weights_ready);
   }
   return cudaErrorInvalidValue;
+}
+
+cudaError_t launch_conv_tap_table_first(const uint32_t* w_bits, const ConvShape& shape, int* tap_table,
+                                        cudaStream_t stream) {
+  DeviceFacts device;
+  const cudaError_t error = current_device_facts(device);
+  if (error != cudaSuccess) return error;
+  // only where the wgmma conv may take the shape (a table launched ahead of a kernel that reads none, such as the
+  // 64 x 32 tile of small batches, costs: H100 B = 1 C = 256 14x14 with pack_signs 7.10 -> 7.85 us a call)
+  const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
+  if (device.major < 9 || conv_tap_table_ints(shape) == 0 || pixels < kCwMinPixels ||
+      ceil_div(shape.channels, 32) % 4 != 0) {
+    return cudaErrorNotSupported;
+  }
+  if (tap_table == nullptr || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels > INT_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  if (shape.out_channels == 0) return cudaSuccess;
+  return launch_conv_tap_table(w_bits, shape, tap_table, /*dependent=*/false, /*weights_ready=*/false, stream);
 }
 
 }  // namespace cuda

@@ -38,9 +38,12 @@ struct Epilogue {
 // too, the plus plane's), binary_linear's x_popcounts. Each kernel reduces it within one block (no atomics, so the
 // buffer needs no zeroing), as it does mean(|x|).
 // Rows of k % 32 == 0 at a 16-byte aligned x take 16-byte loads.
+// dependent (sm_90): launched with programmatic dependent launch on the launch before it, which must have begun after
+// all work that wrote x was complete (launch_conv_tap_table_first); the kernel reads x at once and its completion
+// implies that launch's.
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
                               uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
-                              cudaStream_t stream);
+                              cudaStream_t stream, bool dependent = false);
 
 // Whether launch_binary_linear reads x_popcounts on the current device (a 9.x device: the wgmma kernel), so that a
 // caller asks launch_pack_signs for them only then. The compute capability is asked of the driver once per device.
@@ -123,10 +126,21 @@ inline int64_t conv_tap_table_ints(const ConvShape& s) {
   const int64_t taps = s.kernel_h * s.kernel_w;
   return taps <= 32 ? (taps + 1) * s.out_channels : 0;
 }
+// table_ready (with weights_ready): tap_table holds the weight's D_t table already, from
+// launch_conv_tap_table_first before that launch_pack_signs (launched dependent), so the conv launch makes none.
 cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minus_bits, const uint32_t* w_bits,
                                  const ConvShape& shape, const Epilogue& epilogue, void* out, FloatType out_type,
                                  bool out_channels_last, int* tap_table, cudaStream_t stream,
-                                 const ConvTuning* tuning = nullptr, bool weights_ready = false);
+                                 const ConvTuning* tuning = nullptr, bool weights_ready = false,
+                                 bool table_ready = false);
+// The head of a conv's chain on a 9.x device: the weight's D_t table into tap_table (conv_tap_table_ints(shape) ints),
+// launched after all earlier work (not dependent), then launch_pack_signs(..., dependent = true) of the conv's input,
+// then launch_binary_conv2d(..., weights_ready = true, table_ready = true): the table is counted while x is packed,
+// instead of between the packing and the conv. cudaErrorNotSupported (nothing launched; the conv launch then makes
+// the table itself where its kernel reads one) before 9.0 (no dependent launches), and for shapes the wgmma conv does
+// not take (fewer than 3072 output pixels, ceil(channels / 32) % 4 != 0, no table: conv_tap_table_ints 0).
+cudaError_t launch_conv_tap_table_first(const uint32_t* w_bits, const ConvShape& shape, int* tap_table,
+                                        cudaStream_t stream);
 // The same conv of one-plane (pack_signs) input, its output as sign words: bit c % 32 of word c / 32 of output
 // pixel p (out_words[p * ceil(out_channels / 32) + c / 32]) is 1 where the fp32 value of channel c is >= 0, the bits
 // past out_channels 0. The values never reach global memory (the packed activation of a next binary conv).

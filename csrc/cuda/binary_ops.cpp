@@ -270,15 +270,23 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   EpilogueInputs inputs(scale, bias);
   const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
+  // 9.x: the weight's D_t table first, counted while x is packed (launch_conv_tap_table_first)
+  at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
+  bool table_first = false;
+  if (tap_table.defined()) {
+    const cudaError_t error =
+        kernels::launch_conv_tap_table_first(words(weight), shape, table_ints(tap_table), stream);
+    if (error != cudaErrorNotSupported) check_launch(error, op);
+    table_first = error == cudaSuccess;
+  }
   check_launch(kernels::launch_pack_signs(pixels.const_data_ptr(), float_type(pixels), pixel_count, g.channels,
                                           sign_zero, mutable_words(plus), sign_zero ? mutable_words(minus) : nullptr,
-                                          nullptr, nullptr, stream),
+                                          nullptr, nullptr, stream, /*dependent=*/table_first),
                op);
-  at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
   check_launch(kernels::launch_binary_conv2d(words(plus), sign_zero ? words(minus) : nullptr, words(weight), shape,
                                              inputs.epilogue, out.mutable_data_ptr(), float_type(out), out_channels_last,
                                              table_ints(tap_table), stream, /*tuning=*/nullptr,
-                                             /*weights_ready=*/true),
+                                             /*weights_ready=*/true, /*table_ready=*/table_first),
                op);
   return out;
 }

@@ -23,7 +23,9 @@
 // 4096 x 8192 25.90 / 26.06, fp16 4099 x 1024 (short-row kernel) 4.77 / 5.50; the W1A1 GEMM it feeds (N = K = 8192,
 // bf16 out) 15.67 -> 13.86 at M = 512 and 71.24 -> 69.95 at 4096.
 // All three let the next launch on the stream start early (launch_dependents: binary_linear's and the conv's
-// kernels are launched dependent and wait for the bits with griddepcontrol.wait).
+// kernels are launched dependent and wait for the bits with griddepcontrol.wait). Launched dependent themselves
+// (launch_pack_signs' `dependent`), they read x at once and wait for the grid before them only at their end, so that
+// their completion implies its (the conv's D_t table, launch_conv_tap_table_first).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -121,6 +123,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_kernel(const T* __res
     row_totals<POPC>(mean, abs_sum, ones, partial_sums, partial_counts, row, rows, k, part, row_in_block,
                      warps_per_row, row_mean_abs, row_popcounts);
   }
+  wait_for_prerequisite_grid();  // launched dependent: this grid completes after the one before it (at once if not)
 }
 
 // Bit j of the result: bit 2j of m0..m3's low halves and 2j + 1 of their high halves, from four packed 16-bit
@@ -250,6 +253,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_vector_kernel(const T
     row_totals<POPC>(MEAN, abs_sum, ones, partial_sums, partial_counts, row, rows, k, part, row_in_block,
                      warps_per_row, row_mean_abs, row_popcounts);
   }
+  wait_for_prerequisite_grid();  // as above
 }
 
 // Rows of at most kShortRowWords words take pack_signs_rows_kernel.
@@ -329,6 +333,7 @@ __global__ __launch_bounds__(kPackThreads) void pack_signs_rows_kernel(const T* 
       __syncthreads();  // word_sums / word_counts are the next tile's
     }
   }
+  wait_for_prerequisite_grid();  // as above
 }
 
 // Blocks of a kernel resident on one multiprocessor, asked once per kernel instantiation (racing callers
@@ -355,7 +360,7 @@ cudaError_t with_flags(F&& f, bool flag, Rest... rest) {
 
 template <typename T, bool SIGN_ZERO, bool MEAN, bool POPC>
 cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits, uint32_t* minus_bits,
-                        float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream) {
+                        float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream, bool dependent) {
   static int cached_blocks = 0;
   const auto kernel = pack_signs_rows_kernel<T, SIGN_ZERO, MEAN, POPC>;
   DeviceFacts device;
@@ -365,15 +370,15 @@ cudaError_t launch_rows(const T* x, int64_t rows, int64_t k, uint32_t* plus_bits
   const int64_t tiles = ceil_div(rows, rows_per_tile);
   const int64_t resident = static_cast<int64_t>(device.sm_count) * resident_blocks(kernel, cached_blocks);
   const int64_t blocks = tiles < resident ? tiles : resident;
-  kernel<<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, static_cast<int>(k), rows_per_tile, tiles,
-                                                                     plus_bits, minus_bits, row_mean_abs,
-                                                                     row_popcounts);
-  return cudaGetLastError();
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kPackThreads, 0, 1, stream, dependent);
+  return cudaLaunchKernelEx(&launch.config, kernel, x, rows, static_cast<int>(k), rows_per_tile, tiles, plus_bits,
+                            minus_bits, row_mean_abs, row_popcounts);
 }
 
 template <typename T>
 cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero, uint32_t* plus_bits,
-                             uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream) {
+                             uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts, cudaStream_t stream,
+                             bool dependent) {
   const int64_t words = ceil_div(k, 32);
   const bool aligned = k % 32 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool mean = row_mean_abs != nullptr, popc = row_popcounts != nullptr;
@@ -381,7 +386,7 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
     return with_flags(
         [&](auto sign_zero_c, auto mean_c, auto popc_c) {
           return launch_rows<T, decltype(sign_zero_c)::value, decltype(mean_c)::value, decltype(popc_c)::value>(
-              x, rows, k, plus_bits, minus_bits, row_mean_abs, row_popcounts, stream);
+              x, rows, k, plus_bits, minus_bits, row_mean_abs, row_popcounts, stream, dependent);
         },
         sign_zero, mean, popc);
   }
@@ -396,10 +401,11 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
     if (blocks > INT_MAX) return cudaErrorInvalidValue;
     return with_flags(
         [&](auto sign_zero_c, auto mean_c, auto popc_c) {
-          pack_signs_vector_kernel<T, decltype(sign_zero_c)::value, decltype(mean_c)::value, decltype(popc_c)::value>
-              <<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, warps_per_row, plus_bits,
-                                                                           minus_bits, row_mean_abs, row_popcounts);
-          return cudaGetLastError();
+          const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kPackThreads, 0, 1, stream, dependent);
+          return cudaLaunchKernelEx(&launch.config,
+                                    pack_signs_vector_kernel<T, decltype(sign_zero_c)::value, decltype(mean_c)::value,
+                                                             decltype(popc_c)::value>,
+                                    x, rows, k, warps_per_row, plus_bits, minus_bits, row_mean_abs, row_popcounts);
         },
         sign_zero, mean, popc);
   }
@@ -409,10 +415,10 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
   if (blocks > INT_MAX) return cudaErrorInvalidValue;
   return with_flags(  // mean |x| is a run-time test in this kernel (uniform over the block)
       [&](auto sign_zero_c, auto popc_c) {
-        pack_signs_kernel<T, decltype(sign_zero_c)::value, decltype(popc_c)::value>
-            <<<static_cast<unsigned>(blocks), kPackThreads, 0, stream>>>(x, rows, k, words, warps_per_row, plus_bits,
-                                                                         minus_bits, row_mean_abs, row_popcounts);
-        return cudaGetLastError();
+        const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks)), kPackThreads, 0, 1, stream, dependent);
+        return cudaLaunchKernelEx(&launch.config,
+                                  pack_signs_kernel<T, decltype(sign_zero_c)::value, decltype(popc_c)::value>, x, rows,
+                                  k, words, warps_per_row, plus_bits, minus_bits, row_mean_abs, row_popcounts);
       },
       sign_zero, popc);
 }
@@ -421,19 +427,19 @@ cudaError_t pack_signs_typed(const T* x, int64_t rows, int64_t k, bool sign_zero
 
 cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64_t k, bool sign_zero,
                               uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, bool dependent) {
   if (!valid_sizes(rows, k) || (sign_zero && minus_bits == nullptr)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   switch (type) {
     case FloatType::kFloat32:
       return pack_signs_typed(static_cast<const float*>(x), rows, k, sign_zero, plus_bits, minus_bits, row_mean_abs,
-                              row_popcounts, stream);
+                              row_popcounts, stream, dependent);
     case FloatType::kFloat16:
       return pack_signs_typed(static_cast<const __half*>(x), rows, k, sign_zero, plus_bits, minus_bits,
-                              row_mean_abs, row_popcounts, stream);
+                              row_mean_abs, row_popcounts, stream, dependent);
     case FloatType::kBFloat16:
       return pack_signs_typed(static_cast<const __nv_bfloat16*>(x), rows, k, sign_zero, plus_bits, minus_bits,
-                              row_mean_abs, row_popcounts, stream);
+                              row_mean_abs, row_popcounts, stream, dependent);
   }
   return cudaErrorInvalidValue;
 }

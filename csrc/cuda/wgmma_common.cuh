@@ -1,7 +1,7 @@
 // Helpers shared by the Hopper wgmma kernels (binary_linear_wgmma.cu, binary_weight_wgmma.cu, binary_conv2d.cu): the
 // guard of sm_90a device code, wgmma fence / commit / wait, the shared-memory matrix descriptor of a K-major operand
-// in the 128-byte swizzle, mbarrier waits and arrivals, the 2-D TMA load, the b1 AND.POPC wgmma (m64nNk256, N = 24,
-// 48, 96, 128, 192, 256) with its accumulator fence, and on the host the 2-D tensor map of such an operand. Torch-free.
+// in the 128-byte swizzle, mbarrier waits and arrivals, the 2-D TMA load, the b1 AND.POPC wgmma (m64nNk256, N = 8,
+// 24, 48, 96, 128, 192, 256) with its accumulator fence, and on the host the 2-D tensor map of such an operand. Torch-free.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
@@ -61,12 +61,14 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 #define BC_WG_REGS128 BC_WG_REGS96 \
   ", %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111" \
   ", %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define BC_WG_REGS4 "%0, %1, %2, %3"
 #define BC_WG_REGS12 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11"
 #define BC_WG_REGS24 BC_WG_REGS16 ", %16, %17, %18, %19, %20, %21, %22, %23"
 #define BC_WG_REGS48 BC_WG_REGS32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
 #define BC_WG_D8(C, b) \
   C(d[b + 0]), C(d[b + 1]), C(d[b + 2]), C(d[b + 3]), C(d[b + 4]), C(d[b + 5]), C(d[b + 6]), C(d[b + 7])
 #define BC_WG_D32(C, b) BC_WG_D8(C, b), BC_WG_D8(C, b + 8), BC_WG_D8(C, b + 16), BC_WG_D8(C, b + 24)
+#define BC_WG_ACC4(C) C(d[0]), C(d[1]), C(d[2]), C(d[3])
 #define BC_WG_ACC12(C) BC_WG_D8(C, 0), C(d[8]), C(d[9]), C(d[10]), C(d[11])
 #define BC_WG_ACC16(C) BC_WG_D8(C, 0), BC_WG_D8(C, 8)
 #define BC_WG_ACC24(C) BC_WG_ACC16(C), BC_WG_D8(C, 16)
@@ -94,6 +96,7 @@ __device__ __forceinline__ void fence_accumulators(int (&d)[R]) {
                  : "l"(desc_a), "l"(desc_b)                                                                 \
                  : "memory");                                                                               \
   }
+BC_WGMMA_AND_POPC(8, BC_WG_REGS4, BC_WG_ACC4, "%4, %5")          // binary_conv2d.cu's row popcounts
 BC_WGMMA_AND_POPC(24, BC_WG_REGS12, BC_WG_ACC12, "%12, %13")    // the bit-plane tiles of
 BC_WGMMA_AND_POPC(48, BC_WG_REGS24, BC_WG_ACC24, "%24, %25")    // binary_weight_planes_wgmma.cu:
 BC_WGMMA_AND_POPC(96, BC_WG_REGS48, BC_WG_ACC48, "%48, %49")    // 24 planes a row of x, 1-8 rows
@@ -104,7 +107,7 @@ BC_WGMMA_AND_POPC(256, BC_WG_REGS128, BC_WG_ACC128, "%128, %129")
 
 template <int BN>
 __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b) {
-  static_assert(BN == 24 || BN == 48 || BN == 96 || BN == 128 || BN == 192 || BN == 256, "an instantiated N");
+  static_assert(BN == 8 || BN == 24 || BN == 48 || BN == 96 || BN == 128 || BN == 192 || BN == 256, "an instantiated N");
   if constexpr (BN == 256) {
     wgmma_and_popc_n256(d, desc_a, desc_b);
   } else if constexpr (BN == 192) {
@@ -115,8 +118,10 @@ __device__ __forceinline__ void wgmma_and_popc(int (&d)[BN / 2], uint64_t desc_a
     wgmma_and_popc_n96(d, desc_a, desc_b);
   } else if constexpr (BN == 48) {
     wgmma_and_popc_n48(d, desc_a, desc_b);
-  } else {
+  } else if constexpr (BN == 24) {
     wgmma_and_popc_n24(d, desc_a, desc_b);
+  } else {
+    wgmma_and_popc_n8(d, desc_a, desc_b);
   }
 }
 }  // namespace b1
