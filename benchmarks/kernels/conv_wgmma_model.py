@@ -4,9 +4,9 @@
 1. Layout and math (--blocks, default on): every block of random shapes is emulated thread by thread with the
    kernel's own index formulas: the producer's gather (chunk / row mapping, tap and channel word stepped per stage,
    the SW128 destination, the zero-fill predicate), TMA's swizzled B box, the wgmma k steps read back through the
-   descriptor's swizzle, the consumers' pa chunks (quad lanes) and pb tap bookkeeping (tail mask, shared atomics,
-   stages that split a tap), the accumulator fragment layout into the E1 tile, E2's per-row correction (channels_last
-   and NCHW lane mappings) and E3's stores. The integer dot of every output is compared with a direct convolution
+   descriptor's swizzle, the row popcounts pa of the m64n8 wgmmas against the all-ones rows (the stage's issued k
+   steps only), conv_tap_table_kernel's D_t table (the weights' tail mask), the accumulator fragment layout into the
+   E1 tile, E2's per-row correction from the table (channels_last and NCHW lane mappings) and E3's stores. The integer dot of every output is compared with a direct convolution
    (any pad value, stride, dilation, kernel size, channel tails), every output must be written exactly once.
 2. Protocol (--protocol): randomized interleavings of the producer threads (cp.async groups, wait_group LAG, proxy
    fence + arrive), thread 0's TMA with expect_tx, the consumer warps (full wait, wgmma groups, wait_group 1, empty
@@ -26,7 +26,8 @@ import numpy as np
 
 BM, STAGE_WORDS, MAX_TAPS = 128, 32, 32
 LAYOUT_MUTATION = None  # an index bug injected into emulate() (--mutations)
-LAYOUT_MUTATIONS = ["no_swizzle", "pa_chunks", "no_tail_mask", "no_carry", "e1_rows", "pa_reads_tail"]
+LAYOUT_MUTATIONS = ["no_swizzle", "no_tail_mask", "no_carry", "e1_rows", "pa_reads_tail"]
+PRODUCERS, THREADS = 64, 320  # the kernel's producer threads (2 warps) and all threads (E2: 10 warps)
 
 
 def popc(x):
@@ -129,6 +130,14 @@ def emulate(s, x_words, w_words, nchw):
         kh = t // s.kw
         tap_offset.append((kh * s.dil * s.width + (t - kh * s.kw) * s.dil) * cw)
     garbage = np.random.default_rng(12345)
+    # conv_tap_table_kernel: D_t of output channel n = C - 2 popc(tap t of row n, real channels only)
+    table = np.zeros((taps, s.out_channels), dtype=np.int64)
+    for n in range(s.out_channels):
+        for t in range(taps):
+            words = [int(v) for v in w_rows[n, t * cw:(t + 1) * cw]]
+            if LAYOUT_MUTATION != "no_tail_mask":
+                words[-1] &= last_bits
+            table[t, n] = s.channels - 2 * sum(popc(v) for v in words)
     for block in range(m_tiles * n_tiles):
         m0 = (block % m_tiles) * BM
         n0 = (block // m_tiles) * bn
@@ -143,35 +152,32 @@ def emulate(s, x_words, w_words, nchw):
                 row_source[r] = ((image * s.height + top) * s.width + left) * cw
                 row_inside[r] = inside_taps(top, left, s.kh, s.kw, s.dil, s.dil, s.height, s.width)
                 row_out[r] = image * s.out_channels * plane + position
-        tap_pb = np.zeros((taps, bn), dtype=np.int64)
-        all_pb = np.zeros(bn, dtype=np.int64)
+        # the consumers' cp.async of the table: D_t of the block's columns (0 past the last output channel)
+        tap_d = np.zeros((taps, bn), dtype=np.int64)
+        cols_in = min(bn, s.out_channels - n0)
+        tap_d[:, :cols_in] = table[:, n0:n0 + cols_in]
         acc = np.zeros((BM, bn), dtype=np.int64)  # D of both consumer warpgroups (rows 64 wg + ...)
-        pa_lane = np.zeros((2, 4, 32), dtype=np.int64)
+        pa = np.zeros(BM, dtype=np.int64)         # the n8 wgmmas' accumulators (every column of a row the same)
         # producer state per thread
         prod = []
-        for tid in range(128):
+        for tid in range(PRODUCERS):
             chunk, row0 = tid & 7, tid >> 3
             prod.append({"chunk": chunk, "row0": row0, "tap": 4 * chunk // cw, "word": 4 * chunk % cw})
-        # consumer pb state per thread (ctid 0..255)
-        kb_chunks = 8 * bn // 256
-        cons = []
-        for ctid in range(256):
-            q0 = (ctid // bn) * kb_chunks
-            cons.append({"b_row": ctid % bn, "q0": q0, "tap": 4 * q0 // cw, "word": 4 * q0 % cw, "total": 0})
+        rows_each, row_groups = BM // (PRODUCERS // 8), PRODUCERS // 8
         steps_words = (reduction_words + 7) & ~7
         for kb in range(kblocks):
             stage = bytearray(garbage.bytes(16384 + bn * 128))  # a ring slot holds stale words of earlier stages
-            # producer: 8 cp.async of 16 bytes a thread
+            # producer: rows_each cp.async of 16 bytes a thread
             for st in prod:
                 tap, word = st["tap"], st["word"]
                 in_taps = tap < taps
                 tap_bit = tap if in_taps else 0
                 offset = tap_offset[tap_bit] + word
                 copied = kb * 32 + 4 * st["chunk"] < steps_words or LAYOUT_MUTATION == "no_copy_skip"
-                for i in range(8 if copied else 0):
-                    r = st["row0"] + 16 * i
+                for i in range(rows_each if copied else 0):
+                    r = st["row0"] + row_groups * i
                     fill = in_taps and (row_inside[r] >> tap_bit) & 1
-                    dst = st["row0"] * 128 + ((st["chunk"] ^ (st["row0"] & 7)) * 16) + i * 2048
+                    dst = st["row0"] * 128 + ((st["chunk"] ^ (st["row0"] & 7)) * 16) + i * row_groups * 128
                     if LAYOUT_MUTATION == "no_swizzle":
                         dst = r * 128 + st["chunk"] * 16
                     assert LAYOUT_MUTATION or dst == r * 128 + ((st["chunk"] ^ (r & 7)) * 16)
@@ -211,62 +217,22 @@ def emulate(s, x_words, w_words, nchw):
                                   for n in range(bn)], dtype=np.uint32)
                     both = a[:, None, :] & b[None, :, :]
                     acc[wg * 64:(wg + 1) * 64] += np.vectorize(popc)(both).sum(axis=2)
-            # consumer popcounts
-            for ctid in range(256):
-                wg, warp4, lane = ctid // 128, (ctid // 32) % 4, ctid % 32
-                quad = lane & 3
-                a_row = wg * 64 + warp4 * 16 + (lane >> 2) + 8 * (quad >> 1)
-                stage_words = reduction_words - kb * 32
-                for j in range(4):
-                    q = 4 * (quad & 1) + ((j + 2 * (quad >> 1)) & 3)
-                    if LAYOUT_MUTATION == "pa_chunks":
-                        q = (j + 2 * (quad >> 1)) & 3  # both lanes of a pair on chunks 0-3
-                    if 4 * q >= stage_words and LAYOUT_MUTATION != "pa_reads_tail":
-                        continue
-                    phys = a_row * 128 + ((q ^ (a_row & 7)) * 16)
-                    pa_lane[wg, warp4, lane] += sum(popc(v) for v in sw[phys // 4:phys // 4 + 4])
-                st = cons[ctid]
-                tap, word, count = st["tap"], st["word"], 0
-                for i in range(kb_chunks):
-                    q = st["q0"] + i
-                    if 4 * q >= stage_words:
-                        break
-                    phys = 16384 + st["b_row"] * 128 + ((q ^ (st["b_row"] & 7)) * 16)
-                    v = [int(u) for u in sw[phys // 4:phys // 4 + 4]]
-                    if word + 4 == cw and LAYOUT_MUTATION != "no_tail_mask":
-                        v[3] &= last_bits
-                    c = sum(popc(u) for u in v)
-                    count += c
-                    st["total"] += c
-                    word += 4
-                    if word == cw:
-                        if count and tap < taps:
-                            tap_pb[tap, st["b_row"]] += count
-                        count, word = 0, 0
-                        tap += 1
-                if count and tap < taps:
-                    tap_pb[tap, st["b_row"]] += count
-                st["tap"] += tap_step
-                st["word"] += word_step
-                if st["word"] >= cw:
-                    st["word"] -= cw
-                    st["tap"] += 1
-        for ctid in range(256):
-            all_pb[cons[ctid]["b_row"]] += cons[ctid]["total"]
-        # pa shuffles and E1 (the accumulator fragment: acc[4i + 2h + e] = row 16 w4 + lane / 4 + 8h, col 8i + 2 q + e)
+            # m64n8k256 against the all-ones rows: pa[row] += popc of the row's 32 bytes of each issued k step
+            for r in range(BM):
+                for j2 in range(4 if LAYOUT_MUTATION == "pa_reads_tail" else steps):
+                    wg, row = r // 64, r % 64
+                    words = np.concatenate([chunk_words(wg * 8192, row, 2 * j2), chunk_words(wg * 8192, row, 2 * j2 + 1)])
+                    pa[r] += sum(popc(v) for v in words)
+        # E1 (the accumulator fragment: acc[4i + 2h + e] = row 16 w4 + lane / 4 + 8h, col 8i + 2 q + e; pa's n8
+        # fragment the same rows: pa[0] / pa[2] of the thread)
         stride = bn + 8
         tile = {}
         for wg in range(2):
             for warp4 in range(4):
-                lanes = pa_lane[wg, warp4]
                 for lane in range(32):
-                    summed = [lanes[l] + lanes[l ^ 1] for l in range(32)]
-                    pa_top, pa_bottom = summed[lane & ~3], summed[(lane & ~3) | 2]
                     quad = lane & 3
                     r_top = wg * 64 + warp4 * 16 + (lane >> 2)
-                    padded_c = (1 + s.pad_value) * s.channels
-                    term_top = -2 * pa_top - padded_c * popc(~row_inside[r_top] & all_taps)
-                    term_bottom = -2 * pa_bottom - padded_c * popc(~row_inside[r_top + 8] & all_taps)
+                    term_top, term_bottom = -2 * pa[r_top], -2 * pa[r_top + 8]
                     for i in range(bn // 8):
                         for h, term in ((0, term_top), (1, term_bottom)):
                             base = (r_top * stride + 2 * quad) * 4 + (8 * stride * 4 if h else 0) + i * 32
@@ -282,17 +248,17 @@ def emulate(s, x_words, w_words, nchw):
         cols_valid = min(bn, s.out_channels - n0)
         lanes_per_row = bn // 8
         rows_per_warp = 32 // lanes_per_row
-        row_step = 12 * rows_per_warp
-        pad_weight = 1 + s.pad_value
+        row_step = (THREADS // 32) * rows_per_warp
+        pad_weight = -(1 + s.pad_value)  # of a padded tap's D_t
         lines = {}
-        for tid in range(384):
+        for tid in range(THREADS):
             warp, lane = tid >> 5, tid & 31
             row_sub, lane_in_row = lane // lanes_per_row, lane % lanes_per_row
             first_row = warp * rows_per_warp + row_sub
             col_base = 8 * lane_in_row if not nchw else lane_in_row
             col_step = 1 if not nchw else lanes_per_row
             cols = [col_base + e * col_step for e in range(8)]
-            all_d = [taps * s.channels - 2 * all_pb[c] for c in cols]
+            all_d = [int(tap_d[:, c].sum()) for c in cols]
             r = first_row
             while r < rows_valid:
                 v = [tile[(r * stride + c) * 4] for c in cols]
@@ -302,7 +268,7 @@ def emulate(s, x_words, w_words, nchw):
                     left = padded
                     while left:
                         t = (left & -left).bit_length() - 1
-                        v = [v[e] + 2 * pad_weight * tap_pb[t, cols[e]] for e in range(8)]
+                        v = [v[e] + pad_weight * tap_d[t, cols[e]] for e in range(8)]
                         left &= left - 1
                 for e in range(8):
                     c = cols[e]
@@ -313,8 +279,8 @@ def emulate(s, x_words, w_words, nchw):
                     else:
                         lines[(c, r)] = v[e]
                 r += row_step
-        if nchw:  # E3: thread tid stores pixel tid % 128 of channels tid / 128 + 3 j
-            for tid in range(384):
+        if nchw:  # E3: consumer thread tid stores pixel tid % 128 of channels tid / 128 + 2 j
+            for tid in range(256):
                 r = tid % BM
                 if r >= rows_valid:
                     continue
@@ -327,7 +293,7 @@ def emulate(s, x_words, w_words, nchw):
                     assert channel == n0 + c and p == m0 + r
                     result[p, channel] = lines[(c, r)]
                     writes[p, channel] += 1
-                    c += 3
+                    c += 2
     return result, writes
 
 
