@@ -1723,13 +1723,11 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     wgmma_wait<0>();
     b1::fence_accumulators(acc);
     b1::fence_accumulators(pa);
-    const int pa_top = pa[0], pa_bottom = pa[2];  // rows r_top and r_top + 8 (below)
     cp_async_wait<0>();     // the thread's D_t copies (visible to all past the __syncthreads after E1)
     named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring: it becomes the E1 tile
     // E1: 4 acc - 2 pa into the int32 tile [128][BN + 8] (E2 adds the columns' terms).
     const int r_top = wg * 64 + (warp & 3) * 16 + (lane >> 2);
-    const int term_top = -2 * pa_top;
-    const int term_bottom = -2 * pa_bottom;
+    const int term_top = -2 * pa[0], term_bottom = -2 * pa[2];  // pa of rows r_top and r_top + 8
     // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
     const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
     const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
@@ -1999,14 +1997,19 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
 // 47.5; C = OC = 128 28x28 B = 64 24.1 / 31.7; C = 128 -> OC = 256 stride 2, B = 64 12.3 / 19.5.
 constexpr int64_t kCwMinPixels = 3072;
 
+// The shapes the wgmma kernel takes: <= kOnePlaneMaxTaps taps, channel words % 4 == 0 (a 16-byte piece lies within
+// one tap of one pixel); it also needs 16-byte aligned operands and a 9.0 device with sm_90a code.
+bool conv_wgmma_shape(const ConvShape& shape) {
+  return shape.kernel_h * shape.kernel_w <= kOnePlaneMaxTaps && ceil_div(shape.channels, 32) % 4 == 0;
+}
+
 // The wgmma kernel where it applies (cudaErrorNotSupported elsewhere).
 template <typename OutT>
 cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                 const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
                                 cudaStream_t stream, bool weights_ready, bool table_ready) {
-  const int64_t channel_words = ceil_div(shape.channels, 32);
-  if (shape.kernel_h * shape.kernel_w > kOnePlaneMaxTaps || channel_words % 4 != 0 ||
-      reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
+  if (!conv_wgmma_shape(shape) || reinterpret_cast<uintptr_t>(plus_bits) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
     return cudaErrorNotSupported;
   }
   DeviceFacts device;
@@ -2101,39 +2104,34 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
   bool done = false;
   const cudaError_t error = check_conv_launch(shape, chosen, done);
   if (error != cudaSuccess || done) return error;
+  const bool table_first = table_ready && weights_ready;
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<float*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready,
-                                 table_ready && weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready, table_first);
     case FloatType::kFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__half*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready,
-                                 table_ready && weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready, table_first);
     case FloatType::kBFloat16:
       return binary_conv2d_typed(plus_bits, minus_bits, w_bits, shape, epilogue, static_cast<__nv_bfloat16*>(out),
-                                 out_channels_last, tap_table, stream, chosen, weights_ready,
-                                 table_ready && weights_ready);
+                                 out_channels_last, tap_table, stream, chosen, weights_ready, table_first);
   }
   return cudaErrorInvalidValue;
 }
 
 cudaError_t launch_conv_tap_table_first(const uint32_t* w_bits, const ConvShape& shape, int* tap_table,
                                         cudaStream_t stream) {
+  bool done = false;
+  cudaError_t error = check_conv_launch(shape, ConvTuning{}, done);  // the conv launch's own checks
+  if (error != cudaSuccess || done) return error;
   DeviceFacts device;
-  const cudaError_t error = current_device_facts(device);
+  error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   // only where the wgmma conv may take the shape (a table launched ahead of a kernel that reads none, such as the
   // 64 x 32 tile of small batches, costs: H100 B = 1 C = 256 14x14 with pack_signs 7.10 -> 7.85 us a call)
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
-  if (device.major < 9 || conv_tap_table_ints(shape) == 0 || pixels < kCwMinPixels ||
-      ceil_div(shape.channels, 32) % 4 != 0) {
-    return cudaErrorNotSupported;
-  }
-  if (tap_table == nullptr || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels > INT_MAX) {
-    return cudaErrorInvalidValue;
-  }
-  if (shape.out_channels == 0) return cudaSuccess;
+  if (device.major < 9 || !conv_wgmma_shape(shape) || pixels < kCwMinPixels) return cudaErrorNotSupported;
+  if (tap_table == nullptr) return cudaErrorInvalidValue;
   return launch_conv_tap_table(w_bits, shape, tap_table, /*dependent=*/false, /*weights_ready=*/false, stream);
 }
 

@@ -117,11 +117,11 @@ struct ConvTuning {
 // tap_table: device workspace of conv_tap_table_ints(shape) ints (may be null where that is 0, and is for two-plane
 // input), into which the launch writes the weight's D_t table (conv_tap_table_kernel) before the wgmma kernel or the
 // one-plane mma.sync kernel's 128 x 64 tile reads it (cudaErrorInvalidValue if either is chosen and tap_table is
-// null); its contents on return are not part of the interface. weights_ready: the launch just before this one on the stream is the launch_pack_signs that wrote
-// plus_bits (and minus_bits), launched with nothing else in between; it began after all earlier work was complete,
-// so the one-plane kernels, launched dependent on it (sm_90), read the weights (first stages, the D_t table) before
-// waiting for its bits. False: they wait first (plus_bits from any earlier launch, the weights perhaps from the one
-// just before).
+// null); its contents on return are not part of the interface. weights_ready: the launch just before this one on the
+// stream is the launch_pack_signs that wrote plus_bits (and minus_bits), launched with nothing else in between; it
+// began after all earlier work was complete, so the one-plane kernels, launched dependent on it (sm_90), read the
+// weights (first stages, the D_t table) before waiting for its bits. False: they wait first (plus_bits from any
+// earlier launch, the weights perhaps from the one just before).
 inline int64_t conv_tap_table_ints(const ConvShape& s) {
   const int64_t taps = s.kernel_h * s.kernel_w;
   return taps <= 32 ? (taps + 1) * s.out_channels : 0;
