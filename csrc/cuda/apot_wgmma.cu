@@ -236,7 +236,7 @@ cudaError_t linear_wgmma(const void* x, FloatType x_type, int64_t m, int64_t k, 
   cuda::DeviceFacts device;
   cudaError_t error = cuda::current_device_facts(device);
   if (error != cudaSuccess) return error;
-  if (device.major != 9 || device.minor != 0) return cudaErrorNotSupported;  // sm_90a code runs on 9.0 only
+  if (!cuda::wgmma_device(device)) return cudaErrorNotSupported;
   if (m == 0 || n == 0) return cudaSuccess;
   const WgmmaTuning chosen = tuning != nullptr ? *tuning : WgmmaTuning{};
   if (chosen.kernel != 0 && chosen.kernel != 3) return cudaErrorInvalidValue;  // 3: forced (2 was the all-threads kernel)

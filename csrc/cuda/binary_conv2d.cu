@@ -2015,8 +2015,7 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
-  // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only
-  if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
+  if (!wgmma_device(device)) return cudaErrorNotSupported;
   return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream,
                                     weights_ready, table_ready);
 }
@@ -2130,7 +2129,10 @@ cudaError_t launch_conv_tap_table_first(const uint32_t* w_bits, const ConvShape&
   // only where the wgmma conv may take the shape (a table launched ahead of a kernel that reads none, such as the
   // 64 x 32 tile of small batches, costs: H100 B = 1 C = 256 14x14 with pack_signs 7.10 -> 7.85 us a call)
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
-  if (device.major < 9 || !conv_wgmma_shape(shape) || pixels < kCwMinPixels) return cudaErrorNotSupported;
+  if (!wgmma_device(device) || !conv_wgmma_shape(shape) || pixels < kCwMinPixels ||
+      reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
+    return cudaErrorNotSupported;
+  }
   if (tap_table == nullptr) return cudaErrorInvalidValue;
   return launch_conv_tap_table(w_bits, shape, tap_table, /*dependent=*/false, /*weights_ready=*/false, stream);
 }

@@ -422,7 +422,7 @@ cudaError_t binary_linear_typed(const uint32_t* x_bits, const uint32_t* w_bits, 
 cudaError_t binary_linear_reads_popcounts(bool& reads) {
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
-  reads = error == cudaSuccess && device.major == 9;
+  reads = error == cudaSuccess && wgmma_device(device);  // launch_binary_linear_wgmma's kernels read them
   return error;
 }
 

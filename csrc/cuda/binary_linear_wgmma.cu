@@ -783,8 +783,7 @@ cudaError_t launch_binary_linear_wgmma(const uint32_t* x_bits, const uint32_t* w
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
-  // sm_90a code (BITCOMPILE_SM90A, device_common.cuh), which runs on 9.0 only; sm_100 has no wgmma
-  if (!BITCOMPILE_SM90A || device.major != 9 || device.minor != 0) return cudaErrorNotSupported;
+  if (!wgmma_device(device)) return cudaErrorNotSupported;
   switch (out_type) {
     case FloatType::kFloat32:
       return binary_linear_persistent_tile(x_bits, w_bits, m_rows, n_rows, k, epilogue, static_cast<float*>(out),

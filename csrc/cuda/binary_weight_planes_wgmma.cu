@@ -441,7 +441,7 @@ bool binary_weight_planes_wgmma_applies(FloatType type, int64_t k) {
     (void)cudaGetLastError();
     return false;
   }
-  return device.major == 9 && device.minor == 0;
+  return wgmma_device(device);
 }
 
 cudaError_t launch_binary_weight_planes_wgmma(const void* x, FloatType type, const uint32_t* w_bits, int64_t m_rows,

@@ -293,7 +293,7 @@ bool binary_weight_wgmma_applies(FloatType type, int64_t k) {
     (void)cudaGetLastError();
     return false;
   }
-  return device.major == 9 && device.minor == 0;  // sm_90a code runs on 9.0 only
+  return wgmma_device(device);
 }
 
 bool binary_weight_wgmma_splits_tail(FloatType type, int64_t m_rows, int64_t tail, int64_t n_rows, int64_t k,

@@ -122,6 +122,12 @@ inline cudaError_t current_device_facts(DeviceFacts& facts) {
   return cudaSuccess;
 }
 
+// Whether the wgmma kernels run on `device`: they exist only as sm_90a code (BITCOMPILE_SM90A), which runs on 9.0
+// only (sm_100 has no wgmma). Their launchers refuse elsewhere, and what only they read is not made there.
+inline bool wgmma_device(const DeviceFacts& device) {
+  return BITCOMPILE_SM90A && device.major == 9 && device.minor == 0;
+}
+
 // Programmatic dependent launch (sm_90; no-ops before): a kernel that produces what the next launch on the stream
 // reads calls launch_dependents() early, so that the next kernel, launched with ClusterLaunch's `dependent`, can
 // start (its launch, block scheduling and prologue) while this one finishes; that kernel calls
