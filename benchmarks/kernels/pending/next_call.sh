@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The fifty-third session's first device call (written in the fifty-second, not run): the new wgmma conv (pa by the
-# m64n8 ones wgmma, D_t from the table counted while x is packed) on whatever card comes: its checks, main's block
-# timeline at the two issue shapes (with and without pack_signs), and the whole CUDA test suite of the extension.
-#   here:       bash benchmarks/kernels/pending/next_call.sh prepare    (~2 min with the harness object cache)
+# The fifty-fourth session's first device call (written in the fifty-third): main's checks on whatever card comes, its
+# block timeline at the two issue shapes (with and without pack_signs; conv_trace.patch, stamps 41-43 new), and the
+# whole CUDA test suite of the extension (1eb678e changed which devices the wgmma launchers and the table-first launch
+# accept: host code, no kernel's PTX changed).
+#   here:       bash benchmarks/kernels/pending/next_call.sh prepare    (~1 min with the harness object cache)
 #   on device:  bash benchmarks/kernels/pending/next_call.sh run        carry ["benchmarks/kernels/build/next"];
-#               ~8 min (the suite is ~5 of them); logs tarred into $OUT/next_call.tgz after each part
-# Then (a second call): `bash benchmarks/gpu_session.sh bench resnet` after `build`, for bench_ops' rows and the
-# ResNet-18 row on that card (NOTES, "Fifty-second session").
+#               ~7 min (the suite is ~5 of them); logs tarred into $OUT/next_call.tgz after each part
+# Then (a second call): `bash benchmarks/gpu_session.sh build bench resnet`, for bench_ops' rows and the ResNet-18 row
+# on that card (NOTES, "Fifty-third session").
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
