@@ -45,8 +45,9 @@ cudaError_t launch_pack_signs(const void* x, FloatType type, int64_t rows, int64
                               uint32_t* plus_bits, uint32_t* minus_bits, float* row_mean_abs, int32_t* row_popcounts,
                               cudaStream_t stream, bool dependent = false);
 
-// Whether launch_binary_linear reads x_popcounts on the current device (a 9.x device: the wgmma kernel), so that a
-// caller asks launch_pack_signs for them only then. The compute capability is asked of the driver once per device.
+// Whether launch_binary_linear reads x_popcounts on the current device (where its wgmma kernels run: a 9.0 device and
+// a build with sm_90a code), so that a caller asks launch_pack_signs for them only then. The compute capability is
+// asked of the driver once per device.
 cudaError_t binary_linear_reads_popcounts(bool& reads);
 
 // binary_linear on b1 tensor cores (AND.POPC), for s(x) in {-1, +1}:
@@ -133,12 +134,13 @@ cudaError_t launch_binary_conv2d(const uint32_t* plus_bits, const uint32_t* minu
                                  bool out_channels_last, int* tap_table, cudaStream_t stream,
                                  const ConvTuning* tuning = nullptr, bool weights_ready = false,
                                  bool table_ready = false);
-// The head of a conv's chain on a 9.x device: the weight's D_t table into tap_table (conv_tap_table_ints(shape) ints),
-// launched after all earlier work (not dependent), then launch_pack_signs(..., dependent = true) of the conv's input,
-// then launch_binary_conv2d(..., weights_ready = true, table_ready = true): the table is counted while x is packed,
-// instead of between the packing and the conv. cudaErrorNotSupported (nothing launched; the conv launch then makes
-// the table itself where its kernel reads one) before 9.0 (no dependent launches), and for shapes the wgmma conv does
-// not take (fewer than 3072 output pixels, ceil(channels / 32) % 4 != 0, no table: conv_tap_table_ints 0).
+// The head of a conv's chain where the wgmma conv runs: the weight's D_t table into tap_table
+// (conv_tap_table_ints(shape) ints), launched after all earlier work (not dependent), then launch_pack_signs(...,
+// dependent = true) of the conv's input, then launch_binary_conv2d(..., weights_ready = true, table_ready = true): the
+// table is counted while x is packed, instead of between the packing and the conv. cudaErrorNotSupported (nothing
+// launched; the conv launch then makes the table itself where its kernel reads one) where the wgmma conv does not run
+// (a device other than 9.0, a build without sm_90a code) and for the shapes it does not take (fewer than 3072 output
+// pixels, ceil(channels / 32) % 4 != 0, no table: conv_tap_table_ints 0; weights not 16-byte aligned).
 cudaError_t launch_conv_tap_table_first(const uint32_t* w_bits, const ConvShape& shape, int* tap_table,
                                         cudaStream_t stream);
 // The same conv of one-plane (pack_signs) input, its output as sign words: bit c % 32 of word c / 32 of output

@@ -270,7 +270,7 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   EpilogueInputs inputs(scale, bias);
   const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  // 9.x: the weight's D_t table first, counted while x is packed (launch_conv_tap_table_first)
+  // where the wgmma conv runs: the weight's D_t table first, counted while x is packed (launch_conv_tap_table_first)
   at::Tensor tap_table = conv_tap_table(shape, x.options(), sign_zero);
   bool table_first = false;
   if (tap_table.defined()) {
