@@ -1359,6 +1359,11 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   an implicit generic-async proxy fence (PTX ISA, wgmma "Async Proxy"), and TMA is async proxy itself.
 //
 // ---- Epilogue -----------------------------------------------------------------------------------------------------
+//   Sign words: the consumers from their registers, after the named barrier of the 256 (their D_t and the columns'
+//      (scale, bias), copied by cp.async with the table into ConvWgRows::col_values, complete): the thread's two rows
+//      (16 w4 + lane / 4, + 8) x 32 columns (8 i + 2 (lane % 4) + 0/1), the padded taps over the union of the warp's
+//      rows, a quad's bits OR-ed by two shuffles. No E1 / E2 (the producer warps return after their loop).
+//   16- and 32-bit outputs:
 //   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
 //      writes 4 acc - 2 pa of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
 //      2 (lane % 4) + 0/1, the mma.sync m16n8 C layout repeated) into the int32 tile, rows BN + 8 words apart
@@ -1412,7 +1417,10 @@ struct ConvWgLayout {
 // Per-block values that are not part of the ring (8-byte aligned: placed after the int arrays).
 struct ConvWgRows {
   int64_t row_pixel[kCwBM];               // flat input pixel of the row's (image, top, left) tap (may lie outside)
-  int64_t row_out[kCwBM];                 // NCHW output offset of the row's channel 0
+  union {
+    int64_t row_out[kCwBM];               // NCHW output offset of the row's channel 0
+    float2 col_values[kCwBM];             // sign words: (scale, bias) of column c
+  };
   int64_t tap_offset[kOnePlaneMaxTaps];   // pixel offset of tap t = (kh, kw) from the (top, left) pixel
   uint32_t row_inside[kCwBM];             // the row's taps inside the image (bit t), 0 past the last output pixel
   uint64_t bars[2 * kCwMaxStages];        // full[s] at bars[s], empty[s] at bars[S + s]
@@ -1537,6 +1545,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 #if BC_WGMMA_ENABLED
   using L = ConvWgLayout;
   constexpr int BN = kCwBN;
+  constexpr bool kSigns = std::is_same_v<OutT, SignWords>;
   extern __shared__ uint8_t cw_smem_raw[];
   uint8_t* const smem = cw_smem_raw + ((1024 - (cw_shared_address(cw_smem_raw) & 1023)) & 1023);
   const uint32_t ring = cw_shared_address(smem);
@@ -1574,7 +1583,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     const RowPixel row = row_pixel(shape, m0 + tid, total_pixels, out_plane);
     rows.row_pixel[tid] = row.pixel;
     rows.row_inside[tid] = row.inside;
-    rows.row_out[tid] = row.out_offset;
+    if (!kSigns) rows.row_out[tid] = row.out_offset;
   }
   if (tid < taps) rows.tap_offset[tid] = tap_offset_pixels(shape, tid);
   if (tid >= kCwThreads - 64) {  // the ones operand, written by generic stores and read by the async proxy
@@ -1584,6 +1593,16 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   __syncthreads();
   if (weights_ready) wait_for_prerequisite_grid();
 
+  // The epilogue's values (conv_epilogue's integer and epilogue_value). Sign words are written by the consumers
+  // straight from their accumulators (E1 and E2 are for 16- and 32-bit outputs).
+  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(kCwBM), total_pixels - m0));
+  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
+  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
+  const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
+  const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
+  const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
+  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
+  const int pad_weight = -(1 + shape.pad_value);  // of a padded tap's D_t
   const int tap_step = kCwStageWords / channel_words;  // a stage's advance in whole taps and channel words
   const int word_step = kCwStageWords % channel_words;
   const int steps_words = (reduction_words + 7) & ~7;  // the words the k steps cover (whole 256-bit steps)
@@ -1677,13 +1696,20 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     const uint64_t ones_desc = cw_ones_descriptor(ones);
     // D_t of the block's columns (conv_tap_table_kernel's table, complete past the prerequisite-grid wait above)
     // into tap_d / all_d by cp.async (awaited before E1): no pb counts in the main loop.
-    const int col_swizzle = out_channels_last ? kCwColSwizzle : 0;  // cw_col's, for tap_d and the E1 tile
+    const int col_swizzle = out_channels_last && !kSigns ? kCwColSwizzle : 0;  // cw_col's, for tap_d and the E1 tile
     for (int i = ctid; i < (taps + 1) * BN; i += kCwConsumerThreads) {
       const int t = i / BN, c = i - t * BN;
       const bool valid = n0 + c < n_rows;
       const uint32_t dst = cw_shared_address(tap_d + t * BN + (t < taps ? cw_col(c, col_swizzle) : c));
       cp_async_shared<4>(dst, valid ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c)
                                     : reinterpret_cast<const uint32_t*>(tap_table), valid);
+    }
+    if constexpr (kSigns) {  // the columns' (scale, bias) into col_values with the table (threads 0-127: scale)
+      const int c = ctid % BN;
+      const bool valid = c < cols_valid;
+      const float* source = ctid < BN ? scale + (valid ? c * scale_step : 0) : bias + (valid && has_bias ? c : 0);
+      cp_async_shared<4>(cw_shared_address(&rows.col_values[c]) + (ctid < BN ? 0 : 4),
+                         reinterpret_cast<const uint32_t*>(source), valid);
     }
     cp_async_commit();
     int s = 0, previous_s = 0;
@@ -1723,27 +1749,93 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     wgmma_wait<0>();
     b1::fence_accumulators(acc);
     b1::fence_accumulators(pa);
-    cp_async_wait<0>();     // the thread's D_t copies (visible to all past the __syncthreads after E1)
-    named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring: it becomes the E1 tile
-    // E1: 4 acc - 2 pa into the int32 tile [128][BN + 8] (E2 adds the columns' terms).
+    cp_async_wait<0>();     // the thread's D_t (and column) copies, visible to the other consumers past the barrier
+    named_barrier(1, 256);  // both warpgroups' wgmmas are done with the ring (16- and 32-bit outputs: the E1 tile)
     const int r_top = wg * 64 + (warp & 3) * 16 + (lane >> 2);
     const int term_top = -2 * pa[0], term_bottom = -2 * pa[2];  // pa of rows r_top and r_top + 8
-    // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
-    const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
-    const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
-    constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
+    if constexpr (kSigns) {
+      // ---- Sign words from the accumulators: the thread's rows r_top and r_top + 8, columns 8 i + 2 quad (+ 1) ----
+      // 4 acc - 2 pa + sum_t D_t - (1 + pad) sum_padded D_t (conv_epilogue's integer), then epilogue_value's fma
+      // (dot * factor exact as fma(dot * factor, scale, bias); factor 1 without row factors); bit c % 32 of the
+      // pixel's word (n0 + c) / 32 where the value is >= 0, a quad's bits OR-ed by two shuffles. H100 harness, graph
+      // us, against E1 / E2 writing them (2026-12-06): B = 64 C = 256 14x14 11.82 -> 10.50; ResNet-18 at B = 256:
+      // layer2 (C = 128 28x28) 57.38 -> 49.72, layer3 (C = 256 14x14) 31.26 -> 28.20, layer4 (C = 512 7x7) 23.01 ->
+      // 21.62; B = 1 5.71 both. The same from the registers for fp16 output lost (B = 64 10.66 -> 11.80): its
+      // padded-tap loop runs over the union of a warp's 16 rows, where E2 takes a row's taps over 16 lanes at once.
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i) {
-      const uint32_t e1 = ((i >> 2) & 1) != 0 ? e1_top_x : e1_top;
-      st_shared_v2(e1 + i * 32, 4 * acc[4 * i] + term_top, 4 * acc[4 * i + 1] + term_top);
-      st_shared_v2(e1 + kEightRows + i * 32, 4 * acc[4 * i + 2] + term_bottom, 4 * acc[4 * i + 3] + term_bottom);
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 4 * acc[i] + ((i & 2) != 0 ? term_bottom : term_top);
+      uint32_t left[2];  // the rows' padded taps (none for interior rows, rows past the last or pad = -1)
+      float factor[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = r_top + 8 * h;
+        left[h] = pad_weight != 0 && r < rows_valid ? ~rows.row_inside[r] & all_taps : 0u;
+        factor[h] = ep.row_factor != nullptr && r < rows_valid ? ep.row_factor[m0 + r] : 1.f;
+      }
+      for (uint32_t any = left[0] | left[1]; any != 0; any &= any - 1) {
+        const int t = __ffs(any) - 1;
+        const int w_top = ((left[0] >> t) & 1u) != 0 ? pad_weight : 0;
+        const int w_bottom = ((left[1] >> t) & 1u) != 0 ? pad_weight : 0;
+        const int* d = tap_d + t * BN + 2 * quad;
+#pragma unroll
+        for (int i = 0; i < BN / 8; ++i) {
+          const int2 v = *reinterpret_cast<const int2*>(d + 8 * i);
+          acc[4 * i] += w_top * v.x;
+          acc[4 * i + 1] += w_top * v.y;
+          acc[4 * i + 2] += w_bottom * v.x;
+          acc[4 * i + 3] += w_bottom * v.y;
+        }
+      }
+      uint32_t* const words = reinterpret_cast<uint32_t*>(out);
+      const int64_t words_per_pixel = (n_rows + 31) / 32;
+#pragma unroll
+      for (int g = 0; g < BN / 32; ++g) {  // word g of the block's columns: i = 4 g .. 4 g + 3
+        uint32_t bits[2] = {0u, 0u};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int i = 4 * g + j;
+          const int c = 8 * i + 2 * quad;
+          const int2 all = *reinterpret_cast<const int2*>(all_d + c);  // sum_t D_t
+          const bool valid0 = c < cols_valid, valid1 = c + 1 < cols_valid;
+          const float4 column = *reinterpret_cast<const float4*>(&rows.col_values[c]);  // (scale, bias) of c, c + 1
+          const float s0 = column.x, b0 = column.y, s1 = column.z, b1 = column.w;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const float y0 = __fmaf_rn(__fmul_rn(static_cast<float>(acc[4 * i + 2 * h] + all.x), factor[h]), s0, b0);
+            const float y1 =
+                __fmaf_rn(__fmul_rn(static_cast<float>(acc[4 * i + 2 * h + 1] + all.y), factor[h]), s1, b1);
+            bits[h] |= ((valid0 && y0 >= 0.f ? 1u : 0u) | (valid1 && y1 >= 0.f ? 2u : 0u)) << (8 * j + 2 * quad);
+          }
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          uint32_t word = bits[h];
+          word |= __shfl_xor_sync(kFullMask, word, 1);
+          word |= __shfl_xor_sync(kFullMask, word, 2);
+          const int r = r_top + 8 * h;
+          if (quad == 0 && r < rows_valid && 32 * g < cols_valid) {
+            words[(m0 + r) * words_per_pixel + (n0 >> 5) + g] = word;
+          }
+        }
+      }
+    } else {
+      // E1: 4 acc - 2 pa into the int32 tile [128][BN + 8] (E2 adds the columns' terms).
+      // columns 8 i + 2 quad (+ 1) at words cw_col of them: channels_last 8 i + (2 quad ^ 4) where i / 4 is odd
+      const uint32_t e1_top = ring + (r_top * L::kTileStride + 2 * quad) * 4;
+      const uint32_t e1_top_x = ring + (r_top * L::kTileStride + (2 * quad ^ col_swizzle)) * 4;
+      constexpr uint32_t kEightRows = 8 * L::kTileStride * 4;
+#pragma unroll
+      for (int i = 0; i < BN / 8; ++i) {
+        const uint32_t e1 = ((i >> 2) & 1) != 0 ? e1_top_x : e1_top;
+        st_shared_v2(e1 + i * 32, 4 * acc[4 * i] + term_top, 4 * acc[4 * i + 1] + term_top);
+        st_shared_v2(e1 + kEightRows + i * 32, 4 * acc[4 * i + 2] + term_bottom, 4 * acc[4 * i + 3] + term_bottom);
+      }
     }
   }
+  if constexpr (kSigns) return;  // (the producer warps too: E2 is for 16- and 32-bit outputs)
   __syncthreads();  // the E1 tile, tap_d and all_d complete
 
   // ---- E2: a row (BN = 128: two) a warp at a time, 8 columns a lane ----
-  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(kCwBM), total_pixels - m0));
-  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
   const int row_sub = lane / L::kLanesPerRow;
   const int lane_in_row = lane % L::kLanesPerRow;
   const int first_row = warp * L::kRowsPerWarp + row_sub;
@@ -1751,10 +1843,6 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
   // transposed staging's writes on distinct banks)
   const int col_base = out_channels_last ? 8 * lane_in_row : lane_in_row;
   const int col_step = out_channels_last ? 1 : L::kLanesPerRow;
-  const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
-  const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
-  const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
-  const float* bias = has_bias ? ep.bias + n0 : &kEpilogueUnit[1];
   float col_scale[8], col_bias[8];
   int col_all_d[8];
 #pragma unroll
@@ -1765,8 +1853,6 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     col_bias[e] = valid ? bias[has_bias ? col : 0] : 0.f;
     col_all_d[e] = all_d[col];  // sum_t D_t
   }
-  const uint32_t all_taps = taps >= 32 ? 0xffffffffu : (1u << taps) - 1u;
-  const int pad_weight = -(1 + shape.pad_value);  // of a padded tap's D_t
   const int* tile = reinterpret_cast<const int*>(smem);
   // Words of the lane's two 16-byte chunks in a tile / tap_d row (channels_last; they trade places where lane_in_row
   // / 4 is odd)
@@ -1825,26 +1911,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       row_dots(r, v);
       dot_values(r, v, y);
     };
-    if constexpr (std::is_same_v<OutT, SignWords>) {
-      // Sign words: a half warp's 16 lanes hold a row's 128 columns, 8 a lane: a byte of signs each, 4 lanes a word
-      // (OR-ed by two shuffles). The row loop is uniform over the warp (the shuffles need all lanes); rows past the
-      // last and columns past the last are masked (bits 0).
-      uint32_t* const words_out = reinterpret_cast<uint32_t*>(out);
-      const int64_t words_per_pixel = (n_rows + 31) / 32;
-      for (int r0 = warp * L::kRowsPerWarp; r0 < rows_valid; r0 += L::kRowStep) {
-        const int r = r0 + row_sub;
-        float y[8];
-        row_values(r, y);
-        uint32_t byte = 0;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) byte |= static_cast<uint32_t>(col_base + e < cols_valid && y[e] >= 0.f) << e;
-        uint32_t word = byte << (8 * (lane_in_row & 3));
-        word |= __shfl_xor_sync(kFullMask, word, 1);
-        word |= __shfl_xor_sync(kFullMask, word, 2);
-        if (r < rows_valid && (lane_in_row & 3) == 0 && col_base < cols_valid) {
-          words_out[(m0 + r) * words_per_pixel + (n0 >> 5) + (col_base >> 5)] = word;
-        }
-      }
+    if constexpr (kSigns) {
+      // (written by the consumers from their accumulators)
     } else if (out_channels_last) {
       // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
       constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
