@@ -1650,6 +1650,40 @@ def test_conv2d_wgmma_tap_table_cuda(pad_value):
 
 
 @requires_cuda
+@pytest.mark.parametrize("pad_value", [-1.0, 0.0, 1.0])
+@pytest.mark.parametrize("epilogue", ["column", "scalar", "bias"])
+def test_conv2d_wgmma_sign_words_epilogue_cuda(pad_value, epilogue):
+    """The wgmma conv writes sign words from its accumulators, with the columns' (scale, bias) copied into shared
+    memory beside the D_t table (16- and 32-bit outputs go through its E1 / E2 tile instead): the words are the signs
+    of the fp32 values of the same conv (both epilogue_value's fma), bit for bit, and those values the reference's
+    (to fp32 rounding). Scales of both signs (a
+    negative scale flips a sign), one per column, one for all, or a bias alone; OC = 200 (a partial second block of
+    128 columns, the last word's bits past OC zero); 3x3 at 3456 output pixels (the wgmma kernel's sizes)."""
+    skip_without_wgmma()
+    c, oc = 128, 200
+    weight = torch.randn(oc, c, 3, 3, device="cuda")
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    scale = {"column": torch.randn(oc, device="cuda"), "scalar": -torch.rand(1, device="cuda") - 0.5,
+             "bias": None}[epilogue]
+    bias = torch.randn(oc, device="cuda") * 8
+    args = (c, [3, 3], [1, 1], [1, 1], [1, 1], scale, bias)
+    x = random_input((24, c, 12, 12), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
+    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+
+    def packed(dtype):
+        return ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
+
+    values = packed(torch.float32)
+    expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args[:5], scale.cpu() if scale is not None else None,
+                                       bias.cpu(), pad_value=pad_value)
+    assert_matches(values, expected, torch.float32, False, f"fp32 values {epilogue} pad {pad_value}")
+    words = packed(torch.int32)
+    assert torch.equal(words, ops.pack_signs(values.permute(0, 2, 3, 1))), f"sign words {epilogue} pad {pad_value}"
+    names = profiled_kernels(lambda: packed(torch.int32), ("conv2d",))
+    assert any("binary_conv2d_wgmma_kernel" in name for name in names), names
+
+
+@requires_cuda
 def test_weight_linear_cublas_path_keeps_reduction_flags_cuda():
     """Above 4096 rows binary_weight_linear runs cuBLAS with its split-K sums in fp32 (fp32 accumulation) and gives
     torch's reduced-precision-reduction flags back as the user set them."""
