@@ -1429,6 +1429,7 @@ struct ConvWgRows {
 // Dynamic shared memory of the kernel: 1 KB of alignment slack (it also holds the 256-byte ones operand), the ring,
 // tap_d and all_d, ConvWgRows (a multiple of 16 bytes: the tail slack starts 16-byte aligned).
 static_assert(sizeof(ConvWgRows) % 16 == 0, "the tail slack after ConvWgRows starts 16-byte aligned");
+static_assert(kCwBN <= kCwBM, "col_values holds a (scale, bias) for each of the block's columns");
 constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
   return 1024 + static_cast<size_t>(stages) * ConvWgLayout::kStageBytes + static_cast<size_t>(taps + 1) * kCwBN * 4 +
          sizeof(ConvWgRows);
