@@ -88,10 +88,13 @@ _lib.define(
 # False), in out_dtype, channels_last; without binary_conv2d's packing pass over x, which the passes hand to
 # inductor to fuse into whatever produces x. out_dtype int32: the output's sign words instead, in the same layout
 # (pack_signs of y.permute(0, 2, 3, 1), bit 1 for a value >= 0 in fp32, before any rounding), for a next binary conv.
+# residual (a float out_dtype): a tensor of the output's shape and dtype added to it, as `y + residual` of two
+# out_dtype tensors (y rounded first, the fp32 sum rounded once): a ResNet block's shortcut, added in the conv's
+# epilogue instead of a pass of its own over three activations.
 _lib.define(
     "binary_conv2d_packed(Tensor x_bits, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
-    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, *, "
-    "ScalarType out_dtype, float pad_value=0.0) -> Tensor"
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, "
+    "Tensor? residual=None, *, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
 )
 # Training forms. sign_zero / weight_sign_zero: x / the weight came through torch.sign rather than
 # ste_sign: an exact zero contributes 0, and that operand gets torch.sign's gradient, exactly 0
@@ -410,7 +413,7 @@ def _binary_weight_conv2d_composite(x, w_packed, in_channels, kernel_size, strid
 
 @torch.library.register_fake("bitcompile::binary_conv2d_packed")
 def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
-                               bias=None, *, out_dtype, pad_value=0.0):
+                               bias=None, residual=None, *, out_dtype, pad_value=0.0):
     op = "binary_conv2d_packed"
     _check(x_bits.dtype == torch.int32, op, lambda: f"x_bits must be int32 (pack_signs words), got {x_bits.dtype}")
     words = packed_words(in_channels)
@@ -425,6 +428,14 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
     _check_scale_bias(op, x_bits, w_packed.shape[0], scale, bias)
     height = _conv_output_size(op, x_bits.shape[1], kernel_size[0], stride[0], padding[0], dilation[0])
     width = _conv_output_size(op, x_bits.shape[2], kernel_size[1], stride[1], padding[1], dilation[1])
+    if residual is not None:
+        _check(out_dtype != torch.int32, op, lambda: "a residual needs a float out_dtype (int32 outputs are sign words)")
+        shape = (x_bits.shape[0], w_packed.shape[0], height, width)
+        _check(tuple(residual.shape) == shape, op,
+               lambda: f"residual must have the output's shape {list(shape)}, got {list(residual.shape)}")
+        _check(residual.dtype == out_dtype, op,
+               lambda: f"residual must be {out_dtype} (out_dtype), got {residual.dtype}")
+        _check_same_device(op, x_bits, residual=residual)
     if out_dtype == torch.int32:
         return x_bits.new_empty((x_bits.shape[0], height, width, packed_words(w_packed.shape[0])))
     out = x_bits.new_empty((x_bits.shape[0], w_packed.shape[0], height, width), dtype=out_dtype)
@@ -860,12 +871,13 @@ def binary_weight_conv2d(x, w_packed, in_channels, kernel_size, stride=(1, 1), p
 
 
 def binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
-                         scale=None, bias=None, *, out_dtype, pad_value=0.0):
+                         scale=None, bias=None, residual=None, *, out_dtype, pad_value=0.0):
     """binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the same values, in out_dtype, channels_last
-    (out_dtype int32: their sign words, [N, OH, OW, ceil(OC / 32)])."""
+    (out_dtype int32: their sign words, [N, OH, OW, ceil(OC / 32)]); plus residual (the output's shape and dtype),
+    as `y + residual` in out_dtype."""
     return torch.ops.bitcompile.binary_conv2d_packed(
         x_bits, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
-        out_dtype=out_dtype, pad_value=pad_value,
+        residual, out_dtype=out_dtype, pad_value=pad_value,
     )
 
 

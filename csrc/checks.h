@@ -272,13 +272,15 @@ inline ConvGeometry check_binary_weight_conv2d(const at::Tensor& x, const at::Te
 }
 
 // binary_conv2d_packed: x_bits = pack_signs(x.permute(0, 2, 3, 1)), int32 [N, H, W, ceil(C / 32)], the output
-// dtype float32 / float16 / bfloat16, or int32 for sign words; returns the geometry.
+// dtype float32 / float16 / bfloat16, or int32 for sign words; a residual of the output's shape and (float) dtype;
+// returns the geometry.
 inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const at::Tensor& w_packed,
                                                int64_t in_channels, at::IntArrayRef kernel_size,
                                                at::IntArrayRef stride, at::IntArrayRef padding,
                                                at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                                                const std::optional<at::Tensor>& bias, double pad_value,
-                                               at::ScalarType out_dtype) {
+                                               at::ScalarType out_dtype,
+                                               const std::optional<at::Tensor>& residual = std::nullopt) {
   const char* op = "binary_conv2d_packed";
   BITCOMPILE_CHECK(x_bits.scalar_type() == at::kInt, "bitcompile::", op,
                    ": x_bits must be int32 (pack_signs words), got ", x_bits.scalar_type());
@@ -295,6 +297,16 @@ inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const a
   check_binary_conv_weight(op, x_bits, w_packed, in_channels, kernel_size);
   check_pad_value(op, pad_value);
   check_scale_bias(op, x_bits, out_channels, scale, bias);
+  if (residual.has_value()) {
+    BITCOMPILE_CHECK(out_dtype != at::kInt, "bitcompile::", op,
+                     ": a residual needs a float out_dtype (int32 outputs are sign words)");
+    const std::vector<int64_t> shape = {g.batch, g.out_channels, g.out_height, g.out_width};
+    BITCOMPILE_CHECK(residual->sizes() == at::IntArrayRef(shape), "bitcompile::", op,
+                     ": residual must have the output's shape ", at::IntArrayRef(shape), ", got ", residual->sizes());
+    BITCOMPILE_CHECK(residual->scalar_type() == out_dtype, "bitcompile::", op, ": residual must be ", out_dtype,
+                     " (out_dtype), got ", residual->scalar_type());
+    check_same_device(op, x_bits, *residual, "residual");
+  }
   return g;
 }
 

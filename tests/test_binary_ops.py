@@ -361,6 +361,82 @@ def test_conv2d_packed_errors(device):
             ops.binary_conv2d_packed(*args, **kwargs)
 
 
+# (C, OC, kernel, batch, size, the CUDA kernel family): every kernel's epilogue (the mma.sync kernels' staged store
+# with 2- / 1-word pieces, odd OC (narrower vectors), the two-plane kernel past 32 taps, the 128 x 64 tile of large
+# grids; the wgmma kernel's E2 from 3072 output pixels at channel words % 4 == 0 on a 9.0 device)
+RESIDUAL_CASES = [
+    (40, 24, 3, 2, 9, "pipelined"),
+    (96, 37, 3, 2, 9, "pipelined"),
+    (64, 40, 7, 2, 9, "mma"),
+    (64, 64, 3, 4, 30, "pipelined"),
+    (128, 72, 3, 4, 30, "wgmma"),
+    (128, 37, 3, 4, 30, "wgmma"),
+]
+
+
+def _residual_like(out, layout):
+    """Random values of out's shape and dtype: channels_last, NCHW-contiguous, or channels_last one element past an
+    aligned address (the kernels' vectors narrow to 1 element)."""
+    values = torch.randn(out.shape, device=out.device).to(out.dtype)
+    if layout == "nchw":
+        return values.contiguous()
+    if layout == "offset":
+        n, c, h, w = out.shape
+        storage = torch.empty(out.numel() + 1, dtype=out.dtype, device=out.device)
+        view = storage[1:].view(n, h, w, c).permute(0, 3, 1, 2)
+        view.copy_(values)
+        assert view.is_contiguous(memory_format=torch.channels_last)
+        return view
+    return values.contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("c,oc,kernel,batch,size,family", RESIDUAL_CASES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_conv2d_packed_residual(device, c, oc, kernel, batch, size, family, dtype):
+    """binary_conv2d_packed(..., residual=r) is binary_conv2d_packed(...) + r in out_dtype (the conv's values rounded,
+    then eager's add), bit for bit, on every kernel's epilogue and every residual layout."""
+    if device == "cpu" and size > 9:
+        batch = 1  # the CPU op adds after its conv: the shape changes nothing there
+    weight = torch.randn(oc, c, kernel, kernel, device=device)
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    scale, bias = torch.randn(oc, device=device), torch.randn(oc, device=device) * 4
+    pad = kernel // 2
+    args = (c, [kernel, kernel], [1, 1], [pad, pad], [1, 1], scale, bias)
+    x = random_input((batch, c, size, size), dtype, device).contiguous(memory_format=torch.channels_last)
+    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+    y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0)
+    for layout in ("channels_last", "nchw", "offset"):
+        r = _residual_like(y, layout)
+        actual = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0, residual=r)
+        assert actual.dtype == dtype and actual.is_contiguous(memory_format=torch.channels_last)
+        expected = y + r
+        assert torch.equal(actual, expected), (
+            f"{layout} c={c} oc={oc} k={kernel} {dtype}: max diff {(actual - expected).double().abs().max()}")
+    if device == "cuda" and family == "wgmma":
+        skip_without_wgmma()
+    if device == "cuda":
+        names = profiled_kernels(lambda: ops.binary_conv2d_packed(
+            x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0, residual=r), ("conv2d",))
+        assert any(f"binary_conv2d_{family}_kernel" in name for name in names), names
+
+
+def test_conv2d_packed_residual_errors(device):
+    w_packed = ops.pack_signs(torch.randn(4, 3, 3, 40, device=device))
+    x_bits = ops.pack_signs(torch.randn(2, 7, 6, 40, device=device))
+    geometry = (40, [3, 3], [1, 1], [1, 1], [1, 1])
+    out = torch.zeros(2, 4, 7, 6, device=device)
+    cases = [
+        (out, torch.int32, "a residual needs a float out_dtype"),
+        (out[:, :3], torch.float32, r"residual must have the output's shape \[2, 4, 7, 6\]"),
+        (out, torch.float16, "residual must be (Half|torch.float16)"),
+    ]
+    if device == "cuda":
+        cases.append((out.cpu(), torch.float32, "residual is on cpu"))
+    for residual, out_dtype, message in cases:
+        with pytest.raises(RuntimeError, match=f"binary_conv2d_packed: {message}"):
+            ops.binary_conv2d_packed(x_bits, w_packed, *geometry, out_dtype=out_dtype, residual=residual)
+
+
 def test_conv2d_non_contiguous_and_empty(device):
     weight = torch.randn(4, 6, 3, 3, device=device)
     x = random_input((2, 6, 20, 9), device=device)[:, :, ::2]  # strided view
@@ -493,6 +569,13 @@ def opcheck_samples(device):
                                   torch.randn(4, device=device)), {"out_dtype": torch.bfloat16, "pad_value": 1.0}),
         ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
                                   torch.randn(4, device=device)), {"out_dtype": torch.int32}),
+        # a residual: [2, 4, 4, 7] outputs; channels_last, and NCHW (copied)
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, scale[:4],
+                                  None, random_input((2, 4, 4, 7), torch.float16, device).contiguous(
+                                      memory_format=torch.channels_last)), {"out_dtype": torch.float16}),
+        ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
+                                  None, random_input((2, 4, 4, 7), device=device)),
+         {"out_dtype": torch.float32, "pad_value": -1.0}),
         ("binary_weight_conv2d", (xc, wc_packed, 3, *geometry), {}),
         ("binary_weight_conv2d", (random_input((2, 64, 5, 6), torch.bfloat16, device).contiguous(
             memory_format=torch.channels_last), reference.pack_signs(torch.randn(4, 3, 3, 64, device=device)), 64,
@@ -510,10 +593,10 @@ def opcheck_samples(device):
     ]
 
 
-@pytest.mark.parametrize("index", range(23))
+@pytest.mark.parametrize("index", range(25))
 def test_opcheck(device, index):
     samples = opcheck_samples(device)
-    assert len(samples) == 23
+    assert len(samples) == 25
     name, args, kwargs = samples[index]
     torch.library.opcheck(getattr(ops, name).default, args, kwargs)
 

@@ -41,6 +41,8 @@
 //          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) kg=0 (the 64 x 32 tile's K
 //          groups: 1 or 2; 0 by the shape) pack=0 (1: the input is
 //          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
+//          res=0 (1: Epilogue::residual, random values of the output's type and layout added after rounding)
+//          resoff=0 (the residual pointer that many elements past an aligned one)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   read   n k blocks=0 threads=128 unroll=8 cluster=1 pdl=0   the read floor: n x k bits read and XORed, nothing
 //          else (blocks=0: one per 64 rows, times cluster; clusters sync twice before leaving, as store_tile)
@@ -870,6 +872,28 @@ Row run_conv(const Args& args) {
       checked.push_back(index);
     }
   }
+  // res=1: Epilogue::residual, a tensor of the output's type and layout added to each output after its rounding to
+  // that type (eager's add): want = float(round(y)) + r in fp32, then rounded once more by the kernel
+  const bool res = args.num("res", 0) != 0;
+  const int64_t residual_offset = args.num("resoff", 0);
+  std::vector<uint8_t> residual_bytes;
+  if (res) {
+    if (nchw || signs) {
+      row.check = "res=1: channels_last 16- and 32-bit outputs only";
+      return row;
+    }
+    std::vector<float> r(want.size()), r_rounded, y32(want.size()), y_rounded;
+    for (auto& v : r) v = static_cast<float>(random.word() % 8192u) / 1024.f - 4.f;
+    residual_bytes = encode(r, out, &r_rounded);
+    residual_bytes.insert(residual_bytes.begin(), residual_offset * type_size(out), uint8_t{0});
+    for (size_t i = 0; i < want.size(); ++i) y32[i] = static_cast<float>(want[i]);
+    encode(y32, out, &y_rounded);
+    for (const int64_t i : checked) {
+      want[i] = static_cast<double>(y_rounded[i] + r_rounded[i]);
+      magnitude[i] += std::fabs(r_rounded[i]);
+    }
+    row.config = (row.config == "auto" ? std::string() : row.config + " ") + "res";
+  }
   // pack=1: fp16 activations whose signs are x_bits (magnitudes in [0.5, 1.5)), packed by pack_signs each call
   const bool pack = args.num("pack", 0) != 0;
   std::vector<uint8_t> activations;
@@ -886,6 +910,7 @@ Row run_conv(const Args& args) {
   const size_t input_bytes = pack ? activations.size() : x_bits.size() * 4;
   const int copies = rotating_copies(args, input_bytes);
   Copies inputs(pack ? static_cast<const void*>(activations.data()) : x_bits.data(), input_bytes, copies);
+  std::unique_ptr<Copies> residuals(res ? new Copies(residual_bytes.data(), residual_bytes.size(), copies) : nullptr);
   Buffer packed(pack ? x_bits.size() * 4 : 4);
   constexpr int64_t kGuard = 64;  // poisoned elements around the output, which must stay so
   if (signs) {
@@ -901,8 +926,9 @@ Row run_conv(const Args& args) {
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
   Buffer table(bk::conv_tap_table_ints(s) * 4);  // the D_t workspace (Buffer allocates 16 bytes for 0)
-  const bk::Epilogue& ep = epilogue.ep;
   auto launch = [&](int copy, cudaStream_t stream) {
+    bk::Epilogue ep = epilogue.ep;
+    if (res) ep.residual = static_cast<const uint8_t*>((*residuals)[copy]) + residual_offset * size;
     const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
     bool table_first = false;  // as the op: the D_t table, then the packing (dependent), then the conv
     if (pack) {
@@ -936,7 +962,7 @@ Row run_conv(const Args& args) {
   }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * pixels * s.out_channels * taps * s.channels;
-  const double bytes = input_bytes + weights.bytes + out_bytes;
+  const double bytes = input_bytes + weights.bytes + out_bytes + residual_bytes.size();
   row.floor_us = std::max(ops / kOpsPerUs, bytes / kBytesPerUs);
   row.rate = ops / row.timing.us / 1e9;
   return row;

@@ -1613,15 +1613,15 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
   return result.to(x.scalar_type());
 }
 
-// binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype; int32:
-// the sign words of the fp32 values, [N, OH, OW, ceil(OC / 32)].
+// binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype (plus
+// a residual); int32: the sign words of the fp32 values, [N, OH, OW, ceil(OC / 32)].
 at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
-                                    const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                                    double pad_value) {
+                                    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                                    at::ScalarType out_dtype, double pad_value) {
   const ConvGeometry g = check_binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride, padding,
-                                                    dilation, scale, bias, pad_value, out_dtype);
+                                                    dilation, scale, bias, pad_value, out_dtype, residual);
   at::Tensor result =
       at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
                 x_bits.options().dtype(at::kFloat).memory_format(at::MemoryFormat::ChannelsLast));
@@ -1636,7 +1636,10 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
     const at::Tensor rows = result.permute({0, 2, 3, 1}).reshape({-1, g.out_channels});  // channels_last: a view
     return pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
   }
-  return result.to(out_dtype);
+  at::Tensor out = result.to(out_dtype);
+  // rounded to out_dtype, then added in out_dtype (eager's add of two such tensors: the fp32 sum rounded once)
+  if (residual.has_value()) out.add_(*residual);
+  return out;
 }
 
 #if defined(__AVX512F__)

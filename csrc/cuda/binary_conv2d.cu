@@ -301,6 +301,21 @@ struct VecOf<2> {
   using type = uint16_t;
 };
 
+// v (V elements of OutT) plus the V residual elements at r, each sum rounded once to OutT from the fp32 sum of the two
+// rounded values (eager's add of two OutT tensors).
+template <typename OutT, typename Vec>
+__device__ __forceinline__ Vec add_residual(Vec v, const OutT* __restrict__ r) {
+  constexpr int kCount = static_cast<int>(sizeof(Vec) / sizeof(OutT));
+  OutT a[kCount], b[kCount];
+  const Vec rv = *reinterpret_cast<const Vec*>(r);
+  memcpy(a, &v, sizeof(Vec));
+  memcpy(b, &rv, sizeof(Vec));
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) a[i] = from_float<OutT>(to_float(a[i]) + to_float(b[i]));
+  memcpy(&v, a, sizeof(Vec));
+  return v;
+}
+
 // Copies the staged tile out in vectors of V elements along its lines (channels_last: rows, contiguous channels;
 // NCHW: channels, contiguous pixels of one image), V dividing the line's global stride and the output's
 // alignment. A thread's vector sits at the same place of every line it copies (kThreads is a multiple of the
@@ -308,7 +323,8 @@ struct VecOf<2> {
 template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT>
 __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict__ out, const int64_t* row_out,
                                              int64_t m0, int64_t n0, int64_t n_rows, int64_t out_plane,
-                                             int rows_valid, int cols_valid, int tid) {
+                                             int rows_valid, int cols_valid, int tid,
+                                             const OutT* __restrict__ residual) {
   using Staging = ConvStaging<BM, BN, OutT>;
   using Vec = typename VecOf<V * static_cast<int>(sizeof(OutT))>::type;
   constexpr int kLines = CHANNELS_LAST ? BM : BN;
@@ -326,28 +342,40 @@ __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict
   OutT* dst = CHANNELS_LAST ? out + (m0 + line) * n_rows + n0 + first : out + row_out[first] + (n0 + line) * out_plane;
   const int64_t dst_step = kLineStep * (CHANNELS_LAST ? n_rows : out_plane);
   constexpr int kPasses = kLines / kLineStep;
+  if (residual == nullptr) {
 #pragma unroll(kPasses <= 4 ? kPasses : 2)
-  for (int i = 0; i < kPasses; ++i) {
-    if (line >= lines) break;
-    *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src);
-    line += kLineStep;
+    for (int i = 0; i < kPasses; ++i) {
+      if (line >= lines) break;
+      *reinterpret_cast<Vec*>(dst) = *reinterpret_cast<const Vec*>(src);
+      line += kLineStep;
+      src += kLineStep * kStride;
+      dst += dst_step;
+    }
+    return;
+  }
+  // a line a trip (unrolled, the 128 x 64 tile's fp32 form spilled at its 80 registers)
+  int64_t offset = dst - out;
+#pragma unroll 1
+  for (; line < lines; line += kLineStep) {
+    *reinterpret_cast<Vec*>(out + offset) = add_residual<OutT>(*reinterpret_cast<const Vec*>(src), residual + offset);
     src += kLineStep * kStride;
-    dst += dst_step;
+    offset += dst_step;
   }
 }
 template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT>
 __device__ __forceinline__ void store_staged_as(int vec, const OutT* stage, OutT* __restrict__ out,
                                                 const int64_t* row_out, int64_t m0, int64_t n0, int64_t n_rows,
-                                                int64_t out_plane, int rows_valid, int cols_valid, int tid) {
+                                                int64_t out_plane, int rows_valid, int cols_valid, int tid,
+                                                const OutT* __restrict__ residual) {
   if constexpr (V > 1) {
     if (vec < V) {
       store_staged_as<CHANNELS_LAST, V / 2, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane,
-                                                              rows_valid, cols_valid, tid);
+                                                              rows_valid, cols_valid, tid, residual);
       return;
     }
   }
   store_staged<CHANNELS_LAST, V, BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                   cols_valid, tid);
+                                                   cols_valid, tid, residual);
 }
 
 // The epilogue of both kernels, its values: this thread's MT x NT mma tiles (rows warp_row + 16 mt + g + 8h, columns
@@ -466,22 +494,25 @@ __device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4],
 
 // The epilogue of both kernels, part 2 (after a barrier): the staged tile out in the widest vectors (up to 16
 // bytes) that divide the line's global stride (channels_last: out_channels; NCHW: out_plane) and the output's
-// alignment. row_out: the NCHW offset of row r's channel 0 (image * out_channels * out_plane + position).
+// alignment (and the residual's, read with the same vectors: channels_last outputs only). row_out: the NCHW offset
+// of row r's channel 0 (image * out_channels * out_plane + position).
 template <int BM, int BN, int kThreads, typename OutT>
 __device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __restrict__ out, const int64_t* row_out,
                                                     int64_t m0, int64_t n0, int64_t n_rows, int64_t out_plane,
-                                                    int rows_valid, int cols_valid, bool out_channels_last, int tid) {
+                                                    int rows_valid, int cols_valid, bool out_channels_last, int tid,
+                                                    const Epilogue& ep) {
   constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
   const int64_t line_stride = out_channels_last ? n_rows : out_plane;
-  const uintptr_t address = reinterpret_cast<uintptr_t>(out);
+  const OutT* const residual = static_cast<const OutT*>(ep.residual);
+  const uintptr_t address = reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(residual);
   int vec = kMaxVec;
   while (vec > 1 && ((line_stride & (vec - 1)) != 0 || (address & (vec * sizeof(OutT) - 1)) != 0)) vec >>= 1;
   if (out_channels_last) {
     store_staged_as<true, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                     cols_valid, tid);
+                                                     cols_valid, tid, residual);
   } else {
     store_staged_as<false, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                      cols_valid, tid);
+                                                      cols_valid, tid, static_cast<const OutT*>(nullptr));
   }
 }
 
@@ -546,7 +577,7 @@ __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int w
     }
     __syncthreads();
     conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
-                                          out_channels_last, tid);
+                                          out_channels_last, tid, ep);
   }
 }
 
@@ -1509,6 +1540,36 @@ struct EightOut {
       for (int i = 0; i < 8; ++i) w[i] = __float_as_uint(y[i]);
     }
   }
+  // Loads the first `valid` elements (a multiple of V, or all 8) from src in vectors of V elements (store's mirror).
+  template <int V>
+  __device__ __forceinline__ void load(const OutT* __restrict__ src, int valid) {
+    constexpr int kBytes = V * static_cast<int>(sizeof(OutT));
+#pragma unroll
+    for (int g = 0; g < 8 / V; ++g) {
+      if (g * V >= valid) break;
+      if constexpr (kBytes == 16) {
+        const uint4 a = *reinterpret_cast<const uint4*>(src + g * V);
+        w[4 * g] = a.x, w[4 * g + 1] = a.y, w[4 * g + 2] = a.z, w[4 * g + 3] = a.w;
+      } else if constexpr (kBytes == 8) {
+        const uint2 a = *reinterpret_cast<const uint2*>(src + g * V);
+        w[2 * g] = a.x, w[2 * g + 1] = a.y;
+      } else if constexpr (kBytes == 4) {
+        w[g] = *reinterpret_cast<const uint32_t*>(src + g * V);
+      } else {  // one 16-bit element, into the half of its word that element() reads
+        const uint32_t bits = *reinterpret_cast<const uint16_t*>(src + g);
+        w[g >> 1] = (g & 1) ? (w[g >> 1] & 0xffffu) | (bits << 16) : bits;
+      }
+    }
+  }
+  // Element e (0..7) as a float.
+  __device__ __forceinline__ float value(int e) const {
+    if constexpr (sizeof(OutT) == 2) {
+      const uint16_t bits = static_cast<uint16_t>(element(e));
+      return to_float(*reinterpret_cast<const OutT*>(&bits));
+    } else {
+      return __uint_as_float(w[e]);
+    }
+  }
   // Element e (0..7) as its raw bits in the low bits of a word.
   __device__ __forceinline__ uint32_t element(int e) const {
     if constexpr (sizeof(OutT) == 2) {
@@ -1915,17 +1976,33 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     if constexpr (kSigns) {
       // (written by the consumers from their accumulators)
     } else if (out_channels_last) {
-      // The widest vector (elements) dividing the row pitch and the output's alignment, as conv_epilogue_store.
+      // The widest vector (elements) dividing the row pitch and the output's (and the residual's) alignment, as
+      // conv_epilogue_store.
       constexpr int kMaxVec = 16 / static_cast<int>(sizeof(OutT));
+      const OutT* const residual = static_cast<const OutT*>(ep.residual);
+      const uintptr_t address = reinterpret_cast<uintptr_t>(out) | reinterpret_cast<uintptr_t>(residual);
       int vec = kMaxVec;
-      while (vec > 1 &&
-             ((n_rows & (vec - 1)) != 0 || (reinterpret_cast<uintptr_t>(out) & (vec * sizeof(OutT) - 1)) != 0)) {
-        vec >>= 1;
-      }
+      while (vec > 1 && ((n_rows & (vec - 1)) != 0 || (address & (vec * sizeof(OutT) - 1)) != 0)) vec >>= 1;
       const int valid = min(8, cols_valid - col_base);  // a multiple of vec, or 8 (n_rows % vec == 0)
       if (valid > 0) {
         OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
         const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
+        auto load_residual = [&](EightOut<OutT>& r, const OutT* src) {
+          if (vec == kMaxVec) {
+            r.template load<kMaxVec>(src, valid);
+          } else if (vec >= 4) {
+            r.template load<4>(src, valid);
+          } else if (vec == 2) {
+            r.template load<2>(src, valid);
+          } else {
+            r.template load<1>(src, valid);
+          }
+        };
+        // y rounded to OutT, plus the residual's element, in fp32 (then rounded again by the store): eager's add
+        auto plus_residual = [&](float (&y)[8], const EightOut<OutT>& r) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) y[e] = to_float(from_float<OutT>(y[e])) + r.value(e);
+        };
         auto store_row = [&](OutT* d, const float (&y)[8]) {
           EightOut<OutT> o;
           o.set(y);
@@ -1945,6 +2022,11 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
         constexpr int kTrip = sizeof(OutT) == 2 ? 2 : 1;
         int r = first_row;
         for (; kTrip == 2 && r + L::kRowStep < rows_valid; r += 2 * L::kRowStep, dst += 2 * dst_step) {
+          EightOut<OutT> r0, r1;  // the residual's elements, loaded first (their latency under the tile's math)
+          if (residual != nullptr) {
+            load_residual(r0, residual + (dst - out));
+            load_residual(r1, residual + (dst + dst_step - out));
+          }
           int v0[8], v1[8];
           row_tile(r, v0);
           row_tile(r + L::kRowStep, v1);
@@ -1953,12 +2035,19 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
           float y0[8], y1[8];
           dot_values(r, v0, y0);
           dot_values(r + L::kRowStep, v1, y1);
+          if (residual != nullptr) {
+            plus_residual(y0, r0);
+            plus_residual(y1, r1);
+          }
           store_row(dst, y0);
           store_row(dst + dst_step, y1);
         }
         for (; r < rows_valid; r += L::kRowStep, dst += dst_step) {
+          EightOut<OutT> r0;
+          if (residual != nullptr) load_residual(r0, residual + (dst - out));
           float y[8];
           row_values(r, y);
+          if (residual != nullptr) plus_residual(y, r0);
           store_row(dst, y);
         }
       }
@@ -2097,6 +2186,8 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
+  // a residual: channels_last 16- and 32-bit outputs (every kernel's epilogue reads it with the output's indexing)
+  if (ep.residual != nullptr && (std::is_same_v<OutT, SignWords> || !out_channels_last)) return cudaErrorInvalidValue;
   if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
     if (minus_bits != nullptr) return cudaErrorNotSupported;
     const cudaError_t error =

@@ -27,6 +27,10 @@ struct Epilogue {
   int64_t scale_count = 0;
   const float* bias = nullptr;        // one per output column
   const float* row_factor = nullptr;  // one per output row (binary_linear's row_scale: mean |x| over K)
+  // The convs' residual (launch_binary_conv2d, channels_last outputs; null elsewhere): a tensor of the output's type
+  // and layout whose element is added to each output after that output's rounding to the type, the sum rounded once
+  // more (eager's `conv(...) + residual` of two tensors of that type).
+  const void* residual = nullptr;
 };
 
 // Binarizes and packs the rows of a row-major [rows, k] matrix of `type`.

@@ -292,15 +292,17 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
 }
 
 // binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the conv launch without the packing pass; the
-// output channels_last in out_dtype, or (int32) the values' sign words, written by the conv's epilogue.
+// output channels_last in out_dtype, or (int32) the values' sign words, written by the conv's epilogue; a residual
+// is added by the epilogue (after rounding to out_dtype, as eager's add).
 at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
                                      at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                      at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
-                                     const std::optional<at::Tensor>& bias, at::ScalarType out_dtype,
-                                     double pad_value) {
+                                     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                                     at::ScalarType out_dtype, double pad_value) {
   const char* op = "binary_conv2d_packed";
   const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed(
-      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype);
+      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype,
+      residual);
   c10::cuda::CUDAGuard guard(x_bits.device());
   const bool signs = out_dtype == at::kInt;
   at::Tensor out =
@@ -319,6 +321,12 @@ at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor&
                                                      mutable_words(out), table_ints(tap_table), stream),
                  op);
     return out;
+  }
+  // a residual read with the output's indexing: channels_last too (a copy where it is not)
+  at::Tensor residual_nhwc;
+  if (residual.has_value()) {
+    residual_nhwc = residual->contiguous(at::MemoryFormat::ChannelsLast);
+    inputs.epilogue.residual = residual_nhwc.const_data_ptr();
   }
   // channels_last (also where size-1 dimensions make the tensor contiguous too: both layouts address the same memory)
   check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
