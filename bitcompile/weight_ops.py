@@ -249,12 +249,11 @@ _lib.define(
 
 # conv2d_of_weight(x, ..., x_form="ste_sign") on x_bits = pack_signs(x.permute(0, 2, 3, 1)) (the passes let
 # inductor compute that packing inside x's producer): the same values, in out_dtype, channels_last; out_dtype
-# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv. residual: added as
-# binary_conv2d_packed adds it (passes/residual.py: a ResNet block's shortcut).
+# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv.
 _lib.define(
     "packed_conv2d_of_weight(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
     "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, str epilogue_fn=\"\", "
-    "Tensor? residual=None, *, str weight_form, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
+    "*, str weight_form, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
 )
 
 
@@ -429,15 +428,14 @@ def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
 
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
 def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
-                                  epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form, out_dtype,
-                                  pad_value=0.0):
+                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
     converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight", weight, weight_form, scale, bias,
                                                          epilogue_inputs, epilogue_fn)
     channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
     if converted.kind == "binary":
         return torch.ops.bitcompile.binary_conv2d_packed(
             x_bits, converted.packed, channels, kernel_size, stride, padding, dilation,
-            _combined_scale(converted.alpha, scale), bias, residual, out_dtype=out_dtype, pad_value=pad_value)
+            _combined_scale(converted.alpha, scale), bias, out_dtype=out_dtype, pad_value=pad_value)
     # No binary form of this weight right now (exact zeros of a torch.sign weight): the dense math on the signs
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
     signs = out_dtype == torch.int32
@@ -445,16 +443,12 @@ def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, sca
                     weight.shape, stride, padding, dilation, scale, bias, "ste_sign", pad_value)
     if signs:
         return torch.ops.bitcompile.pack_signs(y.permute(0, 2, 3, 1).contiguous())
-    y = y.to(out_dtype)
-    if residual is not None:
-        y = y + residual
-    return y.contiguous(memory_format=torch.channels_last)
+    return y.to(out_dtype).contiguous(memory_format=torch.channels_last)
 
 
 @torch.library.register_fake("bitcompile::packed_conv2d_of_weight")
 def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
-                                  epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form, out_dtype,
-                                  pad_value=0.0):
+                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
     op = "packed_conv2d_of_weight"
     _check_epilogue(op, scale, bias, epilogue_fn)
     _check_forms(op, weight_form, "ste_sign")
@@ -463,8 +457,7 @@ def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, sca
     words = (weight.shape[1] + 31) // 32
     w_packed = weight.new_empty((weight.shape[0], weight.shape[2], weight.shape[3], words), dtype=torch.int32)
     return _binary_conv2d_packed_fake(x_bits, w_packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride,
-                                      padding, dilation, scale, bias, residual, out_dtype=out_dtype,
-                                      pad_value=pad_value)
+                                      padding, dilation, scale, bias, out_dtype=out_dtype, pad_value=pad_value)
 
 
 # Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
