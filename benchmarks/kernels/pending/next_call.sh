@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The fifty-fifth session's first device call (written in the fifty-fourth): main's checks on whatever card comes,
-# then the whole CUDA test suite (the fifty-fourth session ran only `-k "cuda and (conv or pack)"` on 865eb2a, the
-# wgmma conv's sign words from the registers), bench_ops and the ResNet-18 row with its kernel profile.
-#   here:       bash benchmarks/kernels/pending/next_call.sh prepare    (seconds with the harness object cache)
+# The fifty-sixth session's first device call (written in the fifty-fifth): the first GPU run of
+# pending/conv_out_signs.patch (Epilogue::out_signs, the output's sign words beside it, in the mma.sync kernels'
+# staged store and the wgmma conv's E2), its checks and timing rows (the patched conv_residual.sweep).
+#   here:       bash benchmarks/kernels/pending/next_call.sh prepare    (a worktree of HEAD with the patch; ~1 min)
 #   on device:  bash benchmarks/kernels/pending/next_call.sh run        carry ["benchmarks/kernels/build/next"];
-#               ~8 min (the suite is ~5 of them); logs under $OUT
+#               ~90 s; the log in $OUT/out_signs.txt
+# Every check row must pass and the plant / plantw rows must say NO ("planted error caught").
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
@@ -13,21 +14,23 @@ case "${1:-}" in
   prepare)
     set -e
     mkdir -p "$next"
-    rm -f "$next"/*.gz
-    bash "$here/build.sh"
-    gzip -c "$here/build/harness" > "$next/harness_main.gz"
+    rm -f "$next"/*
+    tree="$(mktemp -d)/tree"
+    git -C "$root" worktree add -q --detach "$tree" HEAD
+    git -C "$tree" apply "$here/pending/conv_out_signs.patch"
+    BUILD_DIR="$tree/build" bash "$tree/benchmarks/kernels/build.sh"
+    gzip -c "$tree/build/harness" > "$next/harness_out_signs.gz"
+    cp "$tree/benchmarks/kernels/conv_residual.sweep" "$next/conv_out_signs.sweep"
+    git -C "$root" worktree remove --force "$tree"
     du -sh "$next" ;;
   run)
     cd "$root"
     out="${OUT:-.out}"
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-    gunzip -c "$next/harness_main.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
-    echo "== 1. main's checks (${SECONDS}s)"
-    timeout 120 "$here/build/harness" --sweep "$here/pending/conv_wgmma.sweep" graph=0 reps=1 > "$out/checks.txt" 2>&1
-    tail -1 "$out/checks.txt"
-    echo "== 2. the CUDA suite, bench_ops, ResNet-18 (${SECONDS}s)"
-    OUT="$out" bash benchmarks/gpu_session.sh build tests bench resnet 2>&1 | grep -v "^  built" | tail -60
+    gunzip -c "$next/harness_out_signs.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
+    timeout 240 "$here/build/harness" --sweep "$next/conv_out_signs.sweep" 2>&1 | tee "$out/out_signs.txt" |
+      awk '{ if (length($0) > 250) print substr($0, 1, 95) " ... " substr($0, length($0) - 150); else print }'
     echo "=== done (${SECONDS}s)" ;;
   *)
     echo "usage: bash $0 prepare|run" >&2
