@@ -1987,16 +1987,20 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       if (valid > 0) {
         OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
         const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
-        auto load_residual = [&](EightOut<OutT>& r, const OutT* src) {
+        // f(std::integral_constant<int, V>{}) for the row's vector width V (elements), the loads' and the stores'
+        auto by_vec = [&](auto&& f) {
           if (vec == kMaxVec) {
-            r.template load<kMaxVec>(src, valid);
+            f(std::integral_constant<int, kMaxVec>{});
           } else if (vec >= 4) {
-            r.template load<4>(src, valid);
+            f(std::integral_constant<int, 4>{});
           } else if (vec == 2) {
-            r.template load<2>(src, valid);
+            f(std::integral_constant<int, 2>{});
           } else {
-            r.template load<1>(src, valid);
+            f(std::integral_constant<int, 1>{});
           }
+        };
+        auto load_residual = [&](EightOut<OutT>& r, const OutT* src) {
+          by_vec([&](auto v) { r.template load<decltype(v)::value>(src, valid); });
         };
         // y rounded to OutT, plus the residual's element, in fp32 (then rounded again by the store): eager's add
         auto plus_residual = [&](float (&y)[8], const EightOut<OutT>& r) {
@@ -2006,15 +2010,7 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
         auto store_row = [&](OutT* d, const float (&y)[8]) {
           EightOut<OutT> o;
           o.set(y);
-          if (vec == kMaxVec) {
-            o.template store<kMaxVec>(d, valid);
-          } else if (vec >= 4) {
-            o.template store<4>(d, valid);
-          } else if (vec == 2) {
-            o.template store<2>(d, valid);
-          } else {
-            o.template store<1>(d, valid);
-          }
+          by_vec([&](auto v) { o.template store<decltype(v)::value>(d, valid); });
         };
         // 16-bit outputs two rows a trip: both rows' tile loads issued before either's math (two independent chains
         // a warp; H100, two A/Bs of the fifty-first / fifty-second sessions: B = 64 C = 256 14x14 and B = 256 C = 512
