@@ -6,6 +6,11 @@
 #   on device:  bash benchmarks/kernels/pending/next_call.sh run        carry ["benchmarks/kernels/build/next"];
 #               ~90 s; the log in $OUT/out_signs.txt
 # Every check row must pass and the plant / plantw rows must say NO ("planted error caught").
+# Then, with both patches applied here (git apply pending/conv_out_signs.patch, then pending/residual_pass.patch:
+# the two-output op and the shortcut pass; uncommitted changes travel to the device):
+#   on device:  bash benchmarks/kernels/pending/next_call.sh run2       ~6 min: the extension, the CUDA tests of the
+#               residual / with_signs ops and passes, bnn_resnet under residual_debug.py --main (each add FUSED / left,
+#               then the images/s and kernel profile)
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
@@ -32,7 +37,18 @@ case "${1:-}" in
     timeout 240 "$here/build/harness" --sweep "$next/conv_out_signs.sweep" 2>&1 | tee "$out/out_signs.txt" |
       awk '{ if (length($0) > 250) print substr($0, 1, 95) " ... " substr($0, length($0) - 150); else print }'
     echo "=== done (${SECONDS}s)" ;;
+  run2)
+    cd "$root"
+    out="${OUT:-.out}"
+    mkdir -p "$out"
+    nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+    TESTS="cuda and (residual or with_signs or opcheck or conv2d_packed or requires_grad or spill)" OUT="$out" \
+      bash benchmarks/gpu_session.sh build tests 2>&1 | grep -v "^  built" | tail -8
+    echo "=== bnn_resnet (${SECONDS}s)"
+    PYTHONPATH="$root" timeout 300 python benchmarks/residual_debug.py --main --mode reduce-overhead --profile 2>&1 |
+      grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet.txt" | cut -c1-200 | tail -60
+    echo "=== done (${SECONDS}s)" ;;
   *)
-    echo "usage: bash $0 prepare|run" >&2
+    echo "usage: bash $0 prepare|run|run2" >&2
     exit 2 ;;
 esac
