@@ -2179,11 +2179,11 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
                                 const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                 int* tap_table, cudaStream_t stream, const ConvTuning& tuning, bool weights_ready,
                                 bool table_ready) {
+  // a residual: channels_last 16- and 32-bit outputs (every kernel's epilogue reads it with the output's indexing)
+  if (ep.residual != nullptr && (std::is_same_v<OutT, SignWords> || !out_channels_last)) return cudaErrorInvalidValue;
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;
-  // a residual: channels_last 16- and 32-bit outputs (every kernel's epilogue reads it with the output's indexing)
-  if (ep.residual != nullptr && (std::is_same_v<OutT, SignWords> || !out_channels_last)) return cudaErrorInvalidValue;
   if (tuning.kernel == 2 || (tuning.kernel == 0 && minus_bits == nullptr && pixels >= kCwMinPixels)) {
     if (minus_bits != nullptr) return cudaErrorNotSupported;
     const cudaError_t error =
