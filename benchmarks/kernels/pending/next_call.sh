@@ -8,9 +8,11 @@
 # Every check row must pass and the plant / plantw rows must say NO ("planted error caught").
 # Then, with both patches applied here (git apply pending/conv_out_signs.patch, then pending/residual_pass.patch:
 # the two-output op and the shortcut pass; uncommitted changes travel to the device):
-#   on device:  bash benchmarks/kernels/pending/next_call.sh run2       ~6 min: the extension, the CUDA tests of the
-#               residual / with_signs ops and passes, bnn_resnet under residual_debug.py --main (each add FUSED / left,
-#               then the images/s and kernel profile)
+#   on device:  bash benchmarks/kernels/pending/next_call.sh run2       ~4 min: the extension, the CUDA tests of the
+#               residual / with_signs ops and passes
+#   on device:  bash benchmarks/kernels/pending/next_call.sh run3       ~4 min: bnn_resnet's models under
+#               residual_debug.py --ab (float; binary without / with the pass: each add FUSED / left, images/s and
+#               kernel profiles, one process)
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
@@ -42,13 +44,21 @@ case "${1:-}" in
     out="${OUT:-.out}"
     mkdir -p "$out"
     nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-    TESTS="cuda and (residual or with_signs or opcheck or conv2d_packed or requires_grad or spill)" OUT="$out" \
+    TORCH_EXTENSIONS_DIR="$root/build/ext" TESTS="cuda and (residual or with_signs or opcheck or conv2d_packed or requires_grad or spill)" OUT="$out" \
       bash benchmarks/gpu_session.sh build tests 2>&1 | grep -v "^  built" | tail -8
-    echo "=== bnn_resnet (${SECONDS}s)"
-    PYTHONPATH="$root" timeout 300 python benchmarks/residual_debug.py --main --mode reduce-overhead --profile 2>&1 |
-      grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet.txt" | cut -c1-200 | tail -60
+    echo "=== done (${SECONDS}s)" ;;
+  run3)
+    cd "$root"
+    out="${OUT:-.out}"
+    mkdir -p "$out"
+    export TORCH_EXTENSIONS_DIR="$root/build/ext" PYTHONPATH="$root"
+    nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+    python3 -m bitcompile > "$out/build3.log" 2>&1 || { tail -30 "$out/build3.log"; exit 1; }
+    echo "=== bnn_resnet A/B (${SECONDS}s)"
+    timeout 480 python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
+      grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet_ab.txt" | cut -c1-200 | tail -120
     echo "=== done (${SECONDS}s)" ;;
   *)
-    echo "usage: bash $0 prepare|run|run2" >&2
+    echo "usage: bash $0 prepare|run|run2|run3" >&2
     exit 2 ;;
 esac
