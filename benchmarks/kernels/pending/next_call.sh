@@ -58,7 +58,18 @@ case "${1:-}" in
     timeout 480 python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
       grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet_ab.txt" | cut -c1-200 | tail -120
     echo "=== done (${SECONDS}s)" ;;
+  run23)  # run2's build and the residual / with_signs tests, then run3's A/B: one call where device time is short
+    cd "$root"
+    out="${OUT:-.out}"
+    mkdir -p "$out"
+    export TORCH_EXTENSIONS_DIR="$root/build/ext"
+    TESTS="cuda and (residual or with_signs)" OUT="$out" bash benchmarks/gpu_session.sh build tests 2>&1 |
+      grep -v "^  built" | tail -8
+    echo "=== bnn_resnet A/B (${SECONDS}s)"
+    PYTHONPATH="$root" timeout $((570 - SECONDS)) python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
+      grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet_ab.txt" | cut -c1-200 | tail -120
+    echo "=== done (${SECONDS}s)" ;;
   *)
-    echo "usage: bash $0 prepare|run|run2|run3" >&2
+    echo "usage: bash $0 prepare|run|run2|run3|run23" >&2
     exit 2 ;;
 esac
