@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The fifty-sixth session's first device call (written in the fifty-fifth): the first GPU run of
-# pending/conv_out_signs.patch (Epilogue::out_signs, the output's sign words beside it, in the mma.sync kernels'
-# staged store and the wgmma conv's E2), its checks and timing rows (the patched conv_residual.sweep).
-#   here:       bash benchmarks/kernels/pending/next_call.sh prepare    (a worktree of HEAD with the patch; ~1 min)
-#   on device:  bash benchmarks/kernels/pending/next_call.sh run        carry ["benchmarks/kernels/build/next"];
-#               ~90 s; the log in $OUT/out_signs.txt
-# Every check row must pass and the plant / plantw rows must say NO ("planted error caught").
-# Then, with both patches applied here (git apply pending/conv_out_signs.patch, then pending/residual_pass.patch:
-# the two-output op and the shortcut pass; uncommitted changes travel to the device):
-#   on device:  bash benchmarks/kernels/pending/next_call.sh run2       ~4 min: the extension, the CUDA tests of the
-#               residual / with_signs ops and passes
-#   on device:  bash benchmarks/kernels/pending/next_call.sh run3       ~4 min: bnn_resnet's models under
-#               residual_debug.py --ab (float; binary without / with the pass: each add FUSED / left, images/s and
-#               kernel profiles, one process)
+# The next session's first device call (the fifty-sixth session got one ~100 s call on an H100 out of ~12 tries, and
+# ran run23 there: see NOTES): the sign-word sweep of pending/conv_out_signs.patch (never run: Epilogue::out_signs,
+# the output's sign words beside it, in the mma.sync kernels' staged store and the wgmma conv's E2), then both patches'
+# build, CUDA tests and the ResNet-18 A/B. Here:
+#   export PATH=/usr/local/cuda/bin:$PATH; bash benchmarks/kernels/pending/next_call.sh prepare   (the patched harness)
+#   git apply benchmarks/kernels/pending/conv_out_signs.patch benchmarks/kernels/pending/residual_pass.patch
+# (uncommitted changes travel to the device), then one call, carry ["benchmarks/kernels/build/next"], ~250 s:
+#   bash benchmarks/kernels/pending/next_call.sh run; bash benchmarks/kernels/pending/next_call.sh run23
+# run: the patched conv_residual.sweep ($OUT/out_signs.txt): every check row must pass, the plant / plantw rows must
+#   say NO ("planted error caught").
+# run23: the extension, `-k "cuda and (residual or with_signs)"` (38 passed on an H100 in the fifty-sixth session),
+#   and residual_debug.py --ab reduce-overhead: binary with / without the pass and float, timed and profiled in one
+#   process, each add FUSED / left ($OUT/resnet_ab.txt). The pass should fold 5 adds (layer1's two, layer2-4's
+#   second) and write 4 sums' sign words.
+# run2 / run3 are the same two halves as separate calls.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
