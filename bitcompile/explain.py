@@ -94,11 +94,32 @@ def explain(model, *example_inputs: Any, **options) -> Report:
         return gm.forward
 
     subject = _uncompiled_copy(model) if isinstance(model, torch.nn.Module) else model
-    torch.compile(subject, backend=recording_backend)(*example_inputs)
+    _compile_without_shape_history(subject, recording_backend, example_inputs)
     graph_kind = " + ".join(sorted(set(kinds))) + " graph" if kinds else "no graph"
     if isinstance(subject, torch.nn.Module):
         entries = _with_quantized_modules(subject, entries)
     return Report(entries, len(kinds), graph_kind)
+
+
+def _compile_without_shape_history(subject, compiler, example_inputs) -> None:
+    """Run subject compiled with `compiler`, leaving Dynamo's automatic-dynamic record of the code's input sizes as
+    it was. The copy shares the model's forward code, and Dynamo remembers the sizes each code was compiled for: a
+    later torch.compile of the model at another batch size would otherwise compile a symbolic batch (less
+    specialized kernels; on torch 2.11 such fake tensors also fail the channels_last contiguity test the passes
+    see). The record is torch._dynamo.pgo's code state; where a torch lacks it, nothing is restored."""
+    try:
+        from torch._dynamo import pgo
+
+        state = pgo.get_code_state()
+        saved = copy.deepcopy(dict(state))
+    except Exception:
+        state = None
+    try:
+        torch.compile(subject, backend=compiler)(*example_inputs)
+    finally:
+        if state is not None:
+            state.clear()
+            state.update(saved)
 
 
 def _uncompiled_copy(model: torch.nn.Module) -> torch.nn.Module:

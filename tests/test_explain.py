@@ -110,3 +110,18 @@ def test_explain_sees_inside_compiled_modules(compiled):
     report = bitcompile.explain(net, torch.randn(3, 64))
     assert [(e.name, e.action, e.op) for e in report.entries] == [
         ("block.fc", "rewritten", "binary_linear_ste"), ("head", "skipped", None)], str(report)
+
+
+def test_explain_leaves_later_compiles_static():
+    """explain at one batch size, then torch.compile at another: the compile is specialized to its own sizes, as
+    without the explain (Dynamo would otherwise remember the explain's sizes and compile a symbolic batch)."""
+    seen = []
+
+    def recording(gm, inputs, **unused):
+        seen.append([i for i in inputs if isinstance(i, torch.SymInt)])
+        return gm.forward
+
+    model = SmallCNN()
+    bitcompile.explain(model, torch.randn(1, 3, 8, 8))
+    torch.compile(model, backend=recording)(torch.randn(4, 3, 8, 8))
+    assert seen == [[]], f"symbolic sizes after explain: {seen}"
