@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next session's first device call (the fifty-sixth session got one ~100 s call on an H100 out of ~12 tries, and
+# The next session's first device call (the fifty-sixth session got one ~100 s call on an H100 out of 17 tries, and
 # ran run23 there: see NOTES): the sign-word sweep of pending/conv_out_signs.patch (never run: Epilogue::out_signs,
 # the output's sign words beside it, in the mma.sync kernels' staged store and the wgmma conv's E2), then both patches'
 # build, CUDA tests and the ResNet-18 A/B. Here:
@@ -13,7 +13,6 @@
 #   and residual_debug.py --ab reduce-overhead: binary with / without the pass and float, timed and profiled in one
 #   process, each add FUSED / left ($OUT/resnet_ab.txt). The pass should fold 5 adds (layer1's two, layer2-4's
 #   second) and write 4 sums' sign words.
-# run2 / run3 are the same two halves as separate calls.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
@@ -40,26 +39,7 @@ case "${1:-}" in
     timeout 240 "$here/build/harness" --sweep "$next/conv_out_signs.sweep" 2>&1 | tee "$out/out_signs.txt" |
       awk '{ if (length($0) > 250) print substr($0, 1, 95) " ... " substr($0, length($0) - 150); else print }'
     echo "=== done (${SECONDS}s)" ;;
-  run2)
-    cd "$root"
-    out="${OUT:-.out}"
-    mkdir -p "$out"
-    nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-    TORCH_EXTENSIONS_DIR="$root/build/ext" TESTS="cuda and (residual or with_signs or opcheck or conv2d_packed or requires_grad or spill)" OUT="$out" \
-      bash benchmarks/gpu_session.sh build tests 2>&1 | grep -v "^  built" | tail -8
-    echo "=== done (${SECONDS}s)" ;;
-  run3)
-    cd "$root"
-    out="${OUT:-.out}"
-    mkdir -p "$out"
-    export TORCH_EXTENSIONS_DIR="$root/build/ext" PYTHONPATH="$root"
-    nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-    python3 -m bitcompile > "$out/build3.log" 2>&1 || { tail -30 "$out/build3.log"; exit 1; }
-    echo "=== bnn_resnet A/B (${SECONDS}s)"
-    timeout 480 python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
-      grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet_ab.txt" | cut -c1-200 | tail -120
-    echo "=== done (${SECONDS}s)" ;;
-  run23)  # run2's build and the residual / with_signs tests, then run3's A/B: one call where device time is short
+  run23)  # the build, the residual / with_signs CUDA tests, the A/B (timeout: room for `run` first, 600 s a call)
     cd "$root"
     out="${OUT:-.out}"
     mkdir -p "$out"
@@ -67,10 +47,10 @@ case "${1:-}" in
     TESTS="cuda and (residual or with_signs)" OUT="$out" bash benchmarks/gpu_session.sh build tests 2>&1 |
       grep -v "^  built" | tail -8
     echo "=== bnn_resnet A/B (${SECONDS}s)"
-    PYTHONPATH="$root" timeout $((570 - SECONDS)) python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
+    PYTHONPATH="$root" timeout $((480 - SECONDS)) python3 benchmarks/residual_debug.py --ab reduce-overhead 2>&1 |
       grep -v "Warn\|warn_once\|rewritten  binary\|skipped  " | tee "$out/resnet_ab.txt" | cut -c1-200 | tail -120
     echo "=== done (${SECONDS}s)" ;;
   *)
-    echo "usage: bash $0 prepare|run|run2|run3|run23" >&2
+    echo "usage: bash $0 prepare|run|run23" >&2
     exit 2 ;;
 esac
