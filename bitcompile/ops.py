@@ -50,6 +50,7 @@ KERNEL_OPS = (
     "binary_weight_linear",
     "binary_conv2d",
     "binary_conv2d_packed",
+    "binary_conv2d_packed_with_signs",
     "pack_codes",
     "apot_linear",
     "apot_linear_int",
@@ -95,6 +96,15 @@ _lib.define(
     "binary_conv2d_packed(Tensor x_bits, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
     "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, "
     "Tensor? residual=None, *, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
+)
+# binary_conv2d_packed with a float out_dtype, and the output's sign words beside it: (out, out_bits), out_bits =
+# pack_signs(out.permute(0, 2, 3, 1)) of the stored values (after the residual and the rounding), int32 [N, OH, OW,
+# ceil(OC / 32)]. A ResNet block's sum read by the next block's shortcut and, as signs, by its first conv: one
+# epilogue writes both (passes/residual.py).
+_lib.define(
+    "binary_conv2d_packed_with_signs(Tensor x_bits, Tensor w_packed, SymInt in_channels, SymInt[2] kernel_size, "
+    "SymInt[2] stride, SymInt[2] padding, SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, "
+    "Tensor? residual=None, *, ScalarType out_dtype, float pad_value=0.0) -> (Tensor, Tensor)"
 )
 # Training forms. sign_zero / weight_sign_zero: x / the weight came through torch.sign rather than
 # ste_sign: an exact zero contributes 0, and that operand gets torch.sign's gradient, exactly 0
@@ -413,8 +423,7 @@ def _binary_weight_conv2d_composite(x, w_packed, in_channels, kernel_size, strid
 
 @torch.library.register_fake("bitcompile::binary_conv2d_packed")
 def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale=None,
-                               bias=None, residual=None, *, out_dtype, pad_value=0.0):
-    op = "binary_conv2d_packed"
+                               bias=None, residual=None, *, out_dtype, pad_value=0.0, op="binary_conv2d_packed"):
     _check(x_bits.dtype == torch.int32, op, lambda: f"x_bits must be int32 (pack_signs words), got {x_bits.dtype}")
     words = packed_words(in_channels)
     _check(x_bits.dim() == 4 and x_bits.shape[3] == words, op,
@@ -440,6 +449,17 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
         return x_bits.new_empty((x_bits.shape[0], height, width, packed_words(w_packed.shape[0])))
     out = x_bits.new_empty((x_bits.shape[0], w_packed.shape[0], height, width), dtype=out_dtype)
     return out.contiguous(memory_format=torch.channels_last)
+
+
+@torch.library.register_fake("bitcompile::binary_conv2d_packed_with_signs")
+def _binary_conv2d_packed_with_signs_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation,
+                                          scale=None, bias=None, residual=None, *, out_dtype, pad_value=0.0):
+    op = "binary_conv2d_packed_with_signs"
+    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
+           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    out = _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
+                                     bias, residual, out_dtype=out_dtype, pad_value=pad_value, op=op)
+    return out, x_bits.new_empty((out.shape[0], out.shape[2], out.shape[3], packed_words(out.shape[1])))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -790,7 +810,8 @@ def register_not_differentiable(name: str, instead: str) -> None:
     def setup(ctx, inputs, output, keyword_only_inputs=None):
         ctx.metas = [(t.shape, t.dtype) if isinstance(t, Tensor) else None for t in inputs]
 
-    def backward(ctx, grad):
+    def backward(ctx, *grads):  # an op with two outputs (the output and its sign words) gets two
+        grad = next(g for g in grads if g is not None)
         return tuple(
             torch.ops.bitcompile.not_differentiable(grad, list(meta[0]), meta[1], name, instead)
             if meta is not None and needed else None
@@ -807,6 +828,7 @@ _TRAINING_FORMS = {
     "binary_weight_linear": "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))",
     "binary_conv2d": "binary_conv2d_ste (or ste_sign + F.conv2d)",
     "binary_conv2d_packed": "binary_conv2d_ste (or ste_sign + F.conv2d)",
+    "binary_conv2d_packed_with_signs": "binary_conv2d_ste (or ste_sign + F.conv2d)",
     "binary_weight_conv2d": "F.conv2d(x, ste_sign(W)) (the backend rewrites it in inference graphs)",
     "apot_linear": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
     "apot_linear_int": "bitcompile.nn.APoTLinear (fake quantization with an STE)",
@@ -876,6 +898,17 @@ def binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride=(1, 
     (out_dtype int32: their sign words, [N, OH, OW, ceil(OC / 32)]); plus residual (the output's shape and dtype),
     as `y + residual` in out_dtype."""
     return torch.ops.bitcompile.binary_conv2d_packed(
+        x_bits, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
+        residual, out_dtype=out_dtype, pad_value=pad_value,
+    )
+
+
+def binary_conv2d_packed_with_signs(x_bits, w_packed, in_channels, kernel_size, stride=(1, 1), padding=(0, 0),
+                                    dilation=(1, 1), scale=None, bias=None, residual=None, *, out_dtype,
+                                    pad_value=0.0):
+    """binary_conv2d_packed (float out_dtype) and the output's sign words: (out, pack_signs(out.permute(0, 2, 3, 1)))
+    from one epilogue."""
+    return torch.ops.bitcompile.binary_conv2d_packed_with_signs(
         x_bits, w_packed, in_channels, list(kernel_size), list(stride), list(padding), list(dilation), scale, bias,
         residual, out_dtype=out_dtype, pad_value=pad_value,
     )

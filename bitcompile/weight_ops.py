@@ -249,11 +249,22 @@ _lib.define(
 
 # conv2d_of_weight(x, ..., x_form="ste_sign") on x_bits = pack_signs(x.permute(0, 2, 3, 1)) (the passes let
 # inductor compute that packing inside x's producer): the same values, in out_dtype, channels_last; out_dtype
-# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv.
+# int32: their sign words (binary_conv2d_packed), the packed input of a next binary conv. residual: added as
+# binary_conv2d_packed adds it (passes/residual.py: a ResNet block's shortcut).
 _lib.define(
     "packed_conv2d_of_weight(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
     "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, str epilogue_fn=\"\", "
-    "*, str weight_form, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
+    "Tensor? residual=None, *, str weight_form, ScalarType out_dtype, float pad_value=0.0) -> Tensor"
+)
+
+
+# packed_conv2d_of_weight with a float out_dtype, and the output's sign words (binary_conv2d_packed_with_signs):
+# a ResNet block's sum and the packed input of the next block's first conv from one epilogue (passes/residual.py).
+_lib.define(
+    "packed_conv2d_of_weight_with_signs(Tensor x_bits, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
+    "SymInt[2] dilation, Tensor? scale=None, Tensor? bias=None, Tensor[]? epilogue_inputs=None, "
+    "str epilogue_fn=\"\", Tensor? residual=None, *, str weight_form, ScalarType out_dtype, float pad_value=0.0) "
+    "-> (Tensor, Tensor)"
 )
 
 
@@ -428,14 +439,15 @@ def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
 
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
 def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
-                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
+                                  epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form, out_dtype,
+                                  pad_value=0.0):
     converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight", weight, weight_form, scale, bias,
                                                          epilogue_inputs, epilogue_fn)
     channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
     if converted.kind == "binary":
         return torch.ops.bitcompile.binary_conv2d_packed(
             x_bits, converted.packed, channels, kernel_size, stride, padding, dilation,
-            _combined_scale(converted.alpha, scale), bias, out_dtype=out_dtype, pad_value=pad_value)
+            _combined_scale(converted.alpha, scale), bias, residual, out_dtype=out_dtype, pad_value=pad_value)
     # No binary form of this weight right now (exact zeros of a torch.sign weight): the dense math on the signs
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
     signs = out_dtype == torch.int32
@@ -443,12 +455,16 @@ def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, sca
                     weight.shape, stride, padding, dilation, scale, bias, "ste_sign", pad_value)
     if signs:
         return torch.ops.bitcompile.pack_signs(y.permute(0, 2, 3, 1).contiguous())
-    return y.to(out_dtype).contiguous(memory_format=torch.channels_last)
+    y = y.to(out_dtype)
+    if residual is not None:
+        y = y + residual
+    return y.contiguous(memory_format=torch.channels_last)
 
 
 @torch.library.register_fake("bitcompile::packed_conv2d_of_weight")
 def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
-                                  epilogue_inputs=None, epilogue_fn="", *, weight_form, out_dtype, pad_value=0.0):
+                                  epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form, out_dtype,
+                                  pad_value=0.0):
     op = "packed_conv2d_of_weight"
     _check_epilogue(op, scale, bias, epilogue_fn)
     _check_forms(op, weight_form, "ste_sign")
@@ -457,7 +473,37 @@ def _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, sca
     words = (weight.shape[1] + 31) // 32
     w_packed = weight.new_empty((weight.shape[0], weight.shape[2], weight.shape[3], words), dtype=torch.int32)
     return _binary_conv2d_packed_fake(x_bits, w_packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride,
-                                      padding, dilation, scale, bias, out_dtype=out_dtype, pad_value=pad_value)
+                                      padding, dilation, scale, bias, residual, out_dtype=out_dtype,
+                                      pad_value=pad_value)
+
+
+@torch.library.impl(_lib, "packed_conv2d_of_weight_with_signs", "CompositeExplicitAutograd")
+def _packed_conv2d_of_weight_with_signs_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
+                                             epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form,
+                                             out_dtype, pad_value=0.0):
+    converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight_with_signs", weight, weight_form,
+                                                         scale, bias, epilogue_inputs, epilogue_fn)
+    if converted.kind == "binary":
+        return torch.ops.bitcompile.binary_conv2d_packed_with_signs(
+            x_bits, converted.packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride, padding, dilation,
+            _combined_scale(converted.alpha, scale), bias, residual, out_dtype=out_dtype, pad_value=pad_value)
+    # no binary form of the weight right now: packed_conv2d_of_weight's dense math, then the stored values' signs
+    out = _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale, bias, None, "", residual,
+                                        weight_form=weight_form, out_dtype=out_dtype, pad_value=pad_value)
+    return out, torch.ops.bitcompile.pack_signs(out.permute(0, 2, 3, 1).contiguous())
+
+
+@torch.library.register_fake("bitcompile::packed_conv2d_of_weight_with_signs")
+def _packed_conv2d_of_weight_with_signs_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
+                                             epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form,
+                                             out_dtype, pad_value=0.0):
+    op = "packed_conv2d_of_weight_with_signs"
+    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
+           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    out = _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale, bias, epilogue_inputs,
+                                        epilogue_fn, residual, weight_form=weight_form, out_dtype=out_dtype,
+                                        pad_value=pad_value)
+    return out, x_bits.new_empty((out.shape[0], out.shape[2], out.shape[3], (out.shape[1] + 31) // 32))
 
 
 # Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
@@ -624,6 +670,7 @@ def _packed_linear_group_fake(x, w_packed, in_features, scale, bias, code_values
 # kernel instead (csrc/inference_autograd.h, which repeats TRAINING_FORM and also looks into their Tensor[]
 # inputs): fewer host microseconds a call. The two computed-weight ops keep this Python one.
 TRAINING_FORM = "torch.compile(backend='bitcompile') with grad enabled (the *_ste ops)"
-CPP_AUTOGRAD_OPS = ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group")
+CPP_AUTOGRAD_OPS = ("linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight",
+                    "packed_conv2d_of_weight_with_signs", "packed_linear_group")
 for _name in CPP_AUTOGRAD_OPS + ("linear_of_computed_weight", "conv2d_of_computed_weight"):
     register_not_differentiable(_name, TRAINING_FORM)

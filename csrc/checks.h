@@ -280,8 +280,8 @@ inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const a
                                                at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
                                                const std::optional<at::Tensor>& bias, double pad_value,
                                                at::ScalarType out_dtype,
-                                               const std::optional<at::Tensor>& residual = std::nullopt) {
-  const char* op = "binary_conv2d_packed";
+                                               const std::optional<at::Tensor>& residual = std::nullopt,
+                                               const char* op = "binary_conv2d_packed") {
   BITCOMPILE_CHECK(x_bits.scalar_type() == at::kInt, "bitcompile::", op,
                    ": x_bits must be int32 (pack_signs words), got ", x_bits.scalar_type());
   BITCOMPILE_CHECK(x_bits.dim() == 4 && x_bits.size(3) == packed_words(in_channels), "bitcompile::", op,
@@ -308,6 +308,20 @@ inline ConvGeometry check_binary_conv2d_packed(const at::Tensor& x_bits, const a
     check_same_device(op, x_bits, *residual, "residual");
   }
   return g;
+}
+
+// binary_conv2d_packed_with_signs: binary_conv2d_packed's arguments, with a float out_dtype (the words are the
+// second output).
+inline ConvGeometry check_binary_conv2d_packed_with_signs(
+    const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels, at::IntArrayRef kernel_size,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+    const std::optional<at::Tensor>& bias, double pad_value, at::ScalarType out_dtype,
+    const std::optional<at::Tensor>& residual) {
+  const char* op = "binary_conv2d_packed_with_signs";
+  BITCOMPILE_CHECK(out_dtype != at::kInt, "bitcompile::", op, ": out_dtype must be float32, float16 or bfloat16, got ",
+                   out_dtype);
+  return check_binary_conv2d_packed(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias,
+                                    pad_value, out_dtype, residual, op);
 }
 
 // pack_codes(codes, bits): integer codes, a non-empty last dimension.

@@ -39,12 +39,14 @@ inline const char* training_form(const std::string& op) {
       {"binary_weight_linear", "binary_weight_linear_ste (or F.linear(x, ste_sign(W)))"},
       {"binary_conv2d", "binary_conv2d_ste (or ste_sign + F.conv2d)"},
       {"binary_conv2d_packed", "binary_conv2d_ste (or ste_sign + F.conv2d)"},
+      {"binary_conv2d_packed_with_signs", "binary_conv2d_ste (or ste_sign + F.conv2d)"},
       {"apot_linear", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_linear_int", "bitcompile.nn.APoTLinear (fake quantization with an STE)"},
       {"apot_conv2d", "bitcompile.nn.APoTConv2d (fake quantization with an STE)"},
       {"linear_of_weight", weight_ops},
       {"conv2d_of_weight", weight_ops},
       {"packed_conv2d_of_weight", weight_ops},
+      {"packed_conv2d_of_weight_with_signs", weight_ops},
       {"packed_linear_group", weight_ops},
   };
   for (const auto& form : forms) {
@@ -57,8 +59,9 @@ inline const char* training_form(const std::string& op) {
 // required grad. A torch::autograd::Function rather than a Node of our own: compiled autograd knows how to call its
 // backward (not traceable: at run time, where it raises as the Python kernel's does).
 struct NotDifferentiable : torch::autograd::Function<NotDifferentiable> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::TensorList needs_grad, const std::string& op,
-                            c10::function_ref<at::Tensor()> run) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::TensorList needs_grad,
+                                                const std::string& op,
+                                                c10::function_ref<torch::autograd::variable_list()> run) {
     c10::impl::GenericList sizes(c10::AnyType::get());
     c10::impl::GenericList dtypes(c10::AnyType::get());
     for (const at::Tensor& input : needs_grad) {
@@ -68,7 +71,11 @@ struct NotDifferentiable : torch::autograd::Function<NotDifferentiable> {
     ctx->saved_data["op"] = op;
     ctx->saved_data["sizes"] = std::move(sizes);
     ctx->saved_data["dtypes"] = std::move(dtypes);
-    return run();
+    torch::autograd::variable_list outputs = run();
+    for (const at::Tensor& output : outputs) {  // sign words
+      if (!at::isFloatingType(output.scalar_type())) ctx->mark_non_differentiable({output});
+    }
+    return outputs;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -78,10 +85,17 @@ struct NotDifferentiable : torch::autograd::Function<NotDifferentiable> {
     const std::string op = ctx->saved_data["op"].toStringRef();
     const auto sizes = ctx->saved_data["sizes"].toListRef();
     const auto dtypes = ctx->saved_data["dtypes"].toListRef();
+    at::Tensor grad;  // the first output's with one output; with the sign words beside it, the float output's
+    for (const at::Tensor& g : grads) {
+      if (g.defined()) {
+        grad = g;
+        break;
+      }
+    }
     torch::autograd::variable_list result(sizes.size() + 2);  // the inputs, then op and run
     for (size_t i = 0; i < sizes.size(); ++i) {
       if (!ctx->needs_input_grad(i)) continue;
-      torch::jit::Stack stack{grads[0], sizes[i], dtypes[i], op, training_form(op)};
+      torch::jit::Stack stack{grad, sizes[i], dtypes[i], op, training_form(op)};
       not_differentiable.callBoxed(stack);
       result[i] = stack.back().toTensor();
     }
@@ -108,11 +122,16 @@ inline void inference_op_autograd(const c10::OperatorHandle& handle, c10::Dispat
   }
   if (needs_grad.empty()) return run();
   const std::string& name = handle.schema().name();
-  at::Tensor output = NotDifferentiable::apply(at::TensorList(needs_grad), name.substr(name.find("::") + 2), [&] {
-    run();
-    return torch::jit::pop(*stack).toTensor();  // every inference op returns one tensor
-  });
-  torch::jit::push(*stack, std::move(output));
+  const size_t returns = handle.schema().returns().size();  // a tensor, or (with_signs ops) the output and its words
+  torch::autograd::variable_list outputs =
+      NotDifferentiable::apply(at::TensorList(needs_grad), name.substr(name.find("::") + 2), [&] {
+        run();
+        torch::autograd::variable_list result;
+        for (const c10::IValue& value : torch::jit::last(*stack, returns)) result.push_back(value.toTensor());
+        torch::jit::drop(*stack, returns);
+        return result;
+      });
+  for (at::Tensor& output : outputs) torch::jit::push(*stack, std::move(output));
 }
 
 inline void register_inference_autograd(torch::Library& m, std::initializer_list<const char*> ops) {

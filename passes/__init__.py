@@ -7,6 +7,7 @@
   binary.py   decide and emit the bitcompile op of each layer
   batchnorm.py  fold an eval BatchNorm into the epilogue of the op in front of it (inner="inductor" only)
   packed_input.py  binary convs read activations packed by aten ops that inductor fuses (inner="inductor" only)
+  residual.py  a ResNet block's shortcut add in the packed conv's epilogue (the same)
   epilogue_params.py  scale / bias computed from parameters only, once per their version inside the op (the same)
   sibling_linears.py  packed linears reading the same x (q / k / v, w1 / w3) as one call (the same)
   context.py  what a run knows (graph kind, options, real weights) and its report entries
@@ -22,7 +23,7 @@ import logging
 import torch
 import torch.fx as fx
 
-from bitcompile.passes import batchnorm, binary, epilogue_params, ir, layers, packed_input, sibling_linears
+from bitcompile.passes import batchnorm, binary, epilogue_params, ir, layers, packed_input, residual, sibling_linears
 from bitcompile.passes.context import Entry, PassContext
 
 __all__ = ["run_passes", "PassContext", "Entry"]
@@ -112,6 +113,7 @@ def run_passes(gm: fx.GraphModule, ctx: PassContext) -> list[Entry]:
             remove_dead_nodes(graph)  # the rewrites' leftovers (binarizers): they would count as readers below
             batchnorm.fold_batchnorms(graph, ctx.fake_mode)
             packed_input.pack_activations(graph, ctx.fake_mode)
+            residual.add_residuals(graph, ctx.fake_mode)
             if ctx.mode == "backend":
                 epilogue_params.cache_epilogues(graph, ctx)
                 sibling_linears.merge_sibling_linears(graph, ctx.fake_mode)

@@ -1,6 +1,7 @@
 """Epilogue values computed from parameters only, moved into the run-time op (inference graphs).
 
-Matches: the scale and bias arguments of linear_of_weight / conv2d_of_weight / packed_conv2d_of_weight that are
+Matches: the scale and bias arguments of linear_of_weight / conv2d_of_weight / packed_conv2d_of_weight (and its
+_with_signs form) that are
 functions of parameters and buffers alone: XNOR-Net's alpha = mean|W| per output channel, times and plus a folded
 BatchNorm's gamma / sqrt(var + eps) and shift (batchnorm.py). Emits: that function as a small GraphModule
 returning (scale, bias), registered in weight_ops.py, passed as the op's epilogue_fn with its parameters as
@@ -26,7 +27,8 @@ from bitcompile.passes import computed_weight
 from bitcompile.passes.context import PassContext
 
 bc = torch.ops.bitcompile
-_OPS = (bc.linear_of_weight.default, bc.conv2d_of_weight.default, bc.packed_conv2d_of_weight.default)
+_OPS = (bc.linear_of_weight.default, bc.conv2d_of_weight.default, bc.packed_conv2d_of_weight.default,
+        bc.packed_conv2d_of_weight_with_signs.default)
 
 
 def cache_epilogues(graph: fx.Graph, ctx: PassContext) -> int:

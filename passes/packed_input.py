@@ -34,6 +34,11 @@ aten = torch.ops.aten
 bc = torch.ops.bitcompile
 
 
+# meta key of the node that gives the sign words of x (the last node of _pack_nodes): x, for passes/residual.py,
+# which hands those readers the words written by x's conv instead
+PACKS = "bitcompile_packs"
+
+
 def fuses_packing(device) -> bool:
     """Whether the packing goes in the graph as aten ops for inductor to fuse (CUDA), or calls pack_signs (CPU).
     Inductor's C++ code for the aten form reduces each word's 32 shifted bits across vector lanes; on the 2-core
@@ -46,8 +51,11 @@ def fuses_packing(device) -> bool:
 def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -> fx.Node:
     """Nodes computing pack_signs(x.permute(0, 2, 3, 1)) of a 4-D float x with `channels` channels."""
     emit = lambda target, args, kwargs=None: ir.emit(graph, target, args, kwargs, fake_mode)  # noqa: E731
+    source = x
     if not fuses_packing(device):
-        return emit(bc.pack_signs.default, (emit(aten.permute.default, (x, [0, 2, 3, 1])),))
+        words = emit(bc.pack_signs.default, (emit(aten.permute.default, (x, [0, 2, 3, 1])),))
+        words.meta[PACKS] = source
+        return words
     if len(x.users) > 1:
         # An x that other nodes read too is stored, and inductor lays out such an intermediate (a pool's or an
         # add's output that no consumer asks a layout of) contiguous: the packing then gathers each word's 32
@@ -68,7 +76,9 @@ def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -
     wide = emit(aten._to_copy.default, (grouped,), {"dtype": torch.int32})
     shifts = emit(aten.arange.default, (32,), {"dtype": torch.int32, "device": device})
     bits = emit(aten.bitwise_left_shift.Tensor, (wide, shifts))
-    return emit(aten.sum.dim_IntList, (bits, [-1]), {"dtype": torch.int32})
+    words = emit(aten.sum.dim_IntList, (bits, [-1]), {"dtype": torch.int32})
+    words.meta[PACKS] = source
+    return words
 
 
 def pack_activations(graph: fx.Graph, fake_mode=None) -> int:

@@ -390,11 +390,8 @@ def _residual_like(out, layout):
     return values.contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("c,oc,kernel,batch,size,family", RESIDUAL_CASES)
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-def test_conv2d_packed_residual(device, c, oc, kernel, batch, size, family, dtype):
-    """binary_conv2d_packed(..., residual=r) is binary_conv2d_packed(...) + r in out_dtype (the conv's values rounded,
-    then eager's add), bit for bit, on every kernel's epilogue and every residual layout."""
+def _residual_case(device, c, oc, kernel, batch, size, dtype):
+    """(x_bits, w_packed, args) of a RESIDUAL_CASES conv: 3x3-style same padding, per-channel scale and bias."""
     if device == "cpu" and size > 9:
         batch = 1  # the CPU op adds after its conv: the shape changes nothing there
     weight = torch.randn(oc, c, kernel, kernel, device=device)
@@ -403,7 +400,15 @@ def test_conv2d_packed_residual(device, c, oc, kernel, batch, size, family, dtyp
     pad = kernel // 2
     args = (c, [kernel, kernel], [1, 1], [pad, pad], [1, 1], scale, bias)
     x = random_input((batch, c, size, size), dtype, device).contiguous(memory_format=torch.channels_last)
-    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+    return ops.pack_signs(x.permute(0, 2, 3, 1)), w_packed, args
+
+
+@pytest.mark.parametrize("c,oc,kernel,batch,size,family", RESIDUAL_CASES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_conv2d_packed_residual(device, c, oc, kernel, batch, size, family, dtype):
+    """binary_conv2d_packed(..., residual=r) is binary_conv2d_packed(...) + r in out_dtype (the conv's values rounded,
+    then eager's add), bit for bit, on every kernel's epilogue and every residual layout."""
+    x_bits, w_packed, args = _residual_case(device, c, oc, kernel, batch, size, dtype)
     y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0)
     for layout in ("channels_last", "nchw", "offset"):
         r = _residual_like(y, layout)
@@ -418,6 +423,29 @@ def test_conv2d_packed_residual(device, c, oc, kernel, batch, size, family, dtyp
         names = profiled_kernels(lambda: ops.binary_conv2d_packed(
             x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0, residual=r), ("conv2d",))
         assert any(f"binary_conv2d_{family}_kernel" in name for name in names), names
+
+
+@pytest.mark.parametrize("c,oc,kernel,batch,size,family", RESIDUAL_CASES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+def test_conv2d_packed_with_signs(device, c, oc, kernel, batch, size, family, dtype):
+    """binary_conv2d_packed_with_signs: binary_conv2d_packed's output (with and without a residual) and the sign words
+    of the values it stored (pack_signs, bit 1 for >= 0), bit for bit, from every kernel's epilogue: on CUDA no
+    packing kernel of its own."""
+    x_bits, w_packed, args = _residual_case(device, c, oc, kernel, batch, size, dtype)
+    y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=1.0)
+    for r in (None, _residual_like(y, "channels_last"), _residual_like(y, "offset")):
+        out, bits = ops.binary_conv2d_packed_with_signs(x_bits, w_packed, *args, r, out_dtype=dtype, pad_value=1.0)
+        expected = y if r is None else y + r
+        assert out.is_contiguous(memory_format=torch.channels_last) and torch.equal(out, expected)
+        assert bits.dtype == torch.int32 and torch.equal(bits, ops.pack_signs(expected.permute(0, 2, 3, 1))), (
+            f"sign words c={c} oc={oc} k={kernel} {dtype} residual {r is not None}")
+    if device == "cuda":
+        if family == "wgmma":
+            skip_without_wgmma()
+        names = profiled_kernels(lambda: ops.binary_conv2d_packed_with_signs(
+            x_bits, w_packed, *args, r, out_dtype=dtype, pad_value=1.0), ("conv2d", "pack"))
+        assert any(f"binary_conv2d_{family}_kernel" in name for name in names), names
+        assert not any("pack_signs" in name for name in names), names
 
 
 def test_conv2d_packed_residual_errors(device):
@@ -435,6 +463,11 @@ def test_conv2d_packed_residual_errors(device):
     for residual, out_dtype, message in cases:
         with pytest.raises(RuntimeError, match=f"binary_conv2d_packed: {message}"):
             ops.binary_conv2d_packed(x_bits, w_packed, *geometry, out_dtype=out_dtype, residual=residual)
+    with_signs = ops.binary_conv2d_packed_with_signs
+    with pytest.raises(RuntimeError, match="binary_conv2d_packed_with_signs: out_dtype must be float32, float16 or"):
+        with_signs(x_bits, w_packed, *geometry, out_dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"binary_conv2d_packed_with_signs: residual must have the output's shape"):
+        with_signs(x_bits, w_packed, *geometry, residual=out[:, :3], out_dtype=torch.float32)
 
 
 def test_conv2d_non_contiguous_and_empty(device):
@@ -576,6 +609,12 @@ def opcheck_samples(device):
         ("binary_conv2d_packed", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry, None,
                                   None, random_input((2, 4, 4, 7), device=device)),
          {"out_dtype": torch.float32, "pad_value": -1.0}),
+        ("binary_conv2d_packed_with_signs", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry,
+                                             scale[:4]), {"out_dtype": torch.bfloat16}),
+        ("binary_conv2d_packed_with_signs", (reference.pack_signs(xc.permute(0, 2, 3, 1)), wc_packed, 3, *geometry,
+                                             None, torch.randn(4, device=device), random_input(
+                                                 (2, 4, 4, 7), torch.float16, device).contiguous(
+                                                 memory_format=torch.channels_last)), {"out_dtype": torch.float16}),
         ("binary_weight_conv2d", (xc, wc_packed, 3, *geometry), {}),
         ("binary_weight_conv2d", (random_input((2, 64, 5, 6), torch.bfloat16, device).contiguous(
             memory_format=torch.channels_last), reference.pack_signs(torch.randn(4, 3, 3, 64, device=device)), 64,
@@ -593,10 +632,10 @@ def opcheck_samples(device):
     ]
 
 
-@pytest.mark.parametrize("index", range(25))
+@pytest.mark.parametrize("index", range(27))
 def test_opcheck(device, index):
     samples = opcheck_samples(device)
-    assert len(samples) == 25
+    assert len(samples) == 27
     name, args, kwargs = samples[index]
     torch.library.opcheck(getattr(ops, name).default, args, kwargs)
 

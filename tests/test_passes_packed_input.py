@@ -14,7 +14,7 @@ from torch._dynamo.utils import counters
 
 import bitcompile
 from bitcompile import weight_ops
-from bitcompile.passes import packed_input
+from bitcompile.passes import packed_input, residual
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_backend import _fresh_dynamo  # noqa: E402,F401  (autouse: Dynamo and the counters reset around each test)
@@ -63,6 +63,12 @@ def _inputs(memory_format=torch.channels_last):
     x = torch.randn(2, 40, 9, 10).contiguous(memory_format=memory_format)
     skip = torch.randn(2, 64, 9, 10).contiguous(memory_format=memory_format)
     return x, skip
+
+
+@pytest.fixture(autouse=True)
+def _packing_alone(monkeypatch):
+    """These tests are packed_input's alone: without passes/residual.py (tests/test_passes_residual.py has both)."""
+    monkeypatch.setattr(residual, "add_residuals", lambda graph, fake_mode=None: 0)
 
 
 def _passes(captured, inputs, pack=True, monkeypatch=None):

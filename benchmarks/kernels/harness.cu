@@ -42,7 +42,9 @@
 //          groups: 1 or 2; 0 by the shape) pack=0 (1: the input is
 //          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
 //          res=0 (1: Epilogue::residual, random values of the output's type and layout added after rounding)
-//          resoff=0 (the residual pointer that many elements past an aligned one)
+//          resoff=0 (the residual pointer that many elements past an aligned one) sumw=0 (1: Epilogue::out_signs,
+//          the output's sign words beside it, checked bit for bit against the signs of the values it stored;
+//          plantw=1: one wanted bit flipped, the check must say NO)
 //          expect=reject (the launcher must answer cudaErrorNotSupported)
 //   read   n k blocks=0 threads=128 unroll=8 cluster=1 pdl=0   the read floor: n x k bits read and XORed, nothing
 //          else (blocks=0: one per 64 rows, times cluster; clusters sync twice before leaving, as store_tile)
@@ -926,9 +928,19 @@ Row run_conv(const Args& args) {
   CHECK_CUDA(cudaMemset(y.ptr, 0xff, y.bytes));
   uint8_t* const out_ptr = y.as<uint8_t>() + (kGuard + out_offset) * size;
   Buffer table(bk::conv_tap_table_ints(s) * 4);  // the D_t workspace (Buffer allocates 16 bytes for 0)
+  // sumw=1: the output's sign words (Epilogue::out_signs), poisoned words around them
+  const bool sumw = args.num("sumw", 0) != 0;
+  if (sumw && (nchw || signs)) {
+    row.check = "sumw=1: channels_last 16- and 32-bit outputs only";
+    return row;
+  }
+  const int64_t sum_words = (s.out_channels + 31) / 32;
+  Buffer words_buffer(sumw ? (pixels * sum_words + 2 * kGuard) * 4 : 4);
+  if (sumw) CHECK_CUDA(cudaMemset(words_buffer.ptr, 0xa5, words_buffer.bytes));
   auto launch = [&](int copy, cudaStream_t stream) {
     bk::Epilogue ep = epilogue.ep;
     if (res) ep.residual = static_cast<const uint8_t*>((*residuals)[copy]) + residual_offset * size;
+    if (sumw) ep.out_signs = words_buffer.as<uint32_t>() + kGuard;
     const uint32_t* bits = static_cast<const uint32_t*>(inputs[copy]);
     bool table_first = false;  // as the op: the D_t table, then the packing (dependent), then the conv
     if (pack) {
@@ -959,6 +971,37 @@ Row run_conv(const Args& args) {
   if (guard_hits != 0) {
     row.ok = false;
     row.check += format("; %zu bytes written outside the output", guard_hits);
+  }
+  if (sumw) {  // every word against the signs of the values the kernel stored (bits past OC 0), and the guards
+    const std::vector<double> stored = decode(y_bytes, out);
+    std::vector<uint32_t> words(words_buffer.bytes / 4);
+    CHECK_CUDA(cudaMemcpy(words.data(), words_buffer.ptr, words_buffer.bytes, cudaMemcpyDeviceToHost));
+    int64_t bad = 0, first_bad = -1, word_guards = 0;
+    uint32_t first_want = 0;
+    for (int64_t p = 0; p < pixels; ++p) {
+      for (int64_t w = 0; w < sum_words; ++w) {
+        uint32_t want_word = 0;
+        for (int64_t o = 32 * w; o < std::min<int64_t>(32 * w + 32, s.out_channels); ++o) {
+          // a stored -0 counts as >= 0 (pack_signs'); decode gives -0.0 for it, which compares >= 0
+          if (stored[p * s.out_channels + o] >= 0) want_word |= 1u << (o % 32);
+        }
+        if (p == 0 && w == 0 && args.num("plantw", 0) != 0) want_word ^= 1u;  // the check must then say NO
+        if (words[kGuard + p * sum_words + w] != want_word) {
+          if (first_bad < 0) first_bad = p * sum_words + w, first_want = want_word;
+          ++bad;
+        }
+      }
+    }
+    for (int64_t i = 0; i < kGuard; ++i) {
+      word_guards += (words[i] != 0xa5a5a5a5u) + (words[kGuard + pixels * sum_words + i] != 0xa5a5a5a5u);
+    }
+    if (bad != 0 || word_guards != 0) row.ok = false;
+    row.check += format("; sign words: %lld of %lld bad", (long long)bad, (long long)(pixels * sum_words));
+    if (first_bad >= 0) {
+      row.check += format(" (first %lld: got %08x want %08x)", (long long)first_bad, words[kGuard + first_bad],
+                          first_want);
+    }
+    if (word_guards != 0) row.check += format(", %lld guard words written", (long long)word_guards);
   }
   row.timing = time_launches(launch, copies, args);
   const double ops = 2.0 * pixels * s.out_channels * taps * s.channels;
@@ -1166,7 +1209,7 @@ Row run_family(const std::string& family, const Args& args) {
 
 Row run(const std::string& family, const Args& args) {
   Row row = run_family(family, args);
-  row.planted = args.num("plant", 0) != 0;
+  row.planted = args.num("plant", 0) != 0 || args.num("plantw", 0) != 0;
   if (row.planted) row.check = (row.ok ? "PLANTED ERROR MISSED: " : "planted error caught: ") + row.check;
   return row;
 }

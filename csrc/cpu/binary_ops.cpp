@@ -1642,6 +1642,27 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
   return out;
 }
 
+// binary_conv2d_packed_with_signs: binary_conv2d_packed (float out_dtype) and pack_signs of its stored values.
+std::tuple<at::Tensor, at::Tensor> binary_conv2d_packed_with_signs_cpu(
+    const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels, at::IntArrayRef kernel_size,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, at::ScalarType out_dtype,
+    double pad_value) {
+  const ConvGeometry g = check_binary_conv2d_packed_with_signs(x_bits, w_packed, in_channels, kernel_size, stride,
+                                                               padding, dilation, scale, bias, pad_value, out_dtype,
+                                                               residual);
+  at::Tensor out = binary_conv2d_packed_cpu(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation,
+                                            scale, bias, residual, out_dtype, pad_value);
+  const int64_t words = packed_words(g.out_channels);
+  if (out.numel() == 0) {
+    return {out, at::zeros({g.batch, g.out_height, g.out_width, words}, x_bits.options())};
+  }
+  // the stored values' signs (a value rounded to -0 gives bit 1, as pack_signs)
+  const at::Tensor rows = out.to(at::kFloat).permute({0, 2, 3, 1}).reshape({-1, g.out_channels});
+  at::Tensor bits = pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
+  return {out, bits};
+}
+
 #if defined(__AVX512F__)
 // ------------------------------------------------------------------------------------------------
 // binary_weight_conv2d: conv2d(x, s(W)) * scale[OC] + bias, x not binarized (a binary-weight network), fp32 sums
@@ -1787,6 +1808,7 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("binary_weight_linear", &bitcompile::binary_weight_linear_cpu);
   m.impl("binary_conv2d", &bitcompile::binary_conv2d_cpu);
   m.impl("binary_conv2d_packed", &bitcompile::binary_conv2d_packed_cpu);
+  m.impl("binary_conv2d_packed_with_signs", &bitcompile::binary_conv2d_packed_with_signs_cpu);
 #if defined(__AVX512F__)
   m.impl("binary_weight_conv2d", &bitcompile::binary_weight_conv2d_cpu);
 #endif
@@ -1796,11 +1818,12 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {
   bitcompile::register_inference_autograd(
       m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed",
-          "binary_weight_conv2d"});
+          "binary_conv2d_packed_with_signs", "binary_weight_conv2d"});
   // The backend's weight ops (bitcompile/weight_ops.py: a Python kernel below autograd) take the same C++ Autograd
   // kernel: their Python one (torch.library.register_autograd) cost more host time a call than a small conv's GPU
   // time (H200 machine: packed_conv2d_of_weight 61.8 us a call against binary_conv2d_packed's 22.7; the binary
   // ResNet-18 forward was host-bound). The computed-weight ops keep the Python one.
   bitcompile::register_inference_autograd(
-      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group"});
+      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_conv2d_of_weight_with_signs",
+          "packed_linear_group"});
 }

@@ -324,7 +324,7 @@ template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT
 __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict__ out, const int64_t* row_out,
                                              int64_t m0, int64_t n0, int64_t n_rows, int64_t out_plane,
                                              int rows_valid, int cols_valid, int tid,
-                                             const OutT* __restrict__ residual) {
+                                             const OutT* __restrict__ residual, uint32_t* __restrict__ out_signs) {
   using Staging = ConvStaging<BM, BN, OutT>;
   using Vec = typename VecOf<V * static_cast<int>(sizeof(OutT))>::type;
   constexpr int kLines = CHANNELS_LAST ? BM : BN;
@@ -334,7 +334,8 @@ __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict
   static_assert(kThreads % kVecsPerLine == 0 && kLines % (kThreads / kVecsPerLine) == 0, "whole lines per pass");
   constexpr int kLineStep = kThreads / kVecsPerLine;
   const int first = (tid % kVecsPerLine) * V;  // element of the line
-  if (first >= (CHANNELS_LAST ? cols_valid : rows_valid)) return;
+  // (with sign words, every thread of a word that has valid columns goes on: the word's shuffles)
+  if ((out_signs != nullptr ? first & ~31 : first) >= (CHANNELS_LAST ? cols_valid : rows_valid)) return;
   const int lines = CHANNELS_LAST ? rows_valid : cols_valid;
   int line = tid / kVecsPerLine;
   const OutT* src = stage + line * kStride + first;
@@ -342,7 +343,7 @@ __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict
   OutT* dst = CHANNELS_LAST ? out + (m0 + line) * n_rows + n0 + first : out + row_out[first] + (n0 + line) * out_plane;
   const int64_t dst_step = kLineStep * (CHANNELS_LAST ? n_rows : out_plane);
   constexpr int kPasses = kLines / kLineStep;
-  if (residual == nullptr) {
+  if (residual == nullptr && out_signs == nullptr) {
 #pragma unroll(kPasses <= 4 ? kPasses : 2)
     for (int i = 0; i < kPasses; ++i) {
       if (line >= lines) break;
@@ -353,11 +354,36 @@ __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict
     }
     return;
   }
-  // a line a trip (unrolled, the 128 x 64 tile's fp32 form spilled at its 80 registers)
+  // channels_last with a residual or sign words: a line a trip (unrolled, the 128 x 64 tile's fp32 form spilled at
+  // its 80 registers). A sign word's 32 columns are kGroup consecutive threads of one line (kVecsPerLine is a
+  // multiple of kGroup), whose bits are OR-ed by shuffles; a thread past cols_valid in a word with valid columns
+  // takes part with no bits and no stores.
+  constexpr int kGroup = 32 / V;
+  const bool stores = first < cols_valid;
+  const int64_t words_per_pixel = (n_rows + 31) / 32;
+  uint32_t* words = out_signs == nullptr ? nullptr : out_signs + (m0 + line) * words_per_pixel + ((n0 + first) >> 5);
+  const uint32_t group_mask = kGroup == 32 ? 0xffffffffu : ((1u << kGroup) - 1u) << ((tid & 31) & ~(kGroup - 1));
   int64_t offset = dst - out;
 #pragma unroll 1
   for (; line < lines; line += kLineStep) {
-    *reinterpret_cast<Vec*>(out + offset) = add_residual<OutT>(*reinterpret_cast<const Vec*>(src), residual + offset);
+    Vec v = *reinterpret_cast<const Vec*>(src);
+    if (stores) {
+      if (residual != nullptr) v = add_residual<OutT>(v, residual + offset);
+      *reinterpret_cast<Vec*>(out + offset) = v;
+    }
+    if (words != nullptr) {
+      OutT values[V];
+      memcpy(values, &v, sizeof(Vec));
+      uint32_t bits = 0;
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        bits |= static_cast<uint32_t>(first + e < cols_valid && to_float(values[e]) >= 0.f) << ((first & 31) + e);
+      }
+#pragma unroll
+      for (int step = 1; step < kGroup; step <<= 1) bits |= __shfl_xor_sync(group_mask, bits, step);
+      if ((first & 31) == 0) *words = bits;
+      words += kLineStep * words_per_pixel;
+    }
     src += kLineStep * kStride;
     offset += dst_step;
   }
@@ -366,16 +392,16 @@ template <bool CHANNELS_LAST, int V, int BM, int BN, int kThreads, typename OutT
 __device__ __forceinline__ void store_staged_as(int vec, const OutT* stage, OutT* __restrict__ out,
                                                 const int64_t* row_out, int64_t m0, int64_t n0, int64_t n_rows,
                                                 int64_t out_plane, int rows_valid, int cols_valid, int tid,
-                                                const OutT* __restrict__ residual) {
+                                                const OutT* __restrict__ residual, uint32_t* __restrict__ out_signs) {
   if constexpr (V > 1) {
     if (vec < V) {
       store_staged_as<CHANNELS_LAST, V / 2, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane,
-                                                              rows_valid, cols_valid, tid, residual);
+                                                              rows_valid, cols_valid, tid, residual, out_signs);
       return;
     }
   }
   store_staged<CHANNELS_LAST, V, BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                   cols_valid, tid, residual);
+                                                   cols_valid, tid, residual, out_signs);
 }
 
 // The epilogue of both kernels, its values: this thread's MT x NT mma tiles (rows warp_row + 16 mt + g + 8h, columns
@@ -509,10 +535,10 @@ __device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __r
   while (vec > 1 && ((line_stride & (vec - 1)) != 0 || (address & (vec * sizeof(OutT) - 1)) != 0)) vec >>= 1;
   if (out_channels_last) {
     store_staged_as<true, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                     cols_valid, tid, residual);
+                                                     cols_valid, tid, residual, ep.out_signs);
   } else {
     store_staged_as<false, kMaxVec, BM, BN, kThreads>(vec, stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid,
-                                                      cols_valid, tid, static_cast<const OutT*>(nullptr));
+                                                      cols_valid, tid, static_cast<const OutT*>(nullptr), nullptr);
   }
 }
 
@@ -1984,9 +2010,17 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       int vec = kMaxVec;
       while (vec > 1 && ((n_rows & (vec - 1)) != 0 || (address & (vec * sizeof(OutT) - 1)) != 0)) vec >>= 1;
       const int valid = min(8, cols_valid - col_base);  // a multiple of vec, or 8 (n_rows % vec == 0)
-      if (valid > 0) {
+      // Sign words: a word's 32 columns are 4 consecutive lanes of a row, whose bits are OR-ed by two shuffles; a lane
+      // past cols_valid in a word with valid columns takes part with no bits and no loads or stores.
+      uint32_t* const out_signs = ep.out_signs;
+      if (valid > 0 || (out_signs != nullptr && (col_base & ~31) < cols_valid)) {
         OutT* dst = out + (m0 + first_row) * n_rows + n0 + col_base;
         const int64_t dst_step = static_cast<int64_t>(L::kRowStep) * n_rows;
+        const int64_t words_per_pixel = (n_rows + 31) / 32;
+        uint32_t* words =
+            out_signs == nullptr ? nullptr : out_signs + (m0 + first_row) * words_per_pixel + ((n0 + col_base) >> 5);
+        const int64_t words_step = static_cast<int64_t>(L::kRowStep) * words_per_pixel;
+        const uint32_t group_mask = 0xfu << (lane & ~3);
         // f(std::integral_constant<int, V>{}) for the row's vector width V (elements), the loads' and the stores'
         auto by_vec = [&](auto&& f) {
           if (vec == kMaxVec) {
@@ -2007,19 +2041,30 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 #pragma unroll
           for (int e = 0; e < 8; ++e) y[e] = to_float(from_float<OutT>(y[e])) + r.value(e);
         };
-        auto store_row = [&](OutT* d, const float (&y)[8]) {
+        auto store_row = [&](OutT* d, uint32_t* w, const float (&y)[8]) {
           EightOut<OutT> o;
           o.set(y);
-          by_vec([&](auto v) { o.template store<decltype(v)::value>(d, valid); });
+          if (valid > 0) by_vec([&](auto v) { o.template store<decltype(v)::value>(d, valid); });
+          if (w != nullptr) {
+            uint32_t bits = 0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) bits |= static_cast<uint32_t>(e < valid && o.value(e) >= 0.f) << e;
+            bits <<= 8 * (lane_in_row & 3);
+            bits |= __shfl_xor_sync(group_mask, bits, 1);
+            bits |= __shfl_xor_sync(group_mask, bits, 2);
+            if ((lane_in_row & 3) == 0) *w = bits;
+          }
         };
+        const bool loads = residual != nullptr && valid > 0;
         // 16-bit outputs two rows a trip: both rows' tile loads issued before either's math (two independent chains
         // a warp; H100, two A/Bs of the fifty-first / fifty-second sessions: B = 64 C = 256 14x14 and B = 256 C = 512
         // 7x7 -1.2 to -1.7%); fp32 outputs one (their two rows' 16 words a lane lost 0.6 and 2.6%).
         constexpr int kTrip = sizeof(OutT) == 2 ? 2 : 1;
         int r = first_row;
-        for (; kTrip == 2 && r + L::kRowStep < rows_valid; r += 2 * L::kRowStep, dst += 2 * dst_step) {
+        for (; kTrip == 2 && r + L::kRowStep < rows_valid;
+             r += 2 * L::kRowStep, dst += 2 * dst_step, words += words != nullptr ? 2 * words_step : 0) {
           EightOut<OutT> r0, r1;  // the residual's elements, loaded first (their latency under the tile's math)
-          if (residual != nullptr) {
+          if (loads) {
             load_residual(r0, residual + (dst - out));
             load_residual(r1, residual + (dst + dst_step - out));
           }
@@ -2031,20 +2076,20 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
           float y0[8], y1[8];
           dot_values(r, v0, y0);
           dot_values(r + L::kRowStep, v1, y1);
-          if (residual != nullptr) {
+          if (loads) {
             plus_residual(y0, r0);
             plus_residual(y1, r1);
           }
-          store_row(dst, y0);
-          store_row(dst + dst_step, y1);
+          store_row(dst, words, y0);
+          store_row(dst + dst_step, words != nullptr ? words + words_step : nullptr, y1);
         }
-        for (; r < rows_valid; r += L::kRowStep, dst += dst_step) {
+        for (; r < rows_valid; r += L::kRowStep, dst += dst_step, words += words != nullptr ? words_step : 0) {
           EightOut<OutT> r0;
-          if (residual != nullptr) load_residual(r0, residual + (dst - out));
+          if (loads) load_residual(r0, residual + (dst - out));
           float y[8];
           row_values(r, y);
-          if (residual != nullptr) plus_residual(y, r0);
-          store_row(dst, y);
+          if (loads) plus_residual(y, r0);
+          store_row(dst, words, y);
         }
       }
     } else {
@@ -2179,8 +2224,11 @@ cudaError_t binary_conv2d_typed(const uint32_t* plus_bits, const uint32_t* minus
                                 const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                 int* tap_table, cudaStream_t stream, const ConvTuning& tuning, bool weights_ready,
                                 bool table_ready) {
-  // a residual: channels_last 16- and 32-bit outputs (every kernel's epilogue reads it with the output's indexing)
-  if (ep.residual != nullptr && (std::is_same_v<OutT, SignWords> || !out_channels_last)) return cudaErrorInvalidValue;
+  // a residual, the outputs' sign words: channels_last 16- and 32-bit outputs (every kernel's epilogue reads / writes
+  // them with the output's indexing)
+  if ((ep.residual != nullptr || ep.out_signs != nullptr) && (std::is_same_v<OutT, SignWords> || !out_channels_last)) {
+    return cudaErrorInvalidValue;
+  }
   // Hopper: the wgmma kernel from kCwMinPixels output pixels where it applies (one plane, <= 32 taps, channel words
   // % 4 == 0, 16-byte aligned operands, sm_90a code on a 9.0 device), else the mma.sync kernels below.
   const int64_t pixels = shape.batch * shape.out_height * shape.out_width;

@@ -31,6 +31,10 @@ struct Epilogue {
   // and layout whose element is added to each output after that output's rounding to the type, the sum rounded once
   // more (eager's `conv(...) + residual` of two tensors of that type).
   const void* residual = nullptr;
+  // The convs' sign words of their outputs (launch_binary_conv2d, channels_last outputs; null elsewhere): words
+  // [pixels, ceil(OC / 32)], bit c % 32 of word c / 32 set where output channel c's stored value (after the residual
+  // and the rounding) is >= 0, bits past OC 0: pack_signs of the output, written beside it.
+  uint32_t* out_signs = nullptr;
 };
 
 // Binarizes and packs the rows of a row-major [rows, k] matrix of `type`.

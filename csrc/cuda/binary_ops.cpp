@@ -336,6 +336,41 @@ at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor&
   return out;
 }
 
+// binary_conv2d_packed (float out_dtype) and the output's sign words, both written by the conv's epilogue
+// (Epilogue::out_signs: the stored values' signs, after the residual and the rounding).
+std::tuple<at::Tensor, at::Tensor> binary_conv2d_packed_with_signs_cuda(
+    const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels, at::IntArrayRef kernel_size,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, at::ScalarType out_dtype,
+    double pad_value) {
+  const char* op = "binary_conv2d_packed_with_signs";
+  const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed_with_signs(
+      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype, residual);
+  c10::cuda::CUDAGuard guard(x_bits.device());
+  at::Tensor out = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                             x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
+  at::Tensor out_bits =
+      at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options());
+  if (out.numel() == 0) return {out, out_bits};
+  const at::Tensor pixels = x_bits.contiguous();
+  const at::Tensor weight = w_packed.contiguous();
+  EpilogueInputs inputs(scale, bias);
+  at::Tensor residual_nhwc;
+  if (residual.has_value()) {
+    residual_nhwc = residual->contiguous(at::MemoryFormat::ChannelsLast);
+    inputs.epilogue.residual = residual_nhwc.const_data_ptr();
+  }
+  inputs.epilogue.out_signs = mutable_words(out_bits);
+  const kernels::ConvShape shape = conv_shape(op, g, pad_value);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor tap_table = conv_tap_table(shape, x_bits.options(), /*sign_zero=*/false);
+  check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
+                                             out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
+                                             table_ints(tap_table), stream),
+               op);
+  return {out, out_bits};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
@@ -344,13 +379,16 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
   m.impl("binary_weight_linear", &binary_weight_linear_cuda);
   m.impl("binary_conv2d", &binary_conv2d_cuda);
   m.impl("binary_conv2d_packed", &binary_conv2d_packed_cuda);
+  m.impl("binary_conv2d_packed_with_signs", &binary_conv2d_packed_with_signs_cuda);
 }
 
 // No gradient, and no Python on the way to the kernel (inference_autograd.h).
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
   bitcompile::register_inference_autograd(
-      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed"});
+      m, {"pack_signs", "binary_linear", "binary_weight_linear", "binary_conv2d", "binary_conv2d_packed",
+         "binary_conv2d_packed_with_signs"});
   // The backend's weight ops take the same C++ Autograd kernel, as on the CPU (csrc/cpu/binary_ops.cpp says why).
   bitcompile::register_inference_autograd(
-      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_linear_group"});
+      m, {"linear_of_weight", "conv2d_of_weight", "packed_conv2d_of_weight", "packed_conv2d_of_weight_with_signs",
+          "packed_linear_group"});
 }
