@@ -34,8 +34,8 @@ aten = torch.ops.aten
 bc = torch.ops.bitcompile
 
 
-# meta key of the node that gives the sign words of x (the last node of _pack_nodes): x, for passes/residual.py,
-# which hands those readers the words written by x's conv instead
+# meta key of the node that gives the sign words of x (the last node of _pack_nodes' packing): x, for
+# passes/residual.py, which hands those readers the words written by x's conv instead
 PACKS = "bitcompile_packs"
 
 
@@ -51,11 +51,8 @@ def fuses_packing(device) -> bool:
 def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -> fx.Node:
     """Nodes computing pack_signs(x.permute(0, 2, 3, 1)) of a 4-D float x with `channels` channels."""
     emit = lambda target, args, kwargs=None: ir.emit(graph, target, args, kwargs, fake_mode)  # noqa: E731
-    source = x
     if not fuses_packing(device):
-        words = emit(bc.pack_signs.default, (emit(aten.permute.default, (x, [0, 2, 3, 1])),))
-        words.meta[PACKS] = source
-        return words
+        return emit(bc.pack_signs.default, (emit(aten.permute.default, (x, [0, 2, 3, 1])),))
     if len(x.users) > 1:
         # An x that other nodes read too is stored, and inductor lays out such an intermediate (a pool's or an
         # add's output that no consumer asks a layout of) contiguous: the packing then gathers each word's 32
@@ -76,9 +73,7 @@ def _pack_nodes(graph: fx.Graph, x: fx.Node, channels: int, device, fake_mode) -
     wide = emit(aten._to_copy.default, (grouped,), {"dtype": torch.int32})
     shifts = emit(aten.arange.default, (32,), {"dtype": torch.int32, "device": device})
     bits = emit(aten.bitwise_left_shift.Tensor, (wide, shifts))
-    words = emit(aten.sum.dim_IntList, (bits, [-1]), {"dtype": torch.int32})
-    words.meta[PACKS] = source
-    return words
+    return emit(aten.sum.dim_IntList, (bits, [-1]), {"dtype": torch.int32})
 
 
 def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
@@ -106,6 +101,7 @@ def pack_activations(graph: fx.Graph, fake_mode=None) -> int:
                 counters["bitcompile"]["packed_output"] += 1
             else:
                 x_bits = _pack_nodes(graph, x, int(w_value.shape[1]), w_value.device, fake_mode)
+                x_bits.meta[PACKS] = x
             scale = node.args[5] if len(node.args) > 5 else node.kwargs.get("scale")
             bias = node.args[6] if len(node.args) > 6 else node.kwargs.get("bias")
             packed = ir.emit(graph, bc.packed_conv2d_of_weight.default,

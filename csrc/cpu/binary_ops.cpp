@@ -1615,6 +1615,15 @@ at::Tensor binary_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_packed, in
 
 // binary_conv2d_packed: binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)), channels_last out_dtype (plus
 // a residual); int32: the sign words of the fp32 values, [N, OH, OW, ceil(OC / 32)].
+// pack_signs of a conv's values (float [N, OC, OH, OW], channels_last): int32 [N, OH, OW, ceil(OC / 32)] words (a
+// value rounded to -0 gives bit 1, as pack_signs).
+at::Tensor conv_output_sign_words(const at::Tensor& values, const ConvGeometry& g, const at::TensorOptions& options) {
+  const int64_t words = packed_words(g.out_channels);
+  if (values.numel() == 0) return at::zeros({g.batch, g.out_height, g.out_width, words}, options);
+  const at::Tensor rows = values.permute({0, 2, 3, 1}).reshape({-1, g.out_channels});  // channels_last: a view
+  return pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
+}
+
 at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
@@ -1630,12 +1639,7 @@ at::Tensor binary_conv2d_packed_cpu(const at::Tensor& x_bits, const at::Tensor& 
     packed.bits = x_bits.contiguous().view({-1, packed_words(g.channels)});
     conv_pixels({&packed, nullptr}, g, w_packed, scale, bias, pad_value, /*sign_zero=*/false, result);
   }
-  if (out_dtype == at::kInt) {
-    const int64_t words = packed_words(g.out_channels);
-    if (result.numel() == 0) return at::zeros({g.batch, g.out_height, g.out_width, words}, x_bits.options());
-    const at::Tensor rows = result.permute({0, 2, 3, 1}).reshape({-1, g.out_channels});  // channels_last: a view
-    return pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
-  }
+  if (out_dtype == at::kInt) return conv_output_sign_words(result, g, x_bits.options());
   at::Tensor out = result.to(out_dtype);
   // rounded to out_dtype, then added in out_dtype (eager's add of two such tensors: the fp32 sum rounded once)
   if (residual.has_value()) out.add_(*residual);
@@ -1653,14 +1657,7 @@ std::tuple<at::Tensor, at::Tensor> binary_conv2d_packed_with_signs_cpu(
                                                                residual);
   at::Tensor out = binary_conv2d_packed_cpu(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation,
                                             scale, bias, residual, out_dtype, pad_value);
-  const int64_t words = packed_words(g.out_channels);
-  if (out.numel() == 0) {
-    return {out, at::zeros({g.batch, g.out_height, g.out_width, words}, x_bits.options())};
-  }
-  // the stored values' signs (a value rounded to -0 gives bit 1, as pack_signs)
-  const at::Tensor rows = out.to(at::kFloat).permute({0, 2, 3, 1}).reshape({-1, g.out_channels});
-  at::Tensor bits = pack_rows(rows, words, /*with_nonzero=*/false).bits.view({g.batch, g.out_height, g.out_width, words});
-  return {out, bits};
+  return {out, conv_output_sign_words(out.to(at::kFloat), g, x_bits.options())};  // the stored values' signs
 }
 
 #if defined(__AVX512F__)
