@@ -1697,17 +1697,17 @@ def test_conv2d_wgmma_dispatch_cuda():
 def test_conv2d_pipelined_tile_switch_cuda(dtype):
     """The one-plane mma.sync kernel takes 64 x 32 tiles in two K groups while those blocks are one wave (3 an SM),
     and 128 x 64 tiles from one block more: both sides of the switch exact (C = OC = 64: two channel words, never the
-    wgmma kernel; 128 output pixels an image, so 4 blocks of 64 x 32 an image), and served by the kernel the switch
-    names (template arguments BM, BN, WARPS_M, WARPS_N, K groups)."""
+    wgmma kernel; 3x3 dilation 2 pad 2, never the halo kernel; 128 output pixels an image, so 4 blocks of 64 x 32 an
+    image), and served by the kernel the switch names (template arguments BM, BN, WARPS_M, WARPS_N, K groups)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     weight = torch.randn(64, 64, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
-    args = (64, [3, 3], [1, 1], [1, 1], [1, 1])
+    args = (64, [3, 3], [1, 1], [2, 2], [2, 2])
     last_small = 3 * sms // 4
     for batch, tile in ((last_small, "binary_conv2d_pipelined_kernel<64, 32, 2, 1, 2,"),
                         (last_small + 1, "binary_conv2d_pipelined_kernel<128, 64, 4, 2, 1,")):
         x = random_input((batch, 64, 16, 8), dtype, "cuda").contiguous(memory_format=torch.channels_last)
-        actual, expected = run_conv(x, weight, (1, 1), (1, 1), (1, 1), pad_value=-1.0)
+        actual, expected = run_conv(x, weight, (1, 1), (2, 2), (2, 2), pad_value=-1.0)
         assert_matches(actual, expected, dtype, True, f"conv batch={batch} {dtype}")
         names = profiled_kernels(lambda: ops.binary_conv2d(x, w_packed, *args, pad_value=-1.0), ("conv2d",))
         assert any(tile in name for name in names), f"batch {batch}: no {tile} in {names}"
@@ -1720,12 +1720,12 @@ def test_conv2d_tap_table_cuda(channels):
     launch (conv_tap_table_kernel); the other builds (4-byte pieces: 3 words) tabulate it in each block. Both exact
     just past the 64 x 32 tile's wave (100 images on 132 SMs) and past one wave of their own, with stray weight bits
     past the channels (the table masks them), padded taps of every pad value and OC = 70 (past one 32-column block of
-    the table kernel, not a multiple of 64). 128 output pixels an image."""
+    the table kernel, not a multiple of 64). 128 output pixels an image; 3x3 dilation 2 pad 2 (never the halo kernel)."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     weight = torch.randn(70, channels, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
     w_packed[..., -1] |= torch.tensor(-1 << (channels % 32), dtype=torch.int32)
-    args = (channels, [3, 3], [1, 1], [1, 1], [1, 1])
+    args = (channels, [3, 3], [1, 1], [2, 2], [2, 2])
     table = channels <= 64
     for batch, pad_value in ((3 * sms // 4 + 1, -1.0), (3 * sms + 1, 1.0), (3 * sms + 1, 0.0)):
         x = random_input((batch, channels, 16, 8), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
@@ -1736,6 +1736,83 @@ def test_conv2d_tap_table_cuda(channels):
         tile = f"binary_conv2d_pipelined_kernel<128, 64, 4, 2, 1, {2 if table else 1},"
         assert any(tile in name for name in names), f"batch {batch}: no {tile} in {names}"
         assert any("conv_tap_table_kernel" in name for name in names) == table, f"batch {batch}: {names}"
+
+
+# (batch, channels, height, width, out_channels, pad_value): the halo kernel's edges (3x3 stride 1 pad 1, 33..64
+# channels, no residual): tiles of 128 output pixels within one image (partial last tiles: 9x9, 13x11, 5x7), images
+# 1 and 300 pixels wide (halo rows of 4 and 304 pixels), output channels past a 64 tile (70, 72, 130) and under 8,
+# 33 and 64 channels (a tap's first word only / both), and 600 / 300 images: more m tiles than each n tile's blocks
+# (two an SM), so blocks walk several tiles through both halo buffers.
+HALO_CASES = [
+    (3, 64, 9, 9, 64, -1.0),
+    (2, 40, 13, 11, 72, 0.0),
+    (2, 33, 5, 7, 37, 1.0),
+    (2, 64, 17, 1, 8, -1.0),
+    (2, 64, 6, 300, 70, 1.0),
+    (600, 40, 5, 7, 37, 0.0),
+    (300, 64, 8, 8, 130, -1.0),
+]
+
+
+@requires_cuda
+@pytest.mark.parametrize("case", HALO_CASES, ids=lambda c: f"b{c[0]}c{c[1]}h{c[2]}w{c[3]}oc{c[4]}")
+def test_conv2d_halo_cuda(case):
+    """binary_conv2d_halo_kernel serves 3x3 stride 1 pad 1 convs of 33..64 channels without a residual: exact integer
+    results in fp16 and fp32, channels_last and NCHW; per-channel scale and bias on bf16; binary_conv2d_packed's sign
+    words (int32 out) equal to pack_signs of its fp32 values; and the kernel the profiler records is the halo one."""
+    b, c, h, w, oc, pad_value = case
+    weight = torch.randn(oc, c, 3, 3, device="cuda")
+    geometry = ((1, 1), (1, 1), (1, 1))
+    for dtype in (torch.float16, torch.float32):
+        for memory_format in (torch.channels_last, torch.contiguous_format):
+            x = random_input((b, c, h, w), dtype, "cuda").contiguous(memory_format=memory_format)
+            actual, expected = run_conv(x, weight, *geometry, pad_value=pad_value)
+            assert actual.is_contiguous(memory_format=memory_format)
+            assert_matches(actual, expected, dtype, True, f"halo {case} {dtype} {memory_format}")
+    x = random_input((b, c, h, w), torch.bfloat16, "cuda").contiguous(memory_format=torch.channels_last)
+    scale, bias = scale_and_bias("per_channel", oc, "cuda")
+    actual, expected = run_conv(x, weight, *geometry, scale, bias, pad_value=pad_value)
+    assert_matches(actual, expected, torch.bfloat16, False, f"halo {case} bf16 scale+bias")
+    w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+    x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+    args = (c, [3, 3], [1, 1], [1, 1], [1, 1], scale, bias)
+
+    def packed(dtype):
+        return ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
+
+    values = packed(torch.float32)
+    assert torch.equal(packed(torch.int32), ops.pack_signs(values.permute(0, 2, 3, 1))), f"halo {case} sign words"
+    for run in (lambda: packed(torch.int32), lambda: ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)):
+        names = profiled_kernels(run, ("conv2d",))
+        assert any("binary_conv2d_halo_kernel" in name for name in names), names
+
+
+@requires_cuda
+def test_conv2d_halo_dispatch_cuda():
+    """The halo kernel's limits: a residual (its store is slower there), 500-pixel rows (the halo past its shared
+    memory), 65 channels or stride 2 go to the other kernels, exact all the same."""
+    def served(c, h, w, stride, residual):
+        weight = torch.randn(64, c, 3, 3, device="cuda")
+        w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
+        x = random_input((2, c, h, w), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
+        x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
+        args = (c, [3, 3], [stride, stride], [1, 1], [1, 1])
+        y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.float16, pad_value=-1.0)
+        expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, None, None, pad_value=-1.0)
+        assert_matches(y, expected, torch.float16, True, f"c={c} {h}x{w} stride {stride}")
+        r = _residual_like(y, "channels_last") if residual else None
+        run = lambda: ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.float16, pad_value=-1.0,
+                                               residual=r)
+        if residual:
+            assert torch.equal(run(), y + r)
+        return " ".join(profiled_kernels(run, ("conv2d",)))
+
+    assert "binary_conv2d_halo_kernel" in served(64, 12, 12, 1, False)
+    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 1, True)
+    assert "binary_conv2d_halo_kernel" in served(64, 2, 450, 1, False)
+    assert "binary_conv2d_halo_kernel" not in served(64, 2, 500, 1, False)
+    assert "binary_conv2d_halo_kernel" not in served(65, 12, 12, 1, False)
+    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 2, False)
 
 
 @requires_cuda

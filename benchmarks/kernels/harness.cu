@@ -38,7 +38,7 @@
 //          scale, bias; 3: scale) outoff=0 (the output pointer that many elements past an aligned one) stray=0 (1: the weight's
 //          bits past the last channel of every tap set; the result must ignore them) kernel=0 (ConvTuning: 1 the
 //          mma.sync kernels, 2 the sm_90a wgmma kernel) tile=0
-//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32; 0 by the shape) kg=0 (the 64 x 32 tile's K
+//          (the one-plane mma.sync kernel's tile: 1 128 x 64, 2 64 x 32, 3 the halo kernel; 0 by the shape) kg=0 (the 64 x 32 tile's K
 //          groups: 1 or 2; 0 by the shape) pack=0 (1: the input is
 //          fp16 NHWC activations with those signs, and each call is pack_signs + the conv, as the op launches them)
 //          res=0 (1: Epilogue::residual, random values of the output's type and layout added after rounding)

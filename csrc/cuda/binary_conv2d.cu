@@ -3,10 +3,11 @@
 //
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
 // form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
-// and the alignment allow); torch.sign inputs (sign_zero) and larger kernels take the two-plane form
-// (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least kCwMinPixels
-// output pixels take the Hopper form of the one-plane kernel instead, binary_conv2d_wgmma_kernel (wgmma b1
-// AND.POPC, TMA + mbarrier ring; its own section below), where it applies (ConvTuning::kernel forces either).
+// and the alignment allow), or for 3x3 stride 1 pad 1 convs of 33..64 channels without a residual (ResNet's
+// layer1) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and larger kernels take the
+// two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least
+// kCwMinPixels output pixels take the Hopper form of the one-plane kernel instead, binary_conv2d_wgmma_kernel (wgmma
+// b1 AND.POPC, TMA + mbarrier ring; its own section below), where it applies (ConvTuning::kernel forces either).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -34,7 +35,7 @@ namespace {
 // gives pad_value * (-D_t). The block tabulates D_t of its columns or copies them from a table made once a
 // launch (the 128 x 64 three-block build); a row takes their sum over all taps less
 // the padded ones (none for interior pixels). Half the MMAs and accumulators of the two-plane form.
-// Both kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
+// The kernels end in conv_epilogue: per-row and per-column values read once, no division, the output tile
 // staged in shared memory and stored in coalesced vectors of up to 16 bytes (sign words: from the registers).
 constexpr int kOnePlaneMaxTaps = 32;
 
@@ -301,19 +302,55 @@ struct VecOf<2> {
   using type = uint16_t;
 };
 
-// v (V elements of OutT) plus the V residual elements at r, each sum rounded once to OutT from the fp32 sum of the two
-// rounded values (eager's add of two OutT tensors).
+// v plus rv (V elements of OutT each), each sum rounded once to OutT from the fp32 sum of the two rounded values
+// (eager's add of two OutT tensors). fp16 / bf16 pairs add by __hadd2, the exact sum rounded once: the same values,
+// since fp32 carries 24 >= 2 * 11 + 2 significand bits (rounding the exact sum to fp32 first never changes its
+// rounding to fp16 or bf16).
 template <typename OutT, typename Vec>
-__device__ __forceinline__ Vec add_residual(Vec v, const OutT* __restrict__ r) {
+__device__ __forceinline__ Vec add_residual(Vec v, Vec rv) {
   constexpr int kCount = static_cast<int>(sizeof(Vec) / sizeof(OutT));
-  OutT a[kCount], b[kCount];
-  const Vec rv = *reinterpret_cast<const Vec*>(r);
-  memcpy(a, &v, sizeof(Vec));
-  memcpy(b, &rv, sizeof(Vec));
+  if constexpr (sizeof(OutT) == 2 && kCount % 2 == 0) {
+    using Pair = typename OutPair<OutT>::type;
+    Pair a[kCount / 2], b[kCount / 2];
+    memcpy(a, &v, sizeof(Vec));
+    memcpy(b, &rv, sizeof(Vec));
 #pragma unroll
-  for (int i = 0; i < kCount; ++i) a[i] = from_float<OutT>(to_float(a[i]) + to_float(b[i]));
-  memcpy(&v, a, sizeof(Vec));
+    for (int i = 0; i < kCount / 2; ++i) a[i] = __hadd2(a[i], b[i]);
+    memcpy(&v, a, sizeof(Vec));
+  } else {
+    OutT a[kCount], b[kCount];
+    memcpy(a, &v, sizeof(Vec));
+    memcpy(b, &rv, sizeof(Vec));
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) a[i] = from_float<OutT>(to_float(a[i]) + to_float(b[i]));
+    memcpy(&v, a, sizeof(Vec));
+  }
   return v;
+}
+
+// Bit e of the result: element e of v (V elements of OutT) is >= 0 (NaN: 0; -0: 1), as the fp32 compare of the
+// element; fp16 / bf16 pairs by __hge2_mask.
+template <typename OutT, typename Vec>
+__device__ __forceinline__ uint32_t nonnegative_bits(Vec v) {
+  constexpr int kCount = static_cast<int>(sizeof(Vec) / sizeof(OutT));
+  uint32_t bits = 0;
+  if constexpr (sizeof(OutT) == 2 && kCount % 2 == 0) {
+    using Pair = typename OutPair<OutT>::type;
+    Pair a[kCount / 2];
+    memcpy(a, &v, sizeof(Vec));
+    const Pair zero = OutPair<OutT>::make(0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < kCount / 2; ++i) {
+      const uint32_t mask = __hge2_mask(a[i], zero);  // 0xffff per true half
+      bits |= ((mask & 1u) | ((mask >> 15) & 2u)) << (2 * i);
+    }
+  } else {
+    OutT a[kCount];
+    memcpy(a, &v, sizeof(Vec));
+#pragma unroll
+    for (int e = 0; e < kCount; ++e) bits |= static_cast<uint32_t>(to_float(a[e]) >= 0.f) << e;
+  }
+  return bits;
 }
 
 // Copies the staged tile out in vectors of V elements along its lines (channels_last: rows, contiguous channels;
@@ -363,22 +400,28 @@ __device__ __forceinline__ void store_staged(const OutT* stage, OutT* __restrict
   const int64_t words_per_pixel = (n_rows + 31) / 32;
   uint32_t* words = out_signs == nullptr ? nullptr : out_signs + (m0 + line) * words_per_pixel + ((n0 + first) >> 5);
   const uint32_t group_mask = kGroup == 32 ? 0xffffffffu : ((1u << kGroup) - 1u) << ((tid & 31) & ~(kGroup - 1));
+  // the thread's elements < cols_valid (bits of nonnegative_bits)
+  const int valid_count = cols_valid - first;
+  const uint32_t valid =
+      valid_count >= V ? (V == 32 ? ~0u : (1u << V) - 1u) : valid_count > 0 ? (1u << valid_count) - 1u : 0u;
   int64_t offset = dst - out;
+  // the residual's vector of the next line read one trip ahead (its latency under this trip's work)
+  const bool reads = residual != nullptr && stores;
+  Vec next_rv{};
+  if (reads && line < lines) next_rv = *reinterpret_cast<const Vec*>(residual + offset);
 #pragma unroll 1
   for (; line < lines; line += kLineStep) {
     Vec v = *reinterpret_cast<const Vec*>(src);
     if (stores) {
-      if (residual != nullptr) v = add_residual<OutT>(v, residual + offset);
+      if (residual != nullptr) {
+        const Vec rv = next_rv;
+        if (line + kLineStep < lines) next_rv = *reinterpret_cast<const Vec*>(residual + offset + dst_step);
+        v = add_residual<OutT>(v, rv);
+      }
       *reinterpret_cast<Vec*>(out + offset) = v;
     }
     if (words != nullptr) {
-      OutT values[V];
-      memcpy(values, &v, sizeof(Vec));
-      uint32_t bits = 0;
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        bits |= static_cast<uint32_t>(first + e < cols_valid && to_float(values[e]) >= 0.f) << ((first & 31) + e);
-      }
+      uint32_t bits = (nonnegative_bits<OutT>(v) & valid) << (first & 31);
 #pragma unroll
       for (int step = 1; step < kGroup; step <<= 1) bits |= __shfl_xor_sync(group_mask, bits, step);
       if ((first & 31) == 0) *words = bits;
@@ -1311,6 +1354,219 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
                             ep, out, out_channels_last, dependent && weights_ready);
 }
 
+// ==== binary_conv2d_halo_kernel (harness `conv ... kernel=1 tile=3`) ===============================================
+// The one-plane conv for 3x3 stride 1 dilation 1 pad 1 with 2 channel words a pixel (C = 33..64: ResNet's layer1),
+// persistent, without an im2col gather. A block keeps one n tile of 64 output channels (its weights as B fragments in
+// registers, D_t in shared memory, read once) and walks m tiles of 128 output pixels in raster order within one image
+// (the last tile of an image may be partial). For each it copies the input rows those pixels read (their halo, at most
+// halo_rows rows of pitch pixels, zero outside the image) to shared memory twice (the second copy shifted by one
+// pixel), and reads A fragments straight from it: the 256-bit A row of pixel (oh, ow) at k step kh is the 4 pixels
+// (oh + kh - 1, ow - 1 .. ow + 2) of the input, 32 contiguous bytes of the halo (copy 0 at even ow, copy 1 at odd ow:
+// ldmatrix rows are 16-byte aligned). Word w of step kh is tap (kh, w / 2)'s channel word w % 2; the fourth pixel's
+// weights (w = 6, 7) are zero. pa comes from one more mma a step against a B whose column 0 is ones on words 0..5.
+// The next tile's halo and row values go out (cp.async, two buffers) while this one runs its mma and conv_epilogue
+// (D_t from the launch's table; the output tile staged past the halo buffers).
+constexpr int kHaloBM = 128, kHaloBN = 64, kHaloThreads = 256;
+// Two blocks an SM (128 registers). H100, harness graph us, B = 256 C = OC = 64 56x56 fp16, two / three blocks an SM
+// (85 registers): plain 90.3 / 98.7, sign words 84.6 / 88.0, residual + the sum's sign words 167.0 / 154.4.
+constexpr int kHaloBlocksPerSm = 2;
+
+__host__ __device__ constexpr int conv_halo_rows(int64_t width) {
+  return static_cast<int>((kHaloBM - 1 + width - 1) / width) + 1 + 2;
+}
+__host__ __device__ constexpr int64_t conv_halo_pitch(int64_t width) { return (width + 3 + 1) / 2 * 2; }  // even
+
+template <typename OutT>
+__global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_halo_kernel(
+    const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, const int* __restrict__ tap_table,
+    ConvShape shape, int tiles_per_image, int m_tiles, int blocks_per_n, int copy_bytes, Epilogue ep,
+    OutT* __restrict__ out, bool out_channels_last, bool weights_ready) {
+  constexpr int MT = 2, NT = 4, kTaps = 9, kWords = 18;  // warps 4 x 2 of 32 x 32
+  // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes, then the output tile's stage
+  extern __shared__ __align__(16) uint32_t conv_halo_smem[];
+  __shared__ uint32_t row_inside[2][kHaloBM];
+  __shared__ int64_t row_out[2][kHaloBM];
+  __shared__ unsigned row_halo[2][kHaloBM];  // byte offset of the row's A row (k step 0) in its buffer
+  __shared__ int tap_d[kTaps * kHaloBN];
+  __shared__ int all_taps_d[kHaloBN];
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp >> 1, warp_n = warp & 1;
+  const int n_tile = static_cast<int>(blockIdx.x) / blocks_per_n;
+  const int first_tile = static_cast<int>(blockIdx.x) - n_tile * blocks_per_n;
+  const int64_t n0 = static_cast<int64_t>(n_tile) * kHaloBN;
+  const int width = static_cast<int>(shape.width), height = static_cast<int>(shape.height);
+  const int plane = height * width;  // stride 1, pad 1, 3x3: the output's plane is the input's
+  const int pitch = static_cast<int>(conv_halo_pitch(width));
+  const int64_t n_rows = shape.out_channels;
+  const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_halo_smem));
+  OutT* const stage = reinterpret_cast<OutT*>(reinterpret_cast<char*>(conv_halo_smem) + 4 * copy_bytes);
+
+  // The weights as B fragments (n tile nt: column n0 + 32 warp_n + 8 nt + lane / 4; b0 = word lane % 4, b1 = word
+  // 4 + lane % 4 of step kh), zero past the last output channel and for the fourth pixel.
+  uint32_t b_frag[3][NT][2];
+  const auto load_weights = [&] {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int64_t n = n0 + warp_n * 32 + nt * 8 + (lane >> 2);
+      const uint32_t* w = w_bits + min(n, n_rows - 1) * kWords;
+      const int t = lane & 3;
+#pragma unroll
+      for (int kh = 0; kh < 3; ++kh) {
+        b_frag[kh][nt][0] = n < n_rows ? w[kh * 6 + t] : 0u;  // words 0..3: taps (kh, 0), (kh, 1)
+        b_frag[kh][nt][1] = n < n_rows && t < 2 ? w[kh * 6 + 4 + t] : 0u;  // words 4, 5: tap (kh, 2)
+      }
+    }
+  };
+  if (weights_ready) load_weights();
+  wait_for_prerequisite_grid();  // the packed input and the D_t table are complete past this
+  if (!weights_ready) load_weights();
+  for (int e = tid; e < (kTaps + 1) * kHaloBN; e += kHaloThreads) {
+    const int t = e / kHaloBN, col = e % kHaloBN;
+    const bool fill = n0 + col < n_rows;
+    int* const dst = t < kTaps ? &tap_d[e] : &all_taps_d[col];
+    cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
+                       fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + col) : w_bits, fill);
+  }
+
+  // Tile `tile` (m tile index) into buffer `buf`: the halo by cp.async (copy c, row s, column j holds input pixel
+  // (oh_first - 1 + s, j - 1 + c), zero outside the image; a warp a line of pitch pixels), the row values by the
+  // first kHaloBM threads (rows past the tile's last pixel: nothing inside, A rows at row 0's).
+  const auto prefetch = [&](int tile, int buf) {
+    const int image = tile / tiles_per_image;
+    const int p0 = (tile - image * tiles_per_image) * kHaloBM;
+    const int rows_valid = min(kHaloBM, plane - p0);
+    const int oh_first = p0 / width;
+    const int halo_rows = (p0 + rows_valid - 1) / width - oh_first + 3;
+    const uint32_t* image_bits = plus_bits + static_cast<int64_t>(image) * plane * 2;
+    const unsigned halo = smem + buf * 2 * copy_bytes;
+    for (int line = warp; line < 2 * halo_rows; line += kHaloThreads / 32) {
+      const int c = line >= halo_rows ? 1 : 0;
+      const int s = line - c * halo_rows;
+      const int ih = oh_first - 1 + s;
+      const bool row_in = ih >= 0 && ih < height;
+      const unsigned dst = halo + c * copy_bytes + s * pitch * 8;
+      for (int j = lane; j < pitch; j += 32) {
+        const int iw = j - 1 + c;
+        const bool fill = row_in && iw >= 0 && iw < width;
+        cp_async_shared<8>(dst + j * 8, fill ? image_bits + (ih * width + iw) * 2 : plus_bits, fill);
+      }
+    }
+    if (tid < kHaloBM) {
+      const bool valid = tid < rows_valid;
+      const int p = p0 + (valid ? tid : 0);
+      const int oh = p / width, ow = p - oh * width;
+      const uint32_t columns = (ow >= 1 ? 1u : 0u) | 2u | (ow + 1 < width ? 4u : 0u);
+      const uint32_t inside = (oh >= 1 ? columns : 0u) | columns << 3 | (oh + 1 < height ? columns << 6 : 0u);
+      row_inside[buf][tid] = valid ? inside : 0u;
+      row_out[buf][tid] = static_cast<int64_t>(image) * n_rows * plane + p;
+      row_halo[buf][tid] = (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8;
+    }
+  };
+
+  const uint32_t ones[2] = {lane < 4 ? ~0u : 0u, lane < 2 ? ~0u : 0u};  // column 0: words 0..5
+  int buf = 0;
+  if (first_tile < m_tiles) prefetch(first_tile, 0);
+  cp_async_commit();
+  for (int tile = first_tile; tile < m_tiles; tile += blocks_per_n, buf ^= 1) {
+    cp_async_wait<0>();
+    // this tile's halo and rows are visible; every thread is past the last tile's epilogue (its stores included)
+    __syncthreads();
+    if (tile + blocks_per_n < m_tiles) prefetch(tile + blocks_per_n, buf ^ 1);
+    cp_async_commit();
+    const int image = tile / tiles_per_image;
+    const int p0 = (tile - image * tiles_per_image) * kHaloBM;
+    const int rows_valid = min(kHaloBM, plane - p0);
+    const int64_t m0 = static_cast<int64_t>(image) * plane + p0;
+    // This lane's ldmatrix row address of m tile mt at k step 0: tile row warp_m 32 + 16 mt + lane % 8 + 8 (lane / 8
+    // % 2), bytes 16 (lane / 16) of its A row.
+    int acc[MT][NT][4] = {};
+    int pa[MT][4] = {};
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r = warp_m * 32 + mt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+      const unsigned a_row = smem + buf * 2 * copy_bytes + row_halo[buf][r] + (lane >> 4) * 16;
+#pragma unroll
+      for (int kh = 0; kh < 3; ++kh) {
+        uint32_t a_frag[4];
+        ldmatrix_x4(a_frag, a_row + kh * pitch * 8);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) mma_and_popc(acc[mt][nt], a_frag, b_frag[kh][nt]);
+        mma_and_popc(pa[mt], a_frag, ones);
+      }
+    }
+    // 4 popc(P & B) - 2 popc(P): pa of rows g, g + 8 sit in lane 4g's column 0 (c0, c2)
+    int dot[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int pop_low = __shfl_sync(kFullMask, pa[mt][0], lane & ~3);
+      const int pop_high = __shfl_sync(kFullMask, pa[mt][2], lane & ~3);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        dot[mt][nt][0] = 4 * acc[mt][nt][0] - 2 * pop_low;
+        dot[mt][nt][1] = 4 * acc[mt][nt][1] - 2 * pop_low;
+        dot[mt][nt][2] = 4 * acc[mt][nt][2] - 2 * pop_high;
+        dot[mt][nt][3] = 4 * acc[mt][nt][3] - 2 * pop_high;
+      }
+    }
+    conv_epilogue<kHaloBM, kHaloBN, kHaloThreads, MT, NT, true>(
+        dot, warp_m * 32, warp_n * 32, lane, tid, row_inside[buf], tap_d, all_taps_d, row_out[buf], kTaps,
+        shape.pad_value, m0, n0, m0 + rows_valid, n_rows, plane, ep, out, out_channels_last, stage);
+  }
+  cp_async_wait<0>();
+}
+
+// The halo kernel's launch (the conv_tap_table_kernel launch first, unless table_ready): kHaloBlocksPerSm blocks an
+// SM, each n tile's blocks sharing its m tiles; cudaErrorNotSupported where conv_halo_applies is false.
+// copy 1 starts 64 bytes past a 128-byte line from copy 0's start: the 8 rows of an ldmatrix matrix (even and odd
+// pixels, 16 bytes apart in each copy) fall in distinct banks.
+inline int64_t conv_halo_copy_bytes(const ConvShape& s) {
+  return (conv_halo_rows(s.width) * conv_halo_pitch(s.width) * 8 + 127) / 128 * 128 + 64;
+}
+template <typename OutT>
+constexpr int64_t conv_halo_smem_bytes(int64_t copy_bytes) {
+  return 4 * copy_bytes + ConvStagingBytes<kHaloBM, kHaloBN, OutT>::value;
+}
+constexpr int64_t kHaloMaxSmem = 96 * 1024;
+inline bool conv_halo_applies(const ConvShape& s) {
+  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dilation_h == 1 &&
+         s.dilation_w == 1 && s.pad_h == 1 && s.pad_w == 1 && s.channels > 32 && s.channels <= 64 &&
+         s.height * s.width <= INT_MAX / 4 &&
+         conv_halo_smem_bytes<float>(conv_halo_copy_bytes(s)) <= kHaloMaxSmem;
+}
+template <typename OutT>
+cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
+                                      const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                      int sm_count, bool dependent, bool weights_ready, bool table_ready,
+                                      cudaStream_t stream) {
+  if (tap_table == nullptr) return cudaErrorInvalidValue;
+  if (!conv_halo_applies(shape)) return cudaErrorNotSupported;
+  const int64_t plane = shape.height * shape.width;
+  const int64_t tiles_per_image = ceil_div(plane, kHaloBM);
+  const int64_t m_tiles = shape.batch * tiles_per_image;
+  const int64_t n_tiles = ceil_div(shape.out_channels, kHaloBN);
+  if (m_tiles > INT_MAX || n_tiles > INT_MAX) return cudaErrorInvalidValue;
+  const int64_t resident = static_cast<int64_t>(sm_count) * kHaloBlocksPerSm;
+  const int64_t blocks_per_n = std::max<int64_t>(1, std::min(m_tiles, resident / n_tiles));
+  if (blocks_per_n * n_tiles > INT_MAX) return cudaErrorInvalidValue;
+  const int64_t copy_bytes = conv_halo_copy_bytes(shape);
+  const size_t smem = static_cast<size_t>(conv_halo_smem_bytes<OutT>(copy_bytes));
+  auto kernel = binary_conv2d_halo_kernel<OutT>;
+  static unsigned long long smem_devices = 0;
+  cudaError_t error = allow_dynamic_smem(kernel, kHaloMaxSmem, smem_devices);
+  if (error != cudaSuccess) return error;
+  if (!table_ready) {
+    error = launch_conv_tap_table(w_bits, shape, tap_table, dependent, weights_ready, stream);
+    if (error != cudaSuccess) return error;
+  }
+  const ClusterLaunch launch(dim3(static_cast<unsigned>(blocks_per_n * n_tiles)), kHaloThreads, smem, 1, stream,
+                             dependent);
+  return cudaLaunchKernelEx(&launch.config, kernel, plus_bits, w_bits, static_cast<const int*>(tap_table), shape,
+                            static_cast<int>(tiles_per_image), static_cast<int>(m_tiles),
+                            static_cast<int>(blocks_per_n), static_cast<int>(copy_bytes), ep, out, out_channels_last,
+                            dependent && weights_ready);
+}
+
 // The pipelined kernel's tile: 128 x 64 (8 warps), or 64 x 32 in two K groups (4 warps) where those blocks are one
 // wave (3 an SM). H200 harness, rotating graph us, pack_signs + conv as the op launches them, 64 x 32 in one
 // / two K groups (blocks of 128 x 64): C = OC = 256 14x14 B = 1 7.76 / 7.24 (8), B = 4 8.40 / 8.16 (28); C = OC =
@@ -1331,6 +1587,19 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   const bool dependent = device.major >= 9;
+  // The halo kernel where it applies (tile 3 asks for it), except with a residual: H100, harness graph us, one process,
+  // B = 256 C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo: fp16 out
+  // 110.3 -> 90.1, sign words 107.0 -> 84.6, residual + the sum's sign words 153.8 -> 163.8 (its per-tile store of
+  // the residual sums is latency-bound at two blocks an SM); B = 64 30.5 -> 26.1; B = 1 (the 64 x 32 tile) 6.25 -> 5.64.
+  if constexpr (PW == 2) {
+    if (tuning.tile == 3 ||
+        (tuning.tile == 0 && ep.residual == nullptr && tap_table != nullptr && conv_halo_applies(shape))) {
+      return binary_conv2d_halo_launch<OutT>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
+                                             device.sm_count, dependent, weights_ready, table_ready, stream);
+    }
+  } else if (tuning.tile == 3) {
+    return cudaErrorNotSupported;
+  }
   bool small = tuning.tile == 2;
   if (tuning.tile == 0) {
     const int64_t small_blocks = ceil_div(shape.batch * shape.out_height * shape.out_width, kSmallBM) *
@@ -2276,7 +2545,7 @@ namespace {
 // cudaSuccess for a launchable shape; done: nothing to compute (an empty output).
 cudaError_t check_conv_launch(const ConvShape& shape, const ConvTuning& chosen, bool& done) {
   done = false;
-  if (chosen.kernel < 0 || chosen.kernel > 2 || chosen.tile < 0 || chosen.tile > 2) return cudaErrorInvalidValue;
+  if (chosen.kernel < 0 || chosen.kernel > 2 || chosen.tile < 0 || chosen.tile > 3) return cudaErrorInvalidValue;
   if (shape.batch < 0 || shape.channels < 1 || shape.channels > INT_MAX || shape.out_channels < 0 ||
       shape.kernel_h < 1 || shape.kernel_w < 1 || shape.pad_value < -1 || shape.pad_value > 1) {
     return cudaErrorInvalidValue;

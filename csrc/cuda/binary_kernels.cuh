@@ -120,13 +120,14 @@ struct ConvTuning {
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: the sm_90a
                    //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
-  int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32
+  int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32; 3: the halo
+                   //   kernel (3x3 stride 1 pad 1 dilation 1, 33..64 channels; cudaErrorNotSupported elsewhere)
   int k_groups = 0;  // the 64 x 32 tile's K groups (stages dealt out in turn): 0 by the shape (2); 1; 2
 };
 // tap_table: device workspace of conv_tap_table_ints(shape) ints (may be null where that is 0, and is for two-plane
-// input), into which the launch writes the weight's D_t table (conv_tap_table_kernel) before the wgmma kernel or the
-// one-plane mma.sync kernel's 128 x 64 tile reads it (cudaErrorInvalidValue if either is chosen and tap_table is
-// null); its contents on return are not part of the interface. weights_ready: the launch just before this one on the
+// input), into which the launch writes the weight's D_t table (conv_tap_table_kernel) before the wgmma kernel, the
+// one-plane mma.sync kernel's 128 x 64 tile or the halo kernel reads it (cudaErrorInvalidValue if one of them is chosen
+// and tap_table is null); its contents on return are not part of the interface. weights_ready: the launch just before this one on the
 // stream is the launch_pack_signs that wrote plus_bits (and minus_bits), launched with nothing else in between; it
 // began after all earlier work was complete, so the one-plane kernels, launched dependent on it (sm_90), read the
 // weights (first stages, the D_t table) before waiting for its bits. False: they wait first (plus_bits from any
