@@ -1,16 +1,39 @@
 #!/usr/bin/env bash
-# The fifty-ninth session's first device call: the op-level CUDA tests of the halo kernel's merge (fifty-eighth
-# session; its harness sweep pending/halo2.sweep passed, its pytest cases never ran), then ResNet-18 with it.
-#   one call (no carry):  bash benchmarks/kernels/pending/next_call.sh
-# A failure in the first step comes before anything else. halo2.sweep reruns the harness A/B (carry
-# benchmarks/kernels/build with a fresh `bash benchmarks/kernels/build.sh`): `build/harness --sweep
-# benchmarks/kernels/pending/halo2.sweep` (tile=1: the pipelined kernel, tile=3: the halo kernel, one process).
+# The fifty-ninth session's device calls.
+#   tests (no carry, ~300 s): the op-level CUDA tests of the halo kernel's merge (fifty-eighth session; its harness
+#     sweep pending/halo2.sweep passed, its pytest cases never ran), then ResNet-18 with it. A failure here comes first.
+#   prepare (here, ~3 min with the object cache warm): main's harness -> build/main/harness.gz, the variant of
+#     pending/conv_halo_residual.patch -> build/ab/halores.gz
+#   ab (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~200 s): pending/conv_halo_residual.sweep
+#     on main and the variant, 2 passes (main rejects the tile=3 residual rows it cannot run: read the variant's column
+#     there). The variant stages a tile's residual into its stage with the tile's halo (cp.async, two stages), so the
+#     halo kernel can take layer1's residual convs; merge it (the patch has its dispatch and tests) only if its
+#     tile=3 res rows beat tile=1 and every check row passes.
 set -uo pipefail
-root="$(cd "$(dirname "$0")/../../.." && pwd)"
+here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
+root="$(cd "$here/../.." && pwd)"
 cd "$root"
 out="${OUT:-.out}"
 mkdir -p "$out"
-TESTS="cuda and (conv or residual or with_signs or packed or bnn)" OUT="$out" \
-  bash benchmarks/gpu_session.sh build tests 2>&1 | tail -30
-cat "$out/failures.txt" 2>/dev/null | head -60
-OUT="$out" bash benchmarks/gpu_session.sh resnet 2>&1 | tail -20
+case "${1:-}" in
+  tests)
+    TESTS="cuda and (conv or residual or with_signs or packed or bnn)" OUT="$out" \
+      bash benchmarks/gpu_session.sh build tests 2>&1 | tail -30
+    cat "$out/failures.txt" 2>/dev/null | head -60
+    OUT="$out" bash benchmarks/gpu_session.sh resnet 2>&1 | tail -20 ;;
+  prepare)
+    set -e
+    rm -rf "$here/build/ab" "$here/build/main"
+    mkdir -p "$here/build/main"
+    bash "$here/build.sh"
+    gzip -c "$here/build/harness" > "$here/build/main/harness.gz"
+    bash "$here/ab.sh" build halores "$here/pending/conv_halo_residual.patch"
+    du -sh "$here/build/ab" "$here/build/main" ;;
+  ab)
+    gunzip -c "$here/build/main/harness.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
+    OUT="$out" AB_TIMEOUT=150 bash "$here/ab.sh" run "$here/pending/conv_halo_residual.sweep" 2 2>&1 | tail -64
+    cut -c1-200 "$out/ab_raw/halores.1.txt" | awk '$0 ~ / NO |rejected|failed|rror/' | head -20 ;;
+  *)
+    echo "usage: bash $0 tests|prepare|ab" >&2
+    exit 2 ;;
+esac
