@@ -1545,8 +1545,8 @@ cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t*
   const int64_t tiles_per_image = ceil_div(plane, kHaloBM);
   const int64_t m_tiles = shape.batch * tiles_per_image;
   const int64_t n_tiles = ceil_div(shape.out_channels, kHaloBN);
-  if (m_tiles > INT_MAX || n_tiles > INT_MAX) return cudaErrorInvalidValue;
   const int64_t resident = static_cast<int64_t>(sm_count) * kHaloBlocksPerSm;
+  if (m_tiles > INT_MAX - resident || n_tiles > INT_MAX) return cudaErrorInvalidValue;  // tile + blocks_per_n fits
   const int64_t blocks_per_n = std::max<int64_t>(1, std::min(m_tiles, resident / n_tiles));
   if (blocks_per_n * n_tiles > INT_MAX) return cudaErrorInvalidValue;
   const int64_t copy_bytes = conv_halo_copy_bytes(shape);
