@@ -1011,6 +1011,21 @@ __device__ __forceinline__ void mma_ldmatrix_stage(int (&acc)[MT][NT][4], unsign
 // memory each), else two (three would spill at 16- and 4-byte pieces).
 __host__ __device__ constexpr int conv_pipelined_blocks_per_sm(int pw) { return pw == 2 ? 3 : 2; }
 
+// The launch's D_t table (conv_tap_table_kernel's [taps + 1][n_rows] ints, the last row the sums over the taps) of
+// columns n0 .. n0 + BN - 1 into tap_d[taps * BN] and all_taps_d[BN] by 4-byte cp.async of kThreads threads (in the
+// caller's commit group), zero past the last output channel.
+template <int BN, int kThreads>
+__device__ __forceinline__ void copy_tap_table(int* tap_d, int* all_taps_d, const int* __restrict__ tap_table,
+                                               const uint32_t* w_bits, int64_t n0, int64_t n_rows, int taps, int tid) {
+  for (int e = tid; e < (taps + 1) * BN; e += kThreads) {
+    const int t = static_cast<unsigned>(e) / BN, c = static_cast<unsigned>(e) % BN;
+    const bool fill = n0 + c < n_rows;
+    int* const dst = t < taps ? &tap_d[e] : &all_taps_d[c];
+    cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
+                       fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c) : w_bits, fill);
+  }
+}
+
 template <int BM, int BN, int WARPS_M, int WARPS_N, int KG, int PW, typename OutT>
 __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_per_sm(PW)) void binary_conv2d_pipelined_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, const int* __restrict__ tap_table,
@@ -1110,16 +1125,8 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
       all_taps_d[tid] = sum;
     }
   }
-  const auto copy_tap_table = [&] {
-    if constexpr (kTable) {
-      for (int e = tid; e < (taps + 1) * BN; e += kThreads) {
-        const int t = static_cast<unsigned>(e) / BN, c = static_cast<unsigned>(e) % BN;
-        const bool fill = n0 + c < n_rows;
-        int* const dst = t < taps ? &tap_d[e] : &all_taps_d[c];
-        cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
-                           fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c) : w_bits, fill);
-      }
-    }
+  const auto copy_table = [&] {
+    if constexpr (kTable) copy_tap_table<BN, kThreads>(tap_d, all_taps_d, tap_table, w_bits, n0, n_rows, taps, tid);
   };
 
   // The gather, per thread: its A pieces are rows tid / kPiecesPerRow + i * kRowsPerPass and its B pieces rows
@@ -1219,12 +1226,12 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/false, /*copy_b=*/true);
     if constexpr (kSpareThreads == 0 && !kTable) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
     wait_for_prerequisite_grid();
-    copy_tap_table();
+    copy_table();
     rewind();
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/false);
   } else {
-    copy_tap_table();
+    copy_table();
 #pragma unroll
     for (int s = 0; s < kPipeStages - 1; ++s) issue_stage(s, /*copy_a=*/true, /*copy_b=*/true);
     if constexpr (kSpareThreads == 0 && !kTable) tabulate(std::integral_constant<int, kThreads>{}, tid, all_taps_d);
@@ -1421,13 +1428,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   if (weights_ready) load_weights();
   wait_for_prerequisite_grid();  // the packed input and the D_t table are complete past this
   if (!weights_ready) load_weights();
-  for (int e = tid; e < (kTaps + 1) * kHaloBN; e += kHaloThreads) {
-    const int t = e / kHaloBN, col = e % kHaloBN;
-    const bool fill = n0 + col < n_rows;
-    int* const dst = t < kTaps ? &tap_d[e] : &all_taps_d[col];
-    cp_async_shared<4>(static_cast<unsigned>(__cvta_generic_to_shared(dst)),
-                       fill ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + col) : w_bits, fill);
-  }
+  copy_tap_table<kHaloBN, kHaloThreads>(tap_d, all_taps_d, tap_table, w_bits, n0, n_rows, kTaps, tid);
 
   // Tile `tile` (m tile index) into buffer `buf`: the halo by cp.async (copy c, row s, column j holds input pixel
   // (oh_first - 1 + s, j - 1 + c), zero outside the image; a warp a line of pitch pixels), the row values by the
@@ -1456,9 +1457,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
       const bool valid = tid < rows_valid;
       const int p = p0 + (valid ? tid : 0);
       const int oh = p / width, ow = p - oh * width;
-      const uint32_t columns = (ow >= 1 ? 1u : 0u) | 2u | (ow + 1 < width ? 4u : 0u);
-      const uint32_t inside = (oh >= 1 ? columns : 0u) | columns << 3 | (oh + 1 < height ? columns << 6 : 0u);
-      row_inside[buf][tid] = valid ? inside : 0u;
+      row_inside[buf][tid] = valid ? inside_taps(oh - 1, ow - 1, 3, 3, 1, 1, height, width) : 0u;
       row_out[buf][tid] = static_cast<int64_t>(image) * n_rows * plane + p;
       row_halo[buf][tid] = (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8;
     }
