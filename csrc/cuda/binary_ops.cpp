@@ -291,36 +291,24 @@ at::Tensor binary_conv2d_cuda(const at::Tensor& x, const at::Tensor& w_packed, i
   return out;
 }
 
-// binary_conv2d on x_bits = pack_signs(x.permute(0, 2, 3, 1)): the conv launch without the packing pass; the
-// output channels_last in out_dtype, or (int32) the values' sign words, written by the conv's epilogue; a residual
-// is added by the epilogue (after rounding to out_dtype, as eager's add).
-at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
-                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
-                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
-                                     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
-                                     at::ScalarType out_dtype, double pad_value) {
-  const char* op = "binary_conv2d_packed";
-  const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed(
-      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype,
-      residual);
-  c10::cuda::CUDAGuard guard(x_bits.device());
-  const bool signs = out_dtype == at::kInt;
-  at::Tensor out =
-      signs ? at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options())
-            : at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
-                        x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
-  if (out.numel() == 0) return out;
+// The conv launch of both packed ops on x_bits = pack_signs(x.permute(0, 2, 3, 1)), without the packing pass: into
+// out, int32 (the values' sign words) or a float type (channels_last; a residual is added by the epilogue, after
+// rounding to the type, as eager's add); out_signs (float out, or null): the stored values' sign words beside them.
+void launch_packed_conv(const char* op, const bitcompile::ConvGeometry& g, const at::Tensor& x_bits,
+                        const at::Tensor& w_packed, const std::optional<at::Tensor>& scale,
+                        const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                        double pad_value, at::Tensor& out, uint32_t* out_signs) {
   const at::Tensor pixels = x_bits.contiguous();
   const at::Tensor weight = w_packed.contiguous();
   EpilogueInputs inputs(scale, bias);
   const kernels::ConvShape shape = conv_shape(op, g, pad_value);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   at::Tensor tap_table = conv_tap_table(shape, x_bits.options(), /*sign_zero=*/false);
-  if (signs) {
+  if (out.scalar_type() == at::kInt) {
     check_launch(kernels::launch_binary_conv2d_signs(words(pixels), words(weight), shape, inputs.epilogue,
                                                      mutable_words(out), table_ints(tap_table), stream),
                  op);
-    return out;
+    return;
   }
   // a residual read with the output's indexing: channels_last too (a copy where it is not)
   at::Tensor residual_nhwc;
@@ -328,11 +316,38 @@ at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor&
     residual_nhwc = residual->contiguous(at::MemoryFormat::ChannelsLast);
     inputs.epilogue.residual = residual_nhwc.const_data_ptr();
   }
+  inputs.epilogue.out_signs = out_signs;
   // channels_last (also where size-1 dimensions make the tensor contiguous too: both layouts address the same memory)
   check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
                                              out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
                                              table_ints(tap_table), stream),
                op);
+}
+
+// The packed ops' outputs: float [N, OC, OH, OW] channels_last in out_dtype; sign words int32 [N, OH, OW, words].
+at::Tensor packed_conv_output(const bitcompile::ConvGeometry& g, const at::Tensor& x_bits, at::ScalarType out_dtype) {
+  return at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
+                   x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
+}
+at::Tensor packed_conv_sign_words(const bitcompile::ConvGeometry& g, const at::Tensor& x_bits) {
+  return at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options());
+}
+
+// binary_conv2d on x_bits: the output channels_last in out_dtype, or (int32) the values' sign words, written by the
+// conv's epilogue; a residual is added by the epilogue.
+at::Tensor binary_conv2d_packed_cuda(const at::Tensor& x_bits, const at::Tensor& w_packed, int64_t in_channels,
+                                     at::IntArrayRef kernel_size, at::IntArrayRef stride, at::IntArrayRef padding,
+                                     at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
+                                     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual,
+                                     at::ScalarType out_dtype, double pad_value) {
+  const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed(
+      x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype,
+      residual);
+  c10::cuda::CUDAGuard guard(x_bits.device());
+  at::Tensor out =
+      out_dtype == at::kInt ? packed_conv_sign_words(g, x_bits) : packed_conv_output(g, x_bits, out_dtype);
+  if (out.numel() == 0) return out;
+  launch_packed_conv("binary_conv2d_packed", g, x_bits, w_packed, scale, bias, residual, pad_value, out, nullptr);
   return out;
 }
 
@@ -343,31 +358,14 @@ std::tuple<at::Tensor, at::Tensor> binary_conv2d_packed_with_signs_cuda(
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, const std::optional<at::Tensor>& scale,
     const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& residual, at::ScalarType out_dtype,
     double pad_value) {
-  const char* op = "binary_conv2d_packed_with_signs";
   const bitcompile::ConvGeometry g = bitcompile::check_binary_conv2d_packed_with_signs(
       x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, pad_value, out_dtype, residual);
   c10::cuda::CUDAGuard guard(x_bits.device());
-  at::Tensor out = at::empty({g.batch, g.out_channels, g.out_height, g.out_width},
-                             x_bits.options().dtype(out_dtype).memory_format(at::MemoryFormat::ChannelsLast));
-  at::Tensor out_bits =
-      at::empty({g.batch, g.out_height, g.out_width, bitcompile::packed_words(g.out_channels)}, x_bits.options());
+  at::Tensor out = packed_conv_output(g, x_bits, out_dtype);
+  at::Tensor out_bits = packed_conv_sign_words(g, x_bits);
   if (out.numel() == 0) return {out, out_bits};
-  const at::Tensor pixels = x_bits.contiguous();
-  const at::Tensor weight = w_packed.contiguous();
-  EpilogueInputs inputs(scale, bias);
-  at::Tensor residual_nhwc;
-  if (residual.has_value()) {
-    residual_nhwc = residual->contiguous(at::MemoryFormat::ChannelsLast);
-    inputs.epilogue.residual = residual_nhwc.const_data_ptr();
-  }
-  inputs.epilogue.out_signs = mutable_words(out_bits);
-  const kernels::ConvShape shape = conv_shape(op, g, pad_value);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  at::Tensor tap_table = conv_tap_table(shape, x_bits.options(), /*sign_zero=*/false);
-  check_launch(kernels::launch_binary_conv2d(words(pixels), nullptr, words(weight), shape, inputs.epilogue,
-                                             out.mutable_data_ptr(), float_type(out), /*out_channels_last=*/true,
-                                             table_ints(tap_table), stream),
-               op);
+  launch_packed_conv("binary_conv2d_packed_with_signs", g, x_bits, w_packed, scale, bias, residual, pad_value, out,
+                     mutable_words(out_bits));
   return {out, out_bits};
 }
 
