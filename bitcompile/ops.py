@@ -451,15 +451,22 @@ def _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, strid
     return out.contiguous(memory_format=torch.channels_last)
 
 
+def _with_sign_words_fake(op, x_bits, out_dtype, float_out):
+    """(out, out_bits) of a with_signs op: out = float_out() (the float op's fake, out_dtype checked float first) and
+    its sign words' int32 [N, OH, OW, ceil(OC / 32)]."""
+    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
+           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
+    out = float_out()
+    return out, x_bits.new_empty((out.shape[0], out.shape[2], out.shape[3], packed_words(out.shape[1])))
+
+
 @torch.library.register_fake("bitcompile::binary_conv2d_packed_with_signs")
 def _binary_conv2d_packed_with_signs_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation,
                                           scale=None, bias=None, residual=None, *, out_dtype, pad_value=0.0):
     op = "binary_conv2d_packed_with_signs"
-    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
-           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
-    out = _binary_conv2d_packed_fake(x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale,
-                                     bias, residual, out_dtype=out_dtype, pad_value=pad_value, op=op)
-    return out, x_bits.new_empty((out.shape[0], out.shape[2], out.shape[3], packed_words(out.shape[1])))
+    return _with_sign_words_fake(op, x_bits, out_dtype, lambda: _binary_conv2d_packed_fake(
+        x_bits, w_packed, in_channels, kernel_size, stride, padding, dilation, scale, bias, residual,
+        out_dtype=out_dtype, pad_value=pad_value, op=op))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from bitcompile.ops import (
     _check_scale_bias,
     _conv_output,
     _sign,
+    _with_sign_words_fake,
     packed_code_bytes,
     packed_words,
     register_not_differentiable,
@@ -497,13 +498,10 @@ def _packed_conv2d_of_weight_with_signs_impl(x_bits, weight, stride, padding, di
 def _packed_conv2d_of_weight_with_signs_fake(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
                                              epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form,
                                              out_dtype, pad_value=0.0):
-    op = "packed_conv2d_of_weight_with_signs"
-    _check(out_dtype in (torch.float32, torch.float16, torch.bfloat16), op,
-           lambda: f"out_dtype must be float32, float16 or bfloat16, got {out_dtype}")
-    out = _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale, bias, epilogue_inputs,
-                                        epilogue_fn, residual, weight_form=weight_form, out_dtype=out_dtype,
-                                        pad_value=pad_value)
-    return out, x_bits.new_empty((out.shape[0], out.shape[2], out.shape[3], (out.shape[1] + 31) // 32))
+    return _with_sign_words_fake("packed_conv2d_of_weight_with_signs", x_bits, out_dtype, lambda: (
+        _packed_conv2d_of_weight_fake(x_bits, weight, stride, padding, dilation, scale, bias, epilogue_inputs,
+                                      epilogue_fn, residual, weight_form=weight_form, out_dtype=out_dtype,
+                                      pad_value=pad_value)))
 
 
 # Computed weights: a weight the model derives from parameters in its forward (APoTLinear's
