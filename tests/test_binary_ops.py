@@ -1782,6 +1782,17 @@ def test_conv2d_halo_cuda(case):
 
     values = packed(torch.float32)
     assert torch.equal(packed(torch.int32), ops.pack_signs(values.permute(0, 2, 3, 1))), f"halo {case} sign words"
+    # a residual (fp16 / bf16, 16-byte rows: staged with the tile's halo), with the sum's sign words
+    y = packed(torch.bfloat16)
+    r = _residual_like(y, "channels_last")
+    if oc * 2 % 16 == 0:
+        out, bits = ops.binary_conv2d_packed_with_signs(x_bits, w_packed, *args, r, out_dtype=torch.bfloat16,
+                                                        pad_value=pad_value)
+        assert torch.equal(out, y + r), f"halo {case} residual"
+        assert torch.equal(bits, ops.pack_signs(out.permute(0, 2, 3, 1))), f"halo {case} residual sign words"
+        names = profiled_kernels(lambda: ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.bfloat16,
+                                                                  pad_value=pad_value, residual=r), ("conv2d",))
+        assert any("binary_conv2d_halo_kernel" in name for name in names), names
     for run in (lambda: packed(torch.int32), lambda: ops.binary_conv2d(x, w_packed, *args, pad_value=pad_value)):
         names = profiled_kernels(run, ("conv2d",))
         assert any("binary_conv2d_halo_kernel" in name for name in names), names
@@ -1789,26 +1800,28 @@ def test_conv2d_halo_cuda(case):
 
 @requires_cuda
 def test_conv2d_halo_dispatch_cuda():
-    """The halo kernel's limits: a residual (its store is slower there), 500-pixel rows (the halo past its shared
-    memory), 65 channels or stride 2 go to the other kernels, exact all the same."""
-    def served(c, h, w, stride, residual):
+    """The halo kernel's limits: a residual it cannot stage (one element past an aligned address, or an fp32 output),
+    500-pixel rows (the halo past its shared memory), 65 channels or stride 2 go to the other kernels, exact all the
+    same."""
+    def served(c, h, w, stride, residual, dtype=torch.float16):
         weight = torch.randn(64, c, 3, 3, device="cuda")
         w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
         x = random_input((2, c, h, w), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)
         x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
         args = (c, [3, 3], [stride, stride], [1, 1], [1, 1])
-        y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.float16, pad_value=-1.0)
+        y = ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0)
         expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *args, None, None, pad_value=-1.0)
-        assert_matches(y, expected, torch.float16, True, f"c={c} {h}x{w} stride {stride}")
-        r = _residual_like(y, "channels_last") if residual else None
-        run = lambda: ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=torch.float16, pad_value=-1.0,
-                                               residual=r)
+        assert_matches(y, expected, dtype, True, f"c={c} {h}x{w} stride {stride}")
+        r = _residual_like(y, residual) if residual else None
+        run = lambda: ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=-1.0, residual=r)
         if residual:
             assert torch.equal(run(), y + r)
         return " ".join(profiled_kernels(run, ("conv2d",)))
 
     assert "binary_conv2d_halo_kernel" in served(64, 12, 12, 1, False)
-    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 1, True)
+    assert "binary_conv2d_halo_kernel" in served(64, 12, 12, 1, "channels_last")
+    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 1, "offset")
+    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 1, "channels_last", torch.float32)
     assert "binary_conv2d_halo_kernel" in served(64, 2, 450, 1, False)
     assert "binary_conv2d_halo_kernel" not in served(64, 2, 500, 1, False)
     assert "binary_conv2d_halo_kernel" not in served(65, 12, 12, 1, False)

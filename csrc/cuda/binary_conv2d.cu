@@ -534,13 +534,14 @@ __device__ __forceinline__ void conv_epilogue_values(const int (&dot)[MT][NT][4]
 }
 
 // Part 1 for a float output: the values into the staged output tile (channels_last: rows of BN channels; NCHW:
-// columns of BM pixels). `stage` must be free (a barrier after the main loop's last read of it).
+// columns of BM pixels). `stage` must be free (a barrier after the main loop's last read of it), or with
+// residual_staged (channels_last) hold the residual's tile, to which the rounded values are added (add_residual).
 template <int BM, int BN, int MT, int NT, bool ONE_PLANE, typename OutT>
 __device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
                                                     const uint32_t* row_inside, const int* tap_d,
                                                     const int* all_taps_d, int taps, int pad_value, int64_t m0,
                                                     int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
-                                                    bool out_channels_last, OutT* stage) {
+                                                    bool out_channels_last, OutT* stage, bool residual_staged) {
   using Staging = ConvStaging<BM, BN, OutT>;
   using Pair = OutPair<OutT>;
   const int lane_col = warp_col + 2 * (lane & 3);
@@ -549,10 +550,12 @@ __device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4],
       ep, [&](int row, const float (&y)[NT][2]) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-          const typename Pair::type v = Pair::make(y[nt][0], y[nt][1]);
+          typename Pair::type v = Pair::make(y[nt][0], y[nt][1]);
           const int col = lane_col + nt * 8;
           if (out_channels_last) {
-            *reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]) = v;
+            auto* const place = reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]);
+            if (residual_staged) v = add_residual<OutT>(v, *place);
+            *place = v;
           } else {
             stage[col * Staging::kColumnStride + row] = Pair::low(v);
             stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(v);
@@ -622,15 +625,17 @@ __device__ __forceinline__ void conv_epilogue_sign_words(const int (&dot)[MT][NT
       });
 }
 
-// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free: see conv_epilogue_stage). A thread
-// with has_values false gives no values (dot unread) and takes its part in the barrier and the stores.
+// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free, or the residual's tile with
+// residual_staged: see conv_epilogue_stage; then ep.residual is not read again). A thread with has_values false gives
+// no values (dot unread) and takes its part in the barrier and the stores.
 template <int BM, int BN, int kThreads, int MT, int NT, bool ONE_PLANE, typename OutT>
 __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
                                               int tid, const uint32_t* row_inside, const int* tap_d,
                                               const int* all_taps_d, const int64_t* row_out, int taps, int pad_value,
                                               int64_t m0, int64_t n0, int64_t total_pixels, int64_t n_rows,
                                               int64_t out_plane, const Epilogue& ep, OutT* __restrict__ out,
-                                              bool out_channels_last, OutT* stage, bool has_values = true) {
+                                              bool out_channels_last, OutT* stage, bool has_values = true,
+                                              bool residual_staged = false) {
   const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
   const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
   if constexpr (std::is_same_v<OutT, SignWords>) {
@@ -642,11 +647,13 @@ __device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int w
     if (has_values) {
       conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
                                                      taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
-                                                     out_channels_last, stage);
+                                                     out_channels_last, stage, residual_staged);
     }
     __syncthreads();
+    Epilogue store_ep = ep;
+    if (residual_staged) store_ep.residual = nullptr;
     conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
-                                          out_channels_last, tid, ep);
+                                          out_channels_last, tid, store_ep);
   }
 }
 
@@ -1389,7 +1396,8 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
     ConvShape shape, int tiles_per_image, int m_tiles, int blocks_per_n, int copy_bytes, Epilogue ep,
     OutT* __restrict__ out, bool out_channels_last, bool weights_ready) {
   constexpr int MT = 2, NT = 4, kTaps = 9, kWords = 18;  // warps 4 x 2 of 32 x 32
-  // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes, then the output tile's stage
+  // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes, then the output tile's stage (with a residual: one a
+  // buffer, each holding its tile's residual from the prefetch on)
   extern __shared__ __align__(16) uint32_t conv_halo_smem[];
   __shared__ uint32_t row_inside[2][kHaloBM];
   __shared__ int64_t row_out[2][kHaloBM];
@@ -1407,7 +1415,13 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   const int pitch = static_cast<int>(conv_halo_pitch(width));
   const int64_t n_rows = shape.out_channels;
   const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_halo_smem));
-  OutT* const stage = reinterpret_cast<OutT*>(reinterpret_cast<char*>(conv_halo_smem) + 4 * copy_bytes);
+  // channels_last, 16-byte pieces, fp16 / bf16 (conv_halo_stages_residual; the fp32 build spilled with it)
+  const bool residual_staged = sizeof(OutT) == 2 && ep.residual != nullptr && out_channels_last;
+  const auto stage_of = [&](int buf) {
+    constexpr int kStageBytes = ConvStagingBytes<kHaloBM, kHaloBN, OutT>::value;
+    return reinterpret_cast<OutT*>(reinterpret_cast<char*>(conv_halo_smem) + 4 * copy_bytes +
+                                   (residual_staged ? buf * kStageBytes : 0));
+  };
 
   // The weights as B fragments (n tile nt: column n0 + 32 warp_n + 8 nt + lane / 4; b0 = word lane % 4, b1 = word
   // 4 + lane % 4 of step kh), zero past the last output channel and for the fourth pixel.
@@ -1461,6 +1475,24 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
       row_out[buf][tid] = static_cast<int64_t>(image) * n_rows * plane + p;
       row_halo[buf][tid] = (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8;
     }
+    // the residual's tile into the buffer's stage, rows of kHaloBN channels at the staging's stride (16-byte pieces;
+    // zero past the tile's pixels and channels)
+    if constexpr (sizeof(OutT) == 2) {
+      if (residual_staged) {
+        constexpr int kVec = 16 / static_cast<int>(sizeof(OutT));
+        constexpr int kPieces = kHaloBN / kVec;
+        const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));
+        const OutT* const residual =
+            static_cast<const OutT*>(ep.residual) + (static_cast<int64_t>(image) * plane + p0) * n_rows + n0;
+        const unsigned stage = static_cast<unsigned>(__cvta_generic_to_shared(stage_of(buf)));
+        for (int e = tid; e < kHaloBM * kPieces; e += kHaloThreads) {
+          const int r = e / kPieces, col = (e % kPieces) * kVec;
+          const bool fill = r < rows_valid && col < cols_valid;
+          cp_async_shared<16>(stage + (r * ConvStaging<kHaloBM, kHaloBN, OutT>::kRowStride + col) * sizeof(OutT),
+                              reinterpret_cast<const uint32_t*>(fill ? residual + r * n_rows + col : residual), fill);
+        }
+      }
+    }
   };
 
   const uint32_t ones[2] = {lane < 4 ? ~0u : 0u, lane < 2 ? ~0u : 0u};  // column 0: words 0..5
@@ -1510,7 +1542,8 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
     }
     conv_epilogue<kHaloBM, kHaloBN, kHaloThreads, MT, NT, true>(
         dot, warp_m * 32, warp_n * 32, lane, tid, row_inside[buf], tap_d, all_taps_d, row_out[buf], kTaps,
-        shape.pad_value, m0, n0, m0 + rows_valid, n_rows, plane, ep, out, out_channels_last, stage);
+        shape.pad_value, m0, n0, m0 + rows_valid, n_rows, plane, ep, out, out_channels_last, stage_of(buf), true,
+        residual_staged);
   }
   cp_async_wait<0>();
 }
@@ -1523,8 +1556,8 @@ inline int64_t conv_halo_copy_bytes(const ConvShape& s) {
   return (conv_halo_rows(s.width) * conv_halo_pitch(s.width) * 8 + 127) / 128 * 128 + 64;
 }
 template <typename OutT>
-constexpr int64_t conv_halo_smem_bytes(int64_t copy_bytes) {
-  return 4 * copy_bytes + ConvStagingBytes<kHaloBM, kHaloBN, OutT>::value;
+constexpr int64_t conv_halo_smem_bytes(int64_t copy_bytes, bool residual = false) {
+  return 4 * copy_bytes + (residual ? 2 : 1) * ConvStagingBytes<kHaloBM, kHaloBN, OutT>::value;
 }
 constexpr int64_t kHaloMaxSmem = 96 * 1024;
 inline bool conv_halo_applies(const ConvShape& s) {
@@ -1533,13 +1566,27 @@ inline bool conv_halo_applies(const ConvShape& s) {
          s.height * s.width <= INT_MAX / 4 &&
          conv_halo_smem_bytes<float>(conv_halo_copy_bytes(s)) <= kHaloMaxSmem;
 }
+// A residual (channels_last output, added by conv_epilogue_stage) is prefetched with the tile's halo into the tile's
+// own stage: fp16 / bf16 outputs, 16-byte pieces (the residual 16-byte aligned, rows of out_channels a multiple of 16
+// bytes) and two stages.
+template <typename OutT>
+bool conv_halo_stages_residual(const ConvShape& s, const Epilogue& ep, bool out_channels_last) {
+  if constexpr (sizeof(OutT) != 2) {
+    return false;
+  } else {
+    return out_channels_last && reinterpret_cast<uintptr_t>(ep.residual) % 16 == 0 && s.out_channels * sizeof(OutT) % 16 == 0 &&
+           conv_halo_smem_bytes<OutT>(conv_halo_copy_bytes(s), true) <= kHaloMaxSmem;
+  }
+}
 template <typename OutT>
 cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                       const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
                                       int sm_count, bool dependent, bool weights_ready, bool table_ready,
                                       cudaStream_t stream) {
   if (tap_table == nullptr) return cudaErrorInvalidValue;
-  if (!conv_halo_applies(shape)) return cudaErrorNotSupported;
+  if (!conv_halo_applies(shape) || (ep.residual != nullptr && !conv_halo_stages_residual<OutT>(shape, ep, out_channels_last))) {
+    return cudaErrorNotSupported;
+  }
   const int64_t plane = shape.height * shape.width;
   const int64_t tiles_per_image = ceil_div(plane, kHaloBM);
   const int64_t m_tiles = shape.batch * tiles_per_image;
@@ -1549,7 +1596,7 @@ cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t*
   const int64_t blocks_per_n = std::max<int64_t>(1, std::min(m_tiles, resident / n_tiles));
   if (blocks_per_n * n_tiles > INT_MAX) return cudaErrorInvalidValue;
   const int64_t copy_bytes = conv_halo_copy_bytes(shape);
-  const size_t smem = static_cast<size_t>(conv_halo_smem_bytes<OutT>(copy_bytes));
+  const size_t smem = static_cast<size_t>(conv_halo_smem_bytes<OutT>(copy_bytes, ep.residual != nullptr));
   auto kernel = binary_conv2d_halo_kernel<OutT>;
   static unsigned long long smem_devices = 0;
   cudaError_t error = allow_dynamic_smem(kernel, kHaloMaxSmem, smem_devices);
@@ -1586,13 +1633,16 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   const bool dependent = device.major >= 9;
-  // The halo kernel where it applies (tile 3 asks for it), except with a residual: H100, harness graph us, one process,
-  // B = 256 C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo: fp16 out
-  // 110.3 -> 90.1, sign words 107.0 -> 84.6, residual + the sum's sign words 153.8 -> 163.8 (its per-tile store of
-  // the residual sums is latency-bound at two blocks an SM); B = 64 30.5 -> 26.1; B = 1 (the 64 x 32 tile) 6.25 -> 5.64.
+  // The halo kernel where it applies (tile 3 asks for it), with a residual where it can stage it (fp16 / bf16,
+  // 16-byte rows: prefetched into the tile's stage with its halo). H100, harness graph us, one process, B = 256
+  // C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo: fp16 out 110.3 ->
+  // 90.1, sign words 107.0 -> 84.6, residual 144.8 -> 107.4, residual + the sum's sign words 153.8 -> 125.5 (163.8
+  // when its store read the residual from global memory); B = 64 with a residual 44.9 -> 37.1, without 30.5 -> 26.1;
+  // B = 1 (the 64 x 32 tile) 6.25 -> 5.64.
   if constexpr (PW == 2) {
     if (tuning.tile == 3 ||
-        (tuning.tile == 0 && ep.residual == nullptr && tap_table != nullptr && conv_halo_applies(shape))) {
+        (tuning.tile == 0 && tap_table != nullptr && conv_halo_applies(shape) &&
+         (ep.residual == nullptr || conv_halo_stages_residual<OutT>(shape, ep, out_channels_last)))) {
       return binary_conv2d_halo_launch<OutT>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
                                              device.sm_count, dependent, weights_ready, table_ready, stream);
     }
