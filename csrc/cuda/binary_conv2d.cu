@@ -1549,7 +1549,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
 }
 
 // The halo kernel's launch (the conv_tap_table_kernel launch first, unless table_ready): kHaloBlocksPerSm blocks an
-// SM, each n tile's blocks sharing its m tiles; cudaErrorNotSupported where conv_halo_applies is false.
+// SM, each n tile's blocks sharing its m tiles; cudaErrorNotSupported where conv_halo_takes is false.
 // copy 1 starts 64 bytes past a 128-byte line from copy 0's start: the 8 rows of an ldmatrix matrix (even and odd
 // pixels, 16 bytes apart in each copy) fall in distinct banks.
 inline int64_t conv_halo_copy_bytes(const ConvShape& s) {
@@ -1578,15 +1578,18 @@ bool conv_halo_stages_residual(const ConvShape& s, const Epilogue& ep, bool out_
            conv_halo_smem_bytes<OutT>(conv_halo_copy_bytes(s), true) <= kHaloMaxSmem;
   }
 }
+// Where the halo kernel runs: its shapes, and a residual only where it can stage it.
+template <typename OutT>
+bool conv_halo_takes(const ConvShape& s, const Epilogue& ep, bool out_channels_last) {
+  return conv_halo_applies(s) && (ep.residual == nullptr || conv_halo_stages_residual<OutT>(s, ep, out_channels_last));
+}
 template <typename OutT>
 cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
                                       const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
                                       int sm_count, bool dependent, bool weights_ready, bool table_ready,
                                       cudaStream_t stream) {
   if (tap_table == nullptr) return cudaErrorInvalidValue;
-  if (!conv_halo_applies(shape) || (ep.residual != nullptr && !conv_halo_stages_residual<OutT>(shape, ep, out_channels_last))) {
-    return cudaErrorNotSupported;
-  }
+  if (!conv_halo_takes<OutT>(shape, ep, out_channels_last)) return cudaErrorNotSupported;
   const int64_t plane = shape.height * shape.width;
   const int64_t tiles_per_image = ceil_div(plane, kHaloBM);
   const int64_t m_tiles = shape.batch * tiles_per_image;
@@ -1641,8 +1644,7 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   // B = 1 (the 64 x 32 tile) 6.25 -> 5.64.
   if constexpr (PW == 2) {
     if (tuning.tile == 3 ||
-        (tuning.tile == 0 && tap_table != nullptr && conv_halo_applies(shape) &&
-         (ep.residual == nullptr || conv_halo_stages_residual<OutT>(shape, ep, out_channels_last)))) {
+        (tuning.tile == 0 && tap_table != nullptr && conv_halo_takes<OutT>(shape, ep, out_channels_last))) {
       return binary_conv2d_halo_launch<OutT>(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
                                              device.sm_count, dependent, weights_ready, table_ready, stream);
     }
