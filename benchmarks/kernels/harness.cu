@@ -210,7 +210,7 @@ struct Copies {
 };
 // epi= of the w1a1 and conv rows: y = dot * factor[row] * scale[column or 0] + bias[column]; epi=1: a scale a
 // column and a row factor, epi=2: one scale, no factor, epi=3: a scale a column only (binary_linear(x, w, k, alpha), the
-// BNN layer's form), 0: none. The host values (for the reference), their device
+// BNN layer's form), epi=4: a signed scale a column (every fifth 0) and a bias, 0: none. The host values (for the reference), their device
 // copies and the kernels' Epilogue.
 struct HarnessEpilogue {
   std::vector<float> scale, bias, factor;
@@ -386,6 +386,9 @@ HarnessEpilogue::HarnessEpilogue(int epi, int64_t columns, int64_t rows, Random&
     scale.resize(epi == 2 ? 1 : columns);
     bias.assign(columns, 0.f);
     for (auto& v : scale) v = 0.5f + 0.5f * (random.uniform() + 1.f);
+    if (epi == 4) {  // signed, every fifth zero
+      for (size_t i = 0; i < scale.size(); ++i) scale[i] = i % 5 == 0 ? 0.f : 1.5f * random.uniform();
+    }
     if (epi != 3) {
       for (auto& v : bias) v = 50.f * random.uniform();
     }
