@@ -1782,6 +1782,19 @@ def test_conv2d_halo_cuda(case):
 
     values = packed(torch.float32)
     assert torch.equal(packed(torch.int32), ops.pack_signs(values.permute(0, 2, 3, 1))), f"halo {case} sign words"
+    # The kernel takes sign words from integer thresholds on the dot (halo_sign_threshold): signed per-channel scales
+    # with zeros among them, a negative scalar scale and no epilogue give the signs of its fp32 values too.
+    signed = torch.randn(oc, device="cuda")
+    signed[::5] = 0.0
+    for s, b_ in ((signed, bias), (torch.tensor(-0.75, device="cuda"), bias), (None, None)):
+        epilogue_args = (c, [3, 3], [1, 1], [1, 1], [1, 1], s, b_)
+        fp32 = ops.binary_conv2d_packed(x_bits, w_packed, *epilogue_args, out_dtype=torch.float32, pad_value=pad_value)
+        expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *epilogue_args[:5],
+                                           None if s is None else s.cpu(), None if b_ is None else b_.cpu(),
+                                           pad_value=pad_value)
+        assert_matches(fp32, expected, torch.float32, s is None, f"halo {case} fp32, signed scale")
+        words = ops.binary_conv2d_packed(x_bits, w_packed, *epilogue_args, out_dtype=torch.int32, pad_value=pad_value)
+        assert torch.equal(words, ops.pack_signs(fp32.permute(0, 2, 3, 1))), f"halo {case} sign words, signed scale"
     # a residual (fp16 / bf16, 16-byte rows: staged with the tile's halo), with the sum's sign words
     y = packed(torch.bfloat16)
     r = _residual_like(y, "channels_last")

@@ -3,9 +3,9 @@
 //
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
 // form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
-// and the alignment allow), or for 3x3 stride 1 pad 1 convs of 33..64 channels without a residual (ResNet's
-// layer1) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and larger kernels take the
-// two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least
+// and the alignment allow), or for 3x3 stride 1 pad 1 convs of 33..64 channels (ResNet's layer1; a residual where
+// it can stage it, no row factors) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and larger
+// kernels take the two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least
 // kCwMinPixels output pixels take the Hopper form of the one-plane kernel instead, binary_conv2d_wgmma_kernel (wgmma
 // b1 AND.POPC, TMA + mbarrier ring; its own section below), where it applies (ConvTuning::kernel forces either).
 #include <cuda_bf16.h>
@@ -534,34 +534,30 @@ __device__ __forceinline__ void conv_epilogue_values(const int (&dot)[MT][NT][4]
 }
 
 // Part 1 for a float output: the values into the staged output tile (channels_last: rows of BN channels; NCHW:
-// columns of BM pixels). `stage` must be free (a barrier after the main loop's last read of it), or with
+// columns of BM pixels). values(emit) calls emit(row, y) as conv_epilogue_values does (y: fp32 y[NT][2] of columns
+// lane_col + 8 nt + e). `stage` must be free (a barrier after the main loop's last read of it), or with
 // residual_staged (channels_last) hold the residual's tile, to which the rounded values are added (add_residual).
-template <int BM, int BN, int MT, int NT, bool ONE_PLANE, typename OutT>
-__device__ __forceinline__ void conv_epilogue_stage(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
-                                                    const uint32_t* row_inside, const int* tap_d,
-                                                    const int* all_taps_d, int taps, int pad_value, int64_t m0,
-                                                    int64_t n0, int rows_valid, int cols_valid, const Epilogue& ep,
-                                                    bool out_channels_last, OutT* stage, bool residual_staged) {
+template <int BM, int BN, int NT, typename OutT, typename Values>
+__device__ __forceinline__ void conv_epilogue_stage(Values&& values, int warp_col, int lane, bool out_channels_last,
+                                                    OutT* stage, bool residual_staged) {
   using Staging = ConvStaging<BM, BN, OutT>;
   using Pair = OutPair<OutT>;
   const int lane_col = warp_col + 2 * (lane & 3);
-  conv_epilogue_values<BN, MT, NT, ONE_PLANE>(
-      dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps, pad_value, m0, n0, rows_valid, cols_valid,
-      ep, [&](int row, const float (&y)[NT][2]) {
+  values([&](int row, const float (&y)[NT][2]) {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          typename Pair::type v = Pair::make(y[nt][0], y[nt][1]);
-          const int col = lane_col + nt * 8;
-          if (out_channels_last) {
-            auto* const place = reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]);
-            if (residual_staged) v = add_residual<OutT>(v, *place);
-            *place = v;
-          } else {
-            stage[col * Staging::kColumnStride + row] = Pair::low(v);
-            stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(v);
-          }
-        }
-      });
+    for (int nt = 0; nt < NT; ++nt) {
+      typename Pair::type v = Pair::make(y[nt][0], y[nt][1]);
+      const int col = lane_col + nt * 8;
+      if (out_channels_last) {
+        auto* const place = reinterpret_cast<typename Pair::type*>(&stage[row * Staging::kRowStride + col]);
+        if (residual_staged) v = add_residual<OutT>(v, *place);
+        *place = v;
+      } else {
+        stage[col * Staging::kColumnStride + row] = Pair::low(v);
+        stage[(col + 1) * Staging::kColumnStride + row] = Pair::high(v);
+      }
+    }
+  });
 }
 
 // The epilogue of both kernels, part 2 (after a barrier): the staged tile out in the widest vectors (up to 16
@@ -589,14 +585,13 @@ __device__ __forceinline__ void conv_epilogue_store(const OutT* stage, OutT* __r
 }
 
 // Part 1 and 2 for sign words, from the registers (no staging, no barrier): a warp's 32 columns (NT = 4) are one
-// word of each of its rows; a lane's bits of a row (columns 8 nt + 2 (lane & 3) + e) are OR-ed over the 4 lanes of
-// its group by two shuffles and the group's first lane stores the word. Columns past cols_valid give 0 bits.
-template <int BN, int MT, int NT, bool ONE_PLANE>
-__device__ __forceinline__ void conv_epilogue_sign_words(const int (&dot)[MT][NT][4], int warp_row, int warp_col,
-                                                         int lane, const uint32_t* row_inside, const int* tap_d,
-                                                         const int* all_taps_d, int taps, int pad_value, int64_t m0,
+// word of each of its rows; a lane's bits of a row (columns 8 nt + 2 (lane & 3) + e: the signs of y[nt][e], fp32 values
+// or integers whose sign is the value's) are OR-ed over the 4 lanes of its group by two shuffles and the group's first
+// lane stores the word. Columns past cols_valid give 0 bits.
+template <int NT, typename Values>
+__device__ __forceinline__ void conv_epilogue_sign_words(Values&& values, int warp_col, int lane, int64_t m0,
                                                          int64_t n0, int64_t n_rows, int rows_valid, int cols_valid,
-                                                         const Epilogue& ep, uint32_t* __restrict__ out) {
+                                                         uint32_t* __restrict__ out) {
   static_assert(NT == 4, "a warp's columns are one sign word");
   const int words_per_pixel = static_cast<int>((n_rows + 31) / 32);
   uint32_t* const words = out + m0 * words_per_pixel + (n0 >> 5) + (warp_col >> 5);
@@ -609,52 +604,49 @@ __device__ __forceinline__ void conv_epilogue_sign_words(const int (&dot)[MT][NT
   }
   valid <<= 2 * (lane & 3);
   const bool store = (lane & 3) == 0 && warp_col < cols_valid;
-  conv_epilogue_values<BN, MT, NT, ONE_PLANE>(
-      dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d, taps, pad_value, m0, n0, rows_valid, cols_valid,
-      ep, [&](int row, const float (&y)[NT][2]) {
-        uint32_t bits = 0;
+  values([&](int row, const auto& y) {
+    uint32_t bits = 0;
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-          for (int e = 0; e < 2; ++e) bits |= static_cast<uint32_t>(y[nt][e] >= 0.f) << (8 * nt + e);
-        }
-        bits = (bits << 2 * (lane & 3)) & valid;
-        bits |= __shfl_xor_sync(kFullMask, bits, 1);
-        bits |= __shfl_xor_sync(kFullMask, bits, 2);
-        if (store && row < rows_valid) words[row * words_per_pixel] = bits;
-      });
+      for (int e = 0; e < 2; ++e) bits |= static_cast<uint32_t>(y[nt][e] >= 0) << (8 * nt + e);
+    }
+    bits = (bits << 2 * (lane & 3)) & valid;
+    bits |= __shfl_xor_sync(kFullMask, bits, 1);
+    bits |= __shfl_xor_sync(kFullMask, bits, 2);
+    if (store && row < rows_valid) words[row * words_per_pixel] = bits;
+  });
 }
 
-// Both parts, for the block's tile at (m0, n0), the staged tile in `stage` (free, or the residual's tile with
-// residual_staged: see conv_epilogue_stage; then ep.residual is not read again). A thread with has_values false gives
-// no values (dot unread) and takes its part in the barrier and the stores.
-template <int BM, int BN, int kThreads, int MT, int NT, bool ONE_PLANE, typename OutT>
-__device__ __forceinline__ void conv_epilogue(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
-                                              int tid, const uint32_t* row_inside, const int* tap_d,
-                                              const int* all_taps_d, const int64_t* row_out, int taps, int pad_value,
-                                              int64_t m0, int64_t n0, int64_t total_pixels, int64_t n_rows,
+// Both parts, for the block's tile at (m0, n0) with rows_valid x cols_valid outputs: values(emit) as in
+// conv_epilogue_stage (sign words: conv_epilogue_sign_words), the staged tile in `stage` (free, or the residual's tile
+// with residual_staged: see conv_epilogue_stage; then ep.residual is not read again). A thread with has_values false
+// gives no values (values not called) and takes its part in the barrier and the stores.
+template <int BM, int BN, int kThreads, int NT, typename OutT, typename Values>
+__device__ __forceinline__ void conv_epilogue(Values&& values, int warp_col, int lane, int tid, const int64_t* row_out,
+                                              int64_t m0, int64_t n0, int rows_valid, int cols_valid, int64_t n_rows,
                                               int64_t out_plane, const Epilogue& ep, OutT* __restrict__ out,
                                               bool out_channels_last, OutT* stage, bool has_values = true,
                                               bool residual_staged = false) {
-  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0));
-  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
   if constexpr (std::is_same_v<OutT, SignWords>) {
     if (!has_values) return;
-    conv_epilogue_sign_words<BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
-                                                    taps, pad_value, m0, n0, n_rows, rows_valid, cols_valid, ep,
-                                                    reinterpret_cast<uint32_t*>(out));
+    conv_epilogue_sign_words<NT>(values, warp_col, lane, m0, n0, n_rows, rows_valid, cols_valid,
+                                 reinterpret_cast<uint32_t*>(out));
   } else {
-    if (has_values) {
-      conv_epilogue_stage<BM, BN, MT, NT, ONE_PLANE>(dot, warp_row, warp_col, lane, row_inside, tap_d, all_taps_d,
-                                                     taps, pad_value, m0, n0, rows_valid, cols_valid, ep,
-                                                     out_channels_last, stage, residual_staged);
-    }
+    if (has_values) conv_epilogue_stage<BM, BN, NT>(values, warp_col, lane, out_channels_last, stage, residual_staged);
     __syncthreads();
     Epilogue store_ep = ep;
     if (residual_staged) store_ep.residual = nullptr;
     conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
                                           out_channels_last, tid, store_ep);
   }
+}
+
+// The tile's rows and columns with outputs.
+template <int BM, int BN>
+__device__ __forceinline__ int2 conv_tile_valid(int64_t m0, int64_t n0, int64_t total_pixels, int64_t n_rows) {
+  return make_int2(static_cast<int>(min(static_cast<int64_t>(BM), total_pixels - m0)),
+                   static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0)));
 }
 
 template <int BM, int BN, int WARPS_M, int WARPS_N, int VW, bool SIGN_ZERO, typename OutT>
@@ -902,10 +894,13 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32, 1) void binary_conv2d_mma_ke
     }
   }
   // (the main loop's last barrier is behind every read of the tiles; two planes: no inside taps, no D_t)
-  conv_epilogue<BM, BN, kThreads, MT, NT, false>(
-      acc_p, warp_m * kWarpRows, warp_n * kWarpCols, lane, tid, nullptr, nullptr, nullptr, row_out, taps,
-      shape.pad_value, m0, n0, total_pixels, n_rows, out_plane, ep, out, out_channels_last,
-      reinterpret_cast<OutT*>(tiles));
+  const int2 valid = conv_tile_valid<BM, BN>(m0, n0, total_pixels, n_rows);
+  const auto values = [&](auto&& emit) {
+    conv_epilogue_values<BN, MT, NT, false>(acc_p, warp_m * kWarpRows, warp_n * kWarpCols, lane, nullptr, nullptr,
+                                            nullptr, taps, shape.pad_value, m0, n0, valid.x, valid.y, ep, emit);
+  };
+  conv_epilogue<BM, BN, kThreads, NT>(values, warp_n * kWarpCols, lane, tid, row_out, m0, n0, valid.x, valid.y,
+                                      n_rows, out_plane, ep, out, out_channels_last, reinterpret_cast<OutT*>(tiles));
 }
 
 template <int VW, bool SIGN_ZERO, typename OutT>
@@ -1326,10 +1321,15 @@ __global__ __launch_bounds__(WARPS_M* WARPS_N * 32 * KG, conv_pipelined_blocks_p
     }
   }
   static_assert(ConvStagingBytes<BM, BN, OutT>::value <= kPipeStages * kStageBytes, "output tile fits the ring");
-  conv_epilogue<BM, BN, kThreads, kGroupMT, NT, true>(dot, warp_row, warp_n * kWarpCols, lane, tid, row_inside,
-                                                      tap_d, all_taps_d, row_out, taps, shape.pad_value, m0, n0,
-                                                      total_pixels, n_rows, out_plane, ep, out, out_channels_last,
-                                                      reinterpret_cast<OutT*>(conv_pipe_smem), owner);
+  const int2 valid = conv_tile_valid<BM, BN>(m0, n0, total_pixels, n_rows);
+  const auto values = [&](auto&& emit) {
+    conv_epilogue_values<BN, kGroupMT, NT, true>(dot, warp_row, warp_n * kWarpCols, lane, row_inside, tap_d,
+                                                 all_taps_d, taps, shape.pad_value, m0, n0, valid.x, valid.y, ep,
+                                                 emit);
+  };
+  conv_epilogue<BM, BN, kThreads, NT>(values, warp_n * kWarpCols, lane, tid, row_out, m0, n0, valid.x, valid.y,
+                                      n_rows, out_plane, ep, out, out_channels_last,
+                                      reinterpret_cast<OutT*>(conv_pipe_smem), owner);
 }
 
 // PW: words a cp.async piece (4, 2, 1), dividing channel_words, plus_bits and w_bits PW * 4-byte aligned. Tile
@@ -1378,8 +1378,9 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
 // (oh + kh - 1, ow - 1 .. ow + 2) of the input, 32 contiguous bytes of the halo (copy 0 at even ow, copy 1 at odd ow:
 // ldmatrix rows are 16-byte aligned). Word w of step kh is tap (kh, w / 2)'s channel word w % 2; the fourth pixel's
 // weights (w = 6, 7) are zero. pa comes from one more mma a step against a B whose column 0 is ones on words 0..5.
-// The next tile's halo and row values go out (cp.async, two buffers) while this one runs its mma and conv_epilogue
-// (D_t from the launch's table; the output tile staged past the halo buffers).
+// The next tile's halo and row values go out (cp.async, two buffers) while this one runs its mma and conv_epilogue,
+// whose values come from tables the block makes once (halo_epilogue_tables: a row class's D_t term and the columns'
+// epilogue; the output tile staged past the halo buffers).
 constexpr int kHaloBM = 128, kHaloBN = 64, kHaloThreads = 256;
 // Two blocks an SM (128 registers). H100, harness graph us, B = 256 C = OC = 64 56x56 fp16, two / three blocks an SM
 // (85 registers): plain 90.3 / 98.7, sign words 84.6 / 88.0, residual + the sum's sign words 167.0 / 154.4.
@@ -1390,6 +1391,113 @@ __host__ __device__ constexpr int conv_halo_rows(int64_t width) {
 }
 __host__ __device__ constexpr int64_t conv_halo_pitch(int64_t width) { return (width + 3 + 1) / 2 * 2; }  // even
 
+// The halo kernel's epilogue reads two tables a block makes once (halo_epilogue_tables): row_base[c][col], the dot's
+// per-row term of a row of class c (bit 0: the pixel's row is the image's first, 1: its last, 2: its column the first,
+// 3: the last; those padded taps' D_t out of sum_in D_t - pad_value * sum_padded D_t), and per column (scale, bias),
+// or for sign words (d, t) with y(v) >= 0 <=> d v - t >= 0 folded into row_base (halo_sign_threshold).
+constexpr int kHaloRowClasses = 16;
+__device__ __forceinline__ int halo_row_class(int oh, int ow, int height, int width) {
+  return (oh == 0) | (oh == height - 1) << 1 | (ow == 0) << 2 | (ow == width - 1) << 3;
+}
+
+// y(v) = epilogue_value(v, 1, scale, bias) is monotone in the integer dot v (a product and a sum, each rounded
+// monotonically), so its sign bit is a threshold on v: returns (d, t) with y(v) >= 0 <=> d v - t >= 0 for |v| <= 2^20
+// (d = 0 where it is constant there: NaN or zero scales).
+__device__ __forceinline__ int2 halo_sign_threshold(float scale, float bias) {
+  constexpr int kBound = 1 << 20;
+  const auto nonnegative = [&](int v) { return epilogue_value(static_cast<float>(v), 1.f, scale, bias) >= 0.f; };
+  const bool low = nonnegative(-kBound), high = nonnegative(kBound);
+  if (low == high) return make_int2(0, low ? 0 : 1);
+  int below = -kBound, at = kBound;  // the least v with nonnegative(v) == high lies in (below, at]
+  while (at - below > 1) {
+    const int mid = (below + at) >> 1;
+    if (nonnegative(mid) == high) {
+      at = mid;
+    } else {
+      below = mid;
+    }
+  }
+  return high ? make_int2(1, at) : make_int2(-1, 1 - at);  // v >= at, or v <= at - 1
+}
+
+// The tables from D_t (tap_d, all_taps_d: complete) and ep, by all kHaloThreads threads (a column each).
+template <bool kSigns>
+__device__ __forceinline__ void halo_epilogue_tables(int* row_base, float2* columns, int* column_dir,
+                                                     const int* tap_d, const int* all_taps_d, const Epilogue& ep,
+                                                     int pad_value, int64_t n0, int64_t n_rows, int tid) {
+  static_assert(kHaloThreads % kHaloBN == 0, "a column a thread");
+  const int col = tid % kHaloBN;
+  const bool valid = n0 + col < n_rows;
+  const float scale = valid ? column_scale(ep, n0 + col) : 0.f;
+  const float bias = valid ? column_bias(ep, n0 + col) : 0.f;
+  int2 sign = make_int2(0, 1);
+  if constexpr (kSigns) {
+    if (valid) sign = halo_sign_threshold(scale, bias);
+    if (tid < kHaloBN) column_dir[col] = sign.x;
+  } else if (tid < kHaloBN) {
+    columns[col] = make_float2(scale, bias);
+  }
+  for (int c = tid / kHaloBN; c < kHaloRowClasses; c += kHaloThreads / kHaloBN) {
+    int padded = 0;
+#pragma unroll
+    for (int t = 0; t < 9; ++t) {
+      const int kh = t / 3, kw = t % 3;
+      if ((kh == 0 && (c & 1)) || (kh == 2 && (c & 2)) || (kw == 0 && (c & 4)) || (kw == 2 && (c & 8))) {
+        padded += tap_d[t * kHaloBN + col];
+      }
+    }
+    const int base = all_taps_d[col] - (1 + pad_value) * padded;
+    row_base[c * kHaloBN + col] = kSigns ? sign.x * base - sign.y : base;
+  }
+}
+
+// conv_epilogue_values' contract from the tables: y = epilogue_value(dot + row term, 1, scale, bias); for sign words
+// (kSigns) the integers d (dot + row term) - t instead, whose signs are y's.
+template <bool kSigns, int MT, int NT, typename Emit>
+__device__ __forceinline__ void halo_epilogue_values(const int (&dot)[MT][NT][4], int warp_row, int warp_col, int lane,
+                                                     const uint8_t* row_class, const int* row_base,
+                                                     const float2* columns, const int* column_dir, Emit&& emit) {
+  const int group = lane >> 2;
+  const int lane_col = warp_col + 2 * (lane & 3);
+  float2 column[NT][2];
+  int dir[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if constexpr (kSigns) {
+        dir[nt][e] = column_dir[lane_col + 8 * nt + e];
+      } else {
+        column[nt][e] = columns[lane_col + 8 * nt + e];
+      }
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = warp_row + mt * 16 + group + 8 * h;
+      const int* const base = row_base + row_class[row] * kHaloBN + lane_col;
+      using Value = std::conditional_t<kSigns, int, float>;
+      Value y[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const int2 term = *reinterpret_cast<const int2*>(base + 8 * nt);
+        if constexpr (kSigns) {
+          y[nt][0] = dot[mt][nt][2 * h] * dir[nt][0] + term.x;
+          y[nt][1] = dot[mt][nt][2 * h + 1] * dir[nt][1] + term.y;
+        } else {
+          y[nt][0] = epilogue_value(static_cast<float>(dot[mt][nt][2 * h] + term.x), 1.f, column[nt][0].x,
+                                    column[nt][0].y);
+          y[nt][1] = epilogue_value(static_cast<float>(dot[mt][nt][2 * h + 1] + term.y), 1.f, column[nt][1].x,
+                                    column[nt][1].y);
+        }
+      }
+      emit(row, y);
+    }
+  }
+}
+
 template <typename OutT>
 __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_halo_kernel(
     const uint32_t* __restrict__ plus_bits, const uint32_t* __restrict__ w_bits, const int* __restrict__ tap_table,
@@ -1399,11 +1507,15 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes, then the output tile's stage (with a residual: one a
   // buffer, each holding its tile's residual from the prefetch on)
   extern __shared__ __align__(16) uint32_t conv_halo_smem[];
-  __shared__ uint32_t row_inside[2][kHaloBM];
+  __shared__ uint8_t row_class[2][kHaloBM];  // halo_row_class
   __shared__ int64_t row_out[2][kHaloBM];
   __shared__ unsigned row_halo[2][kHaloBM];  // byte offset of the row's A row (k step 0) in its buffer
   __shared__ int tap_d[kTaps * kHaloBN];
   __shared__ int all_taps_d[kHaloBN];
+  __shared__ __align__(8) int row_base[kHaloRowClasses * kHaloBN];  // halo_epilogue_tables
+  __shared__ float2 columns[kHaloBN];
+  __shared__ int column_dir[kHaloBN];
+  constexpr bool kSigns = std::is_same_v<OutT, SignWords>;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp >> 1, warp_n = warp & 1;
@@ -1471,7 +1583,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
       const bool valid = tid < rows_valid;
       const int p = p0 + (valid ? tid : 0);
       const int oh = p / width, ow = p - oh * width;
-      row_inside[buf][tid] = valid ? inside_taps(oh - 1, ow - 1, 3, 3, 1, 1, height, width) : 0u;
+      row_class[buf][tid] = static_cast<uint8_t>(valid ? halo_row_class(oh, ow, height, width) : 0);
       row_out[buf][tid] = static_cast<int64_t>(image) * n_rows * plane + p;
       row_halo[buf][tid] = (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8;
     }
@@ -1499,6 +1611,10 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   int buf = 0;
   if (first_tile < m_tiles) prefetch(first_tile, 0);
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();  // D_t is complete (the first tile's halo too)
+  halo_epilogue_tables<kSigns>(row_base, columns, column_dir, tap_d, all_taps_d, ep, shape.pad_value, n0, n_rows,
+                               tid);  // read past the loop's first barrier
   for (int tile = first_tile; tile < m_tiles; tile += blocks_per_n, buf ^= 1) {
     cp_async_wait<0>();
     // this tile's halo and rows are visible; every thread is past the last tile's epilogue (its stores included)
@@ -1540,10 +1656,14 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
         dot[mt][nt][3] = 4 * acc[mt][nt][3] - 2 * pop_high;
       }
     }
-    conv_epilogue<kHaloBM, kHaloBN, kHaloThreads, MT, NT, true>(
-        dot, warp_m * 32, warp_n * 32, lane, tid, row_inside[buf], tap_d, all_taps_d, row_out[buf], kTaps,
-        shape.pad_value, m0, n0, m0 + rows_valid, n_rows, plane, ep, out, out_channels_last, stage_of(buf), true,
-        residual_staged);
+    const auto values = [&](auto&& emit) {
+      halo_epilogue_values<kSigns>(dot, warp_m * 32, warp_n * 32, lane, row_class[buf], row_base, columns, column_dir,
+                                   emit);
+    };
+    const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));
+    conv_epilogue<kHaloBM, kHaloBN, kHaloThreads, NT>(values, warp_n * 32, lane, tid, row_out[buf], m0, n0, rows_valid,
+                                                      cols_valid, n_rows, plane, ep, out, out_channels_last,
+                                                      stage_of(buf), true, residual_staged);
   }
   cp_async_wait<0>();
 }
@@ -1574,14 +1694,17 @@ bool conv_halo_stages_residual(const ConvShape& s, const Epilogue& ep, bool out_
   if constexpr (sizeof(OutT) != 2) {
     return false;
   } else {
-    return out_channels_last && reinterpret_cast<uintptr_t>(ep.residual) % 16 == 0 && s.out_channels * sizeof(OutT) % 16 == 0 &&
+    return out_channels_last && reinterpret_cast<uintptr_t>(ep.residual) % 16 == 0 &&
+           s.out_channels * sizeof(OutT) % 16 == 0 &&
            conv_halo_smem_bytes<OutT>(conv_halo_copy_bytes(s), true) <= kHaloMaxSmem;
   }
 }
-// Where the halo kernel runs: its shapes, and a residual only where it can stage it.
+// Where the halo kernel runs: its shapes, no row factors (its tables hold the columns' whole epilogue), and a residual
+// only where it can stage it.
 template <typename OutT>
 bool conv_halo_takes(const ConvShape& s, const Epilogue& ep, bool out_channels_last) {
-  return conv_halo_applies(s) && (ep.residual == nullptr || conv_halo_stages_residual<OutT>(s, ep, out_channels_last));
+  return conv_halo_applies(s) && ep.row_factor == nullptr &&
+         (ep.residual == nullptr || conv_halo_stages_residual<OutT>(s, ep, out_channels_last));
 }
 template <typename OutT>
 cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t* w_bits, const ConvShape& shape,
@@ -1638,10 +1761,10 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   const bool dependent = device.major >= 9;
   // The halo kernel where it applies (tile 3 asks for it), with a residual where it can stage it (fp16 / bf16,
   // 16-byte rows: prefetched into the tile's stage with its halo). H100, harness graph us, one process, B = 256
-  // C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo: fp16 out 110.3 ->
-  // 90.1, sign words 107.0 -> 84.6, residual 144.8 -> 107.4, residual + the sum's sign words 153.8 -> 125.5 (163.8
-  // when its store read the residual from global memory); B = 64 with a residual 44.9 -> 37.1, without 30.5 -> 26.1;
-  // B = 1 (the 64 x 32 tile) 6.25 -> 5.64.
+  // C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo with its epilogue
+  // tables: fp16 out 110.8 -> 69.4, sign words (signed scales) 108.9 -> 57.8, residual + the sum's sign words 156.1 ->
+  // 103.1; B = 64, residual + sign words 44.9 -> 31.1; B = 1 (the 64 x 32 tile), sign words 6.25 -> 5.44 (5.29 with
+  // the tables read from ep each tile: their set-up, a threshold search a column, shows where a block has one tile).
   if constexpr (PW == 2) {
     if (tuning.tile == 3 ||
         (tuning.tile == 0 && tap_table != nullptr && conv_halo_takes<OutT>(shape, ep, out_channels_last))) {
