@@ -4,10 +4,11 @@
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
 // form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
 // and the alignment allow), or for 3x3 stride 1 pad 1 convs of 33..64 channels (ResNet's layer1; a residual where
-// it can stage it, no row factors) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and larger
-// kernels take the two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane convolutions of at least
-// kCwMinPixels output pixels take the Hopper form of the one-plane kernel instead, binary_conv2d_wgmma_kernel (wgmma
-// b1 AND.POPC, TMA + mbarrier ring; its own section below), where it applies (ConvTuning::kernel forces either).
+// it can stage it, no row factors) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and
+// larger kernels take the two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane
+// convolutions of at least kCwMinPixels output pixels take the Hopper form of the one-plane kernel instead,
+// binary_conv2d_wgmma_kernel (wgmma b1 AND.POPC, TMA + mbarrier ring; its own section below), where it applies
+// (ConvTuning::kernel forces either).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -1763,8 +1764,8 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
   // 16-byte rows: prefetched into the tile's stage with its halo). H100, harness graph us, one process, B = 256
   // C = OC = 64 56x56 fp16 channels_last (ResNet's layer1), the pipelined 128 x 64 tile -> halo with its epilogue
   // tables: fp16 out 110.8 -> 69.4, sign words (signed scales) 108.9 -> 57.8, residual + the sum's sign words 156.1 ->
-  // 103.1; B = 64, residual + sign words 44.9 -> 31.1; B = 1 (the 64 x 32 tile), sign words 6.25 -> 5.44 (5.29 with
-  // the tables read from ep each tile: their set-up, a threshold search a column, shows where a block has one tile).
+  // 103.1; B = 64, residual + sign words 44.9 -> 31.1; B = 1 (the 64 x 32 tile), sign words 6.25 -> 5.44 (5.29
+  // before the tables: their set-up, a threshold search a column, shows where a block has one tile).
   if constexpr (PW == 2) {
     if (tuning.tile == 3 ||
         (tuning.tile == 0 && tap_table != nullptr && conv_halo_takes<OutT>(shape, ep, out_channels_last))) {
