@@ -2,12 +2,15 @@
 # The device calls left by the fifty-ninth session.
 #   verify (no carry, ~230 s): the conv / packed / residual CUDA tests of main (the halo kernel's epilogue tables,
 #     11cbd14, and test_conv2d_halo_cuda's signed-scale checks never ran in pytest on a GPU), then ResNet-18.
-#   prepare (here, ~3 min with the object cache warm): main's harness -> build/main/harness.gz; the variant `stride2`
-#     (pending/conv_halo_stride2.patch: the halo kernel at stride 2) -> build/ab/stride2.gz
-#   ab (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s): pending/conv_halo_stride2.sweep
-#     once (its checks; main refuses the stride=2 tile=3 rows), then its first 10 rows (the timing rows) twice more.
-#     Merge the patch (it carries its dispatch and tests) if every check row passes and its stride 2 tile=3 rows beat
-#     tile=1 (layer2.0.conv1 of ResNet-18: B=256 C=64 56x56 OC=128 stride 2, sign words).
+#   prepare (here, ~4 min with the object cache warm): main's harness -> build/main/harness.gz; the variants
+#     stride2 (pending/conv_halo_stride2.patch: the halo kernel at stride 2) and wgsigns
+#     (pending/conv_wgmma_signs.patch: the wgmma conv's sign words by integer thresholds) -> build/ab
+#   ab (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~300 s): each variant's sweep once
+#     (main, stride2 and wgsigns run both; main refuses the stride=2 tile=3 rows, wgsigns the epi=1 kernel=2 sign-word
+#     rows, as each sweep's header says), then the timing rows of both twice more.
+#     Merge a variant (each patch carries its dispatch and tests) if every check row of its sweep passes and its
+#     timing rows beat main's: stride2 at layer2.0.conv1 (B=256 C=64 56x56 OC=128 stride 2, sign words, tile=3 vs
+#     tile=1), wgsigns at layers 2-4's sign-word convs.
 set -uo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"   # benchmarks/kernels
 root="$(cd "$here/../.." && pwd)"
@@ -27,13 +30,20 @@ case "${1:-}" in
     bash "$here/build.sh"
     gzip -c "$here/build/harness" > "$here/build/main/harness.gz"
     bash "$here/ab.sh" build stride2 "$here/pending/conv_halo_stride2.patch"
+    bash "$here/ab.sh" build wgsigns "$here/pending/conv_wgmma_signs.patch"
     du -sh "$here/build/ab" "$here/build/main" ;;
   ab)
     gunzip -c "$here/build/main/harness.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
-    OUT="$out/full" AB_TIMEOUT=120 bash "$here/ab.sh" run "$here/pending/conv_halo_stride2.sweep" 1 2>&1 | tail -52
-    cut -c1-220 "$out/full/ab_raw/stride2.1.txt" | awk '$0 ~ / NO |rejected|failed|rror/' | head -20
-    grep -v "^#" "$here/pending/conv_halo_stride2.sweep" | head -10 > "$out/timing.sweep"
-    OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 2 2>&1 | tail -14 ;;
+    for sweep in conv_halo_stride2 conv_wgmma_signs; do
+      OUT="$out/$sweep" AB_TIMEOUT=100 bash "$here/ab.sh" run "$here/pending/$sweep.sweep" 1 2>&1 | tail -52
+      for name in stride2 wgsigns; do
+        echo "== $sweep: $name"
+        cut -c1-220 "$out/$sweep/ab_raw/$name.1.txt" | awk '$0 ~ / NO |rejected|failed|rror/' | head -12
+      done
+    done
+    { grep -v "^#" "$here/pending/conv_halo_stride2.sweep" | head -8
+      grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -7; } > "$out/timing.sweep"
+    OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 2 2>&1 | tail -18 ;;
   *)
     echo "usage: bash $0 verify|prepare|ab" >&2
     exit 2 ;;
