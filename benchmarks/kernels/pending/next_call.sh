@@ -42,7 +42,7 @@ case "${1:-}" in
       done
     done
     { grep -v "^#" "$here/pending/conv_halo_stride2.sweep" | head -8
-      grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -7; } > "$out/timing.sweep"
+      grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -9; } > "$out/timing.sweep"
     OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 2 2>&1 | tail -18 ;;
   *)
     echo "usage: bash $0 verify|prepare|ab" >&2
