@@ -1425,10 +1425,10 @@ __device__ __forceinline__ int2 halo_sign_threshold(float scale, float bias) {
 template <bool kSigns>
 __device__ __forceinline__ void halo_epilogue_tables(int* row_base, float2* columns, int* column_dir,
                                                      const int* tap_d, const int* all_taps_d, const Epilogue& ep,
-                                                     int pad_value, int64_t n0, int64_t n_rows, int tid) {
+                                                     int pad_value, int64_t n0, int cols_valid, int tid) {
   static_assert(kHaloThreads % kHaloBN == 0, "a column a thread");
   const int col = tid % kHaloBN;
-  const bool valid = n0 + col < n_rows;
+  const bool valid = col < cols_valid;
   const float scale = valid ? column_scale(ep, n0 + col) : 0.f;
   const float bias = valid ? column_bias(ep, n0 + col) : 0.f;
   int2 sign = make_int2(0, 1);
@@ -1527,7 +1527,17 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   const int plane = height * width;  // stride 1, pad 1, 3x3: the output's plane is the input's
   const int pitch = static_cast<int>(conv_halo_pitch(width));
   const int64_t n_rows = shape.out_channels;
+  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));  // the block's columns
   const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_halo_smem));
+  // m tile `tile`: its image, its first pixel there and its pixels (an image's last tile may be partial)
+  struct TilePlace {
+    int image, p0, rows_valid;
+  };
+  const auto place_of = [&](int tile) {
+    const int image = tile / tiles_per_image;
+    const int p0 = (tile - image * tiles_per_image) * kHaloBM;
+    return TilePlace{image, p0, min(kHaloBM, plane - p0)};
+  };
   // channels_last, 16-byte pieces, fp16 / bf16 (conv_halo_stages_residual; the fp32 build spilled with it)
   const bool residual_staged = sizeof(OutT) == 2 && ep.residual != nullptr && out_channels_last;
   const auto stage_of = [&](int buf) {
@@ -1561,9 +1571,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   // (oh_first - 1 + s, j - 1 + c), zero outside the image; a warp a line of pitch pixels), the row values by the
   // first kHaloBM threads (rows past the tile's last pixel: nothing inside, A rows at row 0's).
   const auto prefetch = [&](int tile, int buf) {
-    const int image = tile / tiles_per_image;
-    const int p0 = (tile - image * tiles_per_image) * kHaloBM;
-    const int rows_valid = min(kHaloBM, plane - p0);
+    const auto [image, p0, rows_valid] = place_of(tile);
     const int oh_first = p0 / width;
     const int halo_rows = (p0 + rows_valid - 1) / width - oh_first + 3;
     const uint32_t* image_bits = plus_bits + static_cast<int64_t>(image) * plane * 2;
@@ -1594,7 +1602,6 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
       if (residual_staged) {
         constexpr int kVec = 16 / static_cast<int>(sizeof(OutT));
         constexpr int kPieces = kHaloBN / kVec;
-        const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));
         const OutT* const residual =
             static_cast<const OutT*>(ep.residual) + (static_cast<int64_t>(image) * plane + p0) * n_rows + n0;
         const unsigned stage = static_cast<unsigned>(__cvta_generic_to_shared(stage_of(buf)));
@@ -1614,17 +1621,15 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();  // D_t is complete (the first tile's halo too)
-  halo_epilogue_tables<kSigns>(row_base, columns, column_dir, tap_d, all_taps_d, ep, shape.pad_value, n0, n_rows,
-                               tid);  // read past the loop's first barrier
+  halo_epilogue_tables<kSigns>(row_base, columns, column_dir, tap_d, all_taps_d, ep, shape.pad_value, n0,
+                               cols_valid, tid);  // read past the loop's first barrier
   for (int tile = first_tile; tile < m_tiles; tile += blocks_per_n, buf ^= 1) {
     cp_async_wait<0>();
     // this tile's halo and rows are visible; every thread is past the last tile's epilogue (its stores included)
     __syncthreads();
     if (tile + blocks_per_n < m_tiles) prefetch(tile + blocks_per_n, buf ^ 1);
     cp_async_commit();
-    const int image = tile / tiles_per_image;
-    const int p0 = (tile - image * tiles_per_image) * kHaloBM;
-    const int rows_valid = min(kHaloBM, plane - p0);
+    const auto [image, p0, rows_valid] = place_of(tile);
     const int64_t m0 = static_cast<int64_t>(image) * plane + p0;
     // This lane's ldmatrix row address of m tile mt at k step 0: tile row warp_m 32 + 16 mt + lane % 8 + 8 (lane / 8
     // % 2), bytes 16 (lane / 16) of its A row.
@@ -1661,7 +1666,6 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
       halo_epilogue_values<kSigns>(dot, warp_m * 32, warp_n * 32, lane, row_class[buf], row_base, columns, column_dir,
                                    emit);
     };
-    const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));
     conv_epilogue<kHaloBM, kHaloBN, kHaloThreads, NT>(values, warp_n * 32, lane, tid, row_out[buf], m0, n0, rows_valid,
                                                       cols_valid, n_rows, plane, ep, out, out_channels_last,
                                                       stage_of(buf), true, residual_staged);
