@@ -5,7 +5,7 @@
 #   prepare (here, ~4 min with the object cache warm): main's harness -> build/main/harness.gz; the variants
 #     stride2 (pending/conv_halo_stride2.patch: the halo kernel at stride 2) and wgsigns
 #     (pending/conv_wgmma_signs.patch: the wgmma conv's sign words by integer thresholds) -> build/ab
-#   ab (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~300 s): each variant's sweep once
+#   ab (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~400 s): each variant's sweep once
 #     (main, stride2 and wgsigns run both; main refuses the stride=2 tile=3 rows, wgsigns the epi=1 kernel=2 sign-word
 #     rows, as each sweep's header says), then the timing rows of both twice more.
 #     Merge a variant (each patch carries its dispatch and tests) if every check row of its sweep passes and its
@@ -34,16 +34,17 @@ case "${1:-}" in
     du -sh "$here/build/ab" "$here/build/main" ;;
   ab)
     gunzip -c "$here/build/main/harness.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
-    for sweep in conv_halo_stride2 conv_wgmma_signs; do
+    for sweep in conv_halo_stride2 conv_wgmma_signs conv_wgmma_res_l2; do
       OUT="$out/$sweep" AB_TIMEOUT=100 bash "$here/ab.sh" run "$here/pending/$sweep.sweep" 1 2>&1 | tail -52
-      for name in stride2 wgsigns; do
+      for name in stride2 wgsigns wgres; do
         echo "== $sweep: $name"
         cut -c1-220 "$out/$sweep/ab_raw/$name.1.txt" | awk '$0 ~ / NO |rejected|failed|rror/' | head -12
       done
     done
     { grep -v "^#" "$here/pending/conv_halo_stride2.sweep" | head -8
-      grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -9; } > "$out/timing.sweep"
-    OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 2 2>&1 | tail -18 ;;
+      grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -9
+      grep -v "^#" "$here/pending/conv_wgmma_res_l2.sweep" | tail -5; } > "$out/timing.sweep"
+    OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 1 2>&1 | tail -26 ;;
   *)
     echo "usage: bash $0 verify|prepare|ab" >&2
     exit 2 ;;
