@@ -8,7 +8,8 @@
 #                                              (default 2) times; prints graph us a row (best of the passes) side by
 #                                              side, and whether every row's check passed; raw output in $OUT/ab_raw,
 #                                              written row by row (a run cut short still brings back its rows)
-#   AB_MAIN=0: the variants only (a sweep whose rows main refuses); AB_TIMEOUT (s, default 300): one binary's pass
+#   AB_MAIN=0: the variants only (a sweep whose rows main refuses); AB_TIMEOUT (s, default 300): one binary's pass;
+#   AB_ONLY="NAME ...": these variants of build/ab only (default all)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -40,6 +41,7 @@ case "${1:-}" in
     for gz in "$ab"/*.gz; do
       [ -e "$gz" ] || continue
       name="$(basename "$gz" .gz)"
+      case " ${AB_ONLY:-$name} " in *" $name "*) ;; *) continue ;; esac
       gunzip -c "$gz" > "$work/$name" && chmod +x "$work/$name" && names+=("$name")
     done
     for pass in $(seq "$passes"); do
