@@ -48,7 +48,20 @@ case "${1:-}" in
       grep -v "^#" "$here/pending/conv_wgmma_res_l2.sweep" | tail -5; } > "$out/timing.sweep"
     OUT="$out/timing" AB_ONLY="stride2 wgsigns wgres wgahead" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 1 2>&1 \
       | tail -26 ;;
+  ab1)  # the same sweeps once each, the residual one first, no timing re-run (a short call)
+    gunzip -c "$here/build/main/harness.gz" > "$here/build/harness" && chmod +x "$here/build/harness"
+    for sweep in conv_wgmma_res_l2 conv_wgmma_signs conv_halo_stride2; do
+      only="stride2 wgsigns"
+      [ "$sweep" = conv_wgmma_res_l2 ] && only="wgres wgahead"
+      [ "$sweep" = conv_wgmma_signs ] && only="wgsigns"
+      [ "$sweep" = conv_halo_stride2 ] && only="stride2"
+      OUT="$out/$sweep" AB_ONLY="$only" AB_TIMEOUT=80 bash "$here/ab.sh" run "$here/pending/$sweep.sweep" 1 2>&1 | tail -40
+      for name in $only; do
+        echo "== $sweep: $name"
+        cut -c1-220 "$out/$sweep/ab_raw/$name.1.txt" | awk '$0 ~ / NO |rejected|failed|rror/' | head -12
+      done
+    done ;;
   *)
-    echo "usage: bash $0 verify|prepare|ab" >&2
+    echo "usage: bash $0 verify|prepare|ab|ab1" >&2
     exit 2 ;;
 esac
