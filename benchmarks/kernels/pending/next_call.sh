@@ -10,6 +10,9 @@
 #     beside its variants (conv_wgmma_res_l2: wgres, wgahead; conv_wgmma_signs: wgsigns; conv_halo_stride2: stride2);
 #     main refuses the stride=2 tile=3 rows and wgsigns the epi=1 kernel=2 sign-word rows, as each sweep's header says.
 #   ab (same carry, ~400 s): ab1, then the timing rows of the three sweeps once more.
+#   all (same carry, ~550 s): ab1, then verify on the tree with all four patches applied (pending/conv_all4.patch:
+#     the four applied in that order with git apply -3, since wgsigns' context overlaps stride2's; it compiles without
+#     spills: halo 114-124 registers, wgmma 94-96). If every variant wins, that verify is the merge's.
 #   Merge a variant if every check row of its sweep passes and its timing rows beat main's: stride2 at
 #   layer2.0.conv1 (B=256 C=64 56x56 OC=128 stride 2, sign words, tile=3 against tile=1), wgsigns at layers 2-4's
 #   sign-word convs, wgres / wgahead at layers 2-4's residual convs (both may merge: they touch different code).
@@ -56,7 +59,11 @@ case "${1:-}" in
       grep -v "^#" "$here/pending/conv_wgmma_signs.sweep" | head -9
       grep -v "^#" "$here/pending/conv_wgmma_res_l2.sweep" | tail -5; } > "$out/timing.sweep"
     OUT="$out/timing" AB_TIMEOUT=60 bash "$here/ab.sh" run "$out/timing.sweep" 1 2>&1 | tail -26 ;;
+  all)  # one call (~550 s): ab1, then the four patches applied together on this (device) tree, its tests and ResNet-18
+    bash "$0" ab1
+    git apply "$here/pending/conv_all4.patch" || { echo "conv_all4.patch did not apply"; exit 1; }
+    bash "$0" verify ;;
   *)
-    echo "usage: bash $0 verify|prepare|ab1|ab" >&2
+    echo "usage: bash $0 verify|prepare|ab1|ab|all" >&2
     exit 2 ;;
 esac
