@@ -2131,8 +2131,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 
   // The epilogue's values (conv_epilogue's integer and epilogue_value). Sign words are written by the consumers
   // straight from their accumulators (E1 and E2 are for 16- and 32-bit outputs).
-  const int rows_valid = static_cast<int>(min(static_cast<int64_t>(kCwBM), total_pixels - m0));
-  const int cols_valid = static_cast<int>(min(static_cast<int64_t>(BN), n_rows - n0));
+  const int2 tile_valid = conv_tile_valid<kCwBM, BN>(m0, n0, total_pixels, n_rows);
+  const int rows_valid = tile_valid.x, cols_valid = tile_valid.y;
   const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
   const int scale_step = has_scale && ep.scale_count != 1 ? 1 : 0;
   const float* scale = has_scale ? ep.scale + n0 * scale_step : &kEpilogueUnit[0];
