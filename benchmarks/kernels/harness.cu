@@ -210,8 +210,8 @@ struct Copies {
 };
 // epi= of the w1a1 and conv rows: y = dot * factor[row] * scale[column or 0] + bias[column]; epi=1: a scale a
 // column and a row factor, epi=2: one scale, no factor, epi=3: a scale a column only (binary_linear(x, w, k, alpha), the
-// BNN layer's form), epi=4: a signed scale a column (every fifth 0) and a bias, 0: none. The host values (for the reference), their device
-// copies and the kernels' Epilogue.
+// BNN layer's form), epi=4: a signed scale a column (every fifth 0) and a bias, 0: none. The host values (for the
+// reference), their device copies and the kernels' Epilogue.
 struct HarnessEpilogue {
   std::vector<float> scale, bias, factor;
   std::unique_ptr<Buffer> scale_d, bias_d, factor_d;
