@@ -165,8 +165,9 @@ class _KernelWeightCache:
     def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
         return self.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form))
 
-    def get_for(self, inputs: Sequence[Tensor], tag: str, build) -> KernelWeight:
-        """build() once per version of `inputs` (the tensors the converted weight depends on)."""
+    def get_for(self, inputs: Sequence[Tensor], tag: str, build, remember=None) -> KernelWeight:
+        """build() once per version of `inputs` (the tensors the converted weight depends on). remember(converted),
+        where given, is called whenever the result is one the cache keeps (the C++ memo's entry, below)."""
         key, versions = [tag], []
         for t in inputs:  # one loop, no generators: this runs on every call of a weight op (host time counts)
             if t.is_inference():  # no version counter: convert every call
@@ -181,6 +182,8 @@ class _KernelWeightCache:
                 if ref.expired():
                     break
             else:
+                if remember is not None:
+                    remember(entry[2])
                 return entry[2]
         device = inputs[0].device if inputs else None
         if device is not None and device.type == "cuda":
@@ -195,14 +198,54 @@ class _KernelWeightCache:
                 self.entries = {k: e for k, e in self.entries.items() if not any(r.expired() for r in e[0])}
             refs = tuple(StorageWeakRef(t.untyped_storage()) for t in inputs)
             self.entries[key] = (refs, versions, converted)
+        if remember is not None:
+            remember(converted)
         return converted
 
     def clear(self) -> None:
         with self.lock:
             self.entries.clear()
+            if _memo_loaded():
+                torch.ops.bitcompile.forget_kernel_weights()
 
 
 weight_cache = _KernelWeightCache()
+
+
+# The C++ memo of the binary libraries (csrc/weight_memo.h): linear_of_weight, packed_conv2d_of_weight and
+# packed_conv2d_of_weight_with_signs find their converted weight there without running Python (their Python kernel
+# below runs on a miss, or for a dense form). It holds what weight_cache holds for the binary and APoT forms, told
+# by remember_kernel_weight each time this cache hands such an entry to one of those ops; the memo's kernels are
+# registered by the first binary library to load (until then nothing is remembered).
+_lib.define(
+    "remember_kernel_weight(Tensor[] inputs, str tag, Tensor packed, Tensor? alpha, Tensor? code_values, "
+    "Tensor? scale, Tensor? bias, int bits, bool x_binarized) -> ()"
+)
+_lib.define("forget_kernel_weights() -> int")  # empties the memo; returns how many entries it held
+_memo_state = {"loaded": False}
+
+
+def _memo_loaded() -> bool:
+    if not _memo_state["loaded"]:
+        _memo_state["loaded"] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            "bitcompile::remember_kernel_weight", "BackendSelect")
+    return _memo_state["loaded"]
+
+
+def _remember_for(inputs: Sequence[Tensor], tag: str, served):
+    """get_for's remember callback for a weight op's entry, (KernelWeight, scale, bias) or a KernelWeight: the memo
+    is told of it where served(KernelWeight) (a weight it would be asked for again)."""
+
+    def remember(entry) -> None:
+        converted, scale, bias = entry if isinstance(entry, tuple) else (entry, None, None)
+        if not served(converted) or not _memo_loaded():
+            return
+        torch.ops.bitcompile.remember_kernel_weight(
+            list(inputs), tag, converted.packed, converted.alpha, converted.code_values, scale, bias,
+            converted.bits if converted.kind == "apot" else 0, bool(converted.x_binarized))
+
+    return remember
+
 
 
 # CUDA graph trees (mode="reduce-overhead") route every allocation of the calling thread to the graphs' private
@@ -276,10 +319,15 @@ _lib.define(
 # launches, where the forward is host-bound). The values share one cache entry with the converted weight, keyed by
 # the weight and the function's inputs: one lookup a call (host time), the weight listed once where it is also an
 # input of the function (alpha = mean|W|).
-def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale, bias, epilogue_inputs, fn: str):
-    """(converted weight, scale, bias) of a weight op's call."""
+def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale, bias, epilogue_inputs, fn: str,
+                                served=None):
+    """(converted weight, scale, bias) of a weight op's call. served(converted): whether the op's C++ memo serves
+    calls with that converted weight (the memo is told of it then); None for the ops it does not serve."""
     if not fn:
-        return cached_kernel_weight(weight, weight_form), scale, bias
+        if served is None:
+            return cached_kernel_weight(weight, weight_form), scale, bias
+        return weight_cache.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form),
+                                    _remember_for((weight,), weight_form, served)), scale, bias
     _check_epilogue(op, scale, bias, fn)
     function = _weight_functions.get(fn)
     _check(function is not None, op, lambda: f"epilogue function {fn} is not registered in this process "
@@ -291,7 +339,8 @@ def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale
             return (kernel_weight(weight, weight_form), *function(*fn_inputs))
 
     inputs = (weight, *(t for t in fn_inputs if t is not weight))
-    return weight_cache.get_for(inputs, f"{weight_form}|epilogue:{fn}", build)
+    tag = f"{weight_form}|epilogue:{fn}"
+    return weight_cache.get_for(inputs, tag, build, None if served is None else _remember_for(inputs, tag, served))
 
 
 def _check_epilogue(op: str, scale, bias, fn: str) -> None:
@@ -359,8 +408,9 @@ def _run_linear(x, converted: KernelWeight, dense_weight, k, scale, bias, x_form
 @torch.library.impl(_lib, "linear_of_weight", "CompositeExplicitAutograd")
 def _linear_of_weight_impl(x, weight, scale=None, bias=None, epilogue_inputs=None, epilogue_fn="", *, weight_form,
                            x_form="float", row_scale=False):
-    converted, scale, bias = _kernel_weight_and_epilogue("linear_of_weight", weight, weight_form, scale, bias,
-                                                         epilogue_inputs, epilogue_fn)
+    converted, scale, bias = _kernel_weight_and_epilogue(
+        "linear_of_weight", weight, weight_form, scale, bias, epilogue_inputs, epilogue_fn,
+        lambda c: c.kind == "binary" or (c.kind == "apot" and x_form == "float" and not c.x_binarized))
     return _run_linear(x, converted, lambda: _dense_weight(weight, weight_form), weight.shape[1], scale, bias,
                        x_form, row_scale)
 
@@ -438,12 +488,16 @@ def unpack_signs(x_bits: Tensor, channels: int, dtype: torch.dtype) -> Tensor:
     return unpack_sign_words(x_bits, channels, dtype).permute(0, 3, 1, 2)
 
 
+def _binary_form(converted: KernelWeight) -> bool:
+    return converted.kind == "binary"
+
+
 @torch.library.impl(_lib, "packed_conv2d_of_weight", "CompositeExplicitAutograd")
 def _packed_conv2d_of_weight_impl(x_bits, weight, stride, padding, dilation, scale=None, bias=None,
                                   epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form, out_dtype,
                                   pad_value=0.0):
     converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight", weight, weight_form, scale, bias,
-                                                         epilogue_inputs, epilogue_fn)
+                                                         epilogue_inputs, epilogue_fn, _binary_form)
     channels, kernel_size = weight.shape[1], [weight.shape[2], weight.shape[3]]
     if converted.kind == "binary":
         return torch.ops.bitcompile.binary_conv2d_packed(
@@ -483,7 +537,7 @@ def _packed_conv2d_of_weight_with_signs_impl(x_bits, weight, stride, padding, di
                                              epilogue_inputs=None, epilogue_fn="", residual=None, *, weight_form,
                                              out_dtype, pad_value=0.0):
     converted, scale, bias = _kernel_weight_and_epilogue("packed_conv2d_of_weight_with_signs", weight, weight_form,
-                                                         scale, bias, epilogue_inputs, epilogue_fn)
+                                                         scale, bias, epilogue_inputs, epilogue_fn, _binary_form)
     if converted.kind == "binary":
         return torch.ops.bitcompile.binary_conv2d_packed_with_signs(
             x_bits, converted.packed, weight.shape[1], [weight.shape[2], weight.shape[3]], stride, padding, dilation,

@@ -38,6 +38,7 @@
 
 #include "checks.h"
 #include "inference_autograd.h"
+#include "weight_memo.h"
 
 // The panel GEMM (binary_gemm_panels) needs VPOPCNTDQ, and DQ/VL for its vector epilogue.
 #if defined(__AVX512VPOPCNTDQ__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
@@ -1810,6 +1811,9 @@ TORCH_LIBRARY_IMPL(bitcompile, CPU, m) {
   m.impl("binary_weight_conv2d", &bitcompile::binary_weight_conv2d_cpu);
 #endif
 }
+
+// The weight ops' memo (weight_memo.h), if no library loaded before this one registered it.
+static const bitcompile::WeightMemoRegistration weight_memo_registration;
 
 // No gradient, and no Python on the way to the kernel (inference_autograd.h).
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCPU, m) {

@@ -19,6 +19,7 @@
 #include "binary_kernels.cuh"
 #include "checks.h"
 #include "inference_autograd.h"
+#include "weight_memo.h"
 #include "binding.h"
 
 namespace {
@@ -379,6 +380,9 @@ TORCH_LIBRARY_IMPL(bitcompile, CUDA, m) {
   m.impl("binary_conv2d_packed", &binary_conv2d_packed_cuda);
   m.impl("binary_conv2d_packed_with_signs", &binary_conv2d_packed_with_signs_cuda);
 }
+
+// The weight ops' memo (weight_memo.h), if no library loaded before this one registered it.
+static const bitcompile::WeightMemoRegistration weight_memo_registration;
 
 // No gradient, and no Python on the way to the kernel (inference_autograd.h).
 TORCH_LIBRARY_IMPL(bitcompile, AutogradCUDA, m) {
