@@ -24,7 +24,7 @@ out="${OUT:-.out}"
 mkdir -p "$out"
 case "${1:-}" in
   verify)
-    TESTS="cuda and (conv or residual or with_signs or packed or bnn)" OUT="$out" \
+    TESTS="cuda and (conv or residual or with_signs or packed or bnn or memo)" OUT="$out" \
       bash benchmarks/gpu_session.sh build tests 2>&1 | tail -30
     cat "$out/failures.txt" 2>/dev/null | head -60
     OUT="$out" bash benchmarks/gpu_session.sh resnet 2>&1 | tail -20 ;;
