@@ -212,11 +212,11 @@ class _KernelWeightCache:
 weight_cache = _KernelWeightCache()
 
 
-# The C++ memo of the binary libraries (csrc/weight_memo.h): linear_of_weight, packed_conv2d_of_weight and
-# packed_conv2d_of_weight_with_signs find their converted weight there without running Python (their Python kernel
-# below runs on a miss, or for a dense form). It holds what weight_cache holds for the binary and APoT forms, told
-# by remember_kernel_weight each time this cache hands such an entry to one of those ops; the memo's kernels are
-# registered by the first binary library to load (until then nothing is remembered).
+# The C++ memo of the binary libraries (csrc/weight_memo.h): linear_of_weight, packed_conv2d_of_weight,
+# packed_conv2d_of_weight_with_signs and packed_linear_group find their converted weight there without running
+# Python (their Python kernel below runs on a miss, or for a dense form). It holds what weight_cache holds for the
+# binary and APoT forms, told by remember_kernel_weight each time this cache hands such an entry to one of those
+# ops; the memo's kernels are registered by the first binary library to load (until then nothing is remembered).
 _lib.define(
     "remember_kernel_weight(Tensor[] inputs, str tag, Tensor packed, Tensor? alpha, Tensor? code_values, "
     "Tensor? scale, Tensor? bias, int bits, bool x_binarized) -> ()"
@@ -692,6 +692,15 @@ def _stacked(w_packed, scale, bias, code_values, bits):
             (torch.cat(list(bias)) if same_dtype else _rows(bias, sizes)) if bias else None)
 
 
+def _remember_group(inputs, tag, stacked, code_values, bits) -> None:
+    """The memo's entry of a stacked group (csrc/weight_memo.h): packed, scale, bias, the members' APoT table."""
+    if stacked is None or not _memo_loaded():  # APoT members with different tables: a call each, in Python
+        return
+    packed, total_scale, total_bias = stacked
+    torch.ops.bitcompile.remember_kernel_weight(inputs, tag, packed, None, code_values[0] if bits else None,
+                                                total_scale, total_bias, bits, False)
+
+
 @torch.library.impl(_lib, "packed_linear_group", "CompositeExplicitAutograd")
 def _packed_linear_group_impl(x, w_packed, in_features, scale, bias, code_values, *, bits=0):
     def build():  # the members' checks once per version: a hit has the same shapes, dtypes and devices
@@ -699,7 +708,9 @@ def _packed_linear_group_impl(x, w_packed, in_features, scale, bias, code_values
         return _stacked(w_packed, scale, bias, code_values, bits)
 
     # x itself is checked by the member op against the stacked weight (dtype, features, device)
-    stacked = weight_cache.get_for([*w_packed, *scale, *bias, *code_values], f"group:{bits}", build)
+    inputs, tag = [*w_packed, *scale, *bias, *code_values], f"group:{bits}"
+    stacked = weight_cache.get_for(inputs, tag, build, lambda entry: _remember_group(inputs, tag, entry, code_values,
+                                                                                     bits))
     bc = torch.ops.bitcompile
     if stacked is None:  # APoT members with different tables: a call each
         return torch.cat([bc.apot_linear(x, w, in_features, bits, c, a, bias[i] if bias else None)

@@ -1,7 +1,8 @@
 // The backend's weight ops without Python on a cache hit (bitcompile/weight_ops.py).
 //
 // linear_of_weight, packed_conv2d_of_weight and packed_conv2d_of_weight_with_signs take a live float weight and
-// run a kernel op on its converted form, which weight_ops.py's cache keeps per version of the weight. Their Python
+// run a kernel op on its converted form, which weight_ops.py's cache keeps per version of the weight
+// (packed_linear_group: its members' packed weights stacked, per version of theirs). Their Python
 // kernel cost host time on every call: the dispatcher's way into Python and back, the cache's key in Python and the
 // kernel op's call from Python (2-core CPU: packed_conv2d_of_weight 22.8 us a call against 11.0 for
 // binary_conv2d_packed on the same tensors; a binary ResNet-18 forward makes 16 such calls and, in torch.compile's
@@ -259,6 +260,47 @@ bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, tor
   return true;
 }
 
+// packed_linear_group (weight_ops.py): its members stacked (packed, scale, bias and the APoT table in the entry,
+// keyed on every member tensor as the Python kernel's cache is), then binary_weight_linear or apot_linear.
+inline bool group_from_memo(c10::DispatchKeySet below, torch::jit::Stack* stack) {
+  const c10::DispatchKey backend = below.highestPriorityTypeId();
+  if (backend != c10::DispatchKey::CPU && backend != c10::DispatchKey::CUDA) return false;
+  const auto args = torch::jit::last(*stack, 7);  // x, w_packed, in_features, scale, bias, code_values, bits
+  std::vector<at::Tensor> inputs;
+  for (size_t list = 1; list < 6; ++list) {
+    if (list == 2) continue;
+    for (const at::Tensor t : args[list].toTensorList()) inputs.push_back(t);
+  }
+  const int64_t bits = args[6].toInt();
+  const std::optional<MemoWeight> found = WeightMemo::instance().find("group:" + std::to_string(bits), inputs);
+  if (!found.has_value()) return false;
+  torch::jit::Stack call;
+  if (bits == 0) {
+    static const c10::OperatorHandle linear = kernel_op("bitcompile::binary_weight_linear");
+    call = {args[0], found->packed, args[2], found->scale, found->bias};
+    linear.redispatchBoxed(below, &call);
+  } else {
+    if (!found->scale.has_value() || !found->code_values.has_value()) return false;
+    static const c10::OperatorHandle linear = kernel_op("bitcompile::apot_linear");
+    call = {args[0], found->packed, args[2], bits, *found->code_values, *found->scale, found->bias};
+    linear.redispatchBoxed(below, &call);
+  }
+  torch::jit::drop(*stack, 7);
+  torch::jit::push(*stack, std::move(call.front()));
+  return true;
+}
+
+inline void group_backend_select(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
+                                 torch::jit::Stack* stack) {
+  static const bool schema_as_read = handle.schema().arguments().size() == 7 &&
+                                     handle.schema().arguments()[6].name() == "bits";
+  TORCH_INTERNAL_ASSERT(schema_as_read, "bitcompile: packed_linear_group's schema is not the one weight_memo.h reads");
+  const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER,
+                                                               c10::DispatchKey::BackendSelect);
+  if (group_from_memo(below, stack)) return;
+  handle.redispatchBoxed(below, stack);
+}
+
 template <WeightOp kOp>
 void weight_op_backend_select(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   static const WeightOpArgs pos(handle.schema(), kOp);
@@ -285,7 +327,7 @@ inline int64_t forget_kernel_weights() {
 
 // The memo's kernels, registered once a process by the first binary library to load (the CPU and the CUDA one
 // both include this header; BackendSelect is one key for all backends, and the memo the kernels share is that
-// library's): the three weight ops' BackendSelect kernels, remember_kernel_weight and forget_kernel_weights.
+// library's): the four weight ops' BackendSelect kernels, remember_kernel_weight and forget_kernel_weights.
 struct WeightMemoRegistration {
   std::unique_ptr<torch::Library> library;
 
@@ -303,6 +345,7 @@ struct WeightMemoRegistration {
     library->impl(
         "packed_conv2d_of_weight_with_signs",
         torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kPackedConvWithSigns>>());
+    library->impl("packed_linear_group", torch::CppFunction::makeFromBoxedFunction<&group_backend_select>());
   }
 };
 

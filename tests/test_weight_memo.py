@@ -197,3 +197,44 @@ def test_weight_cache_clear_empties_the_memo(device, python_calls):
         bc.linear_of_weight(x, w, weight_form="ste_sign")
     assert weight_ops.weight_cache.conversions == conversions + 1
     assert bc.forget_kernel_weights() == 1
+
+
+@pytest.mark.parametrize("bits", [0, 4])
+@torch.no_grad()
+def test_packed_linear_group_hits_match_python(device, python_calls, bits, monkeypatch):
+    """packed_linear_group's stacked members come from the memo; a member changed in place is stacked again."""
+    lookups = [0]  # the group's Python kernel: one weight_cache lookup a call
+    original = weight_ops.weight_cache.get_for
+
+    def counted(inputs, tag, *args, **kwargs):
+        lookups[0] += tag.startswith("group:")
+        return original(inputs, tag, *args, **kwargs)
+
+    monkeypatch.setattr(weight_ops.weight_cache, "get_for", counted)
+    x = torch.randn(2, 70, device=device, dtype=torch.float32)
+    sizes = (5, 9, 3)
+    if bits == 0:
+        w_packed = [bc.pack_signs(torch.randn(n, 70, device=device)) for n in sizes]
+        code_values = []
+    else:
+        from bitcompile import apot
+
+        w_packed = [bc.pack_codes(torch.randint(0, 16, (n, 70), device=device, dtype=torch.uint8), 4) for n in sizes]
+        code_values = [apot.get_scheme("apot4").code_values.to(device)] * 3
+    scale = [torch.rand(n, device=device) + 0.5 for n in sizes]
+    bias = [torch.randn(n, device=device) for n in sizes]
+    call = lambda: bc.packed_linear_group(x, w_packed, 70, scale, bias, code_values, bits=bits)  # noqa: E731
+    first = _served(call, lookups)
+    members = []
+    for i in range(3):
+        if bits == 0:
+            members.append(bc.binary_weight_linear(x, w_packed[i], 70, scale[i], bias[i]))
+        else:
+            members.append(bc.apot_linear(x, w_packed[i], 70, bits, code_values[i], scale[i], bias[i]))
+    torch.testing.assert_close(first, torch.cat(members, -1))
+    bias[1].add_(1.0)  # a member changed: the Python kernel stacks again, then the memo serves
+    before = lookups[0]
+    second = call()
+    torch.testing.assert_close(second[:, 5:14], first[:, 5:14] + 1.0)
+    call()
+    assert lookups[0] == before + 1
