@@ -1743,26 +1743,31 @@ def test_conv2d_tap_table_cuda(channels):
 # 1 and 300 pixels wide (halo rows of 4 and 304 pixels), output channels past a 64 tile (70, 72, 130) and under 8,
 # 33 and 64 channels (a tap's first word only / both), and 600 / 300 images: more m tiles than each n tile's blocks
 # (two an SM), so blocks walk several tiles through both halo buffers.
-HALO_CASES = [
-    (3, 64, 9, 9, 64, -1.0),
-    (2, 40, 13, 11, 72, 0.0),
-    (2, 33, 5, 7, 37, 1.0),
-    (2, 64, 17, 1, 8, -1.0),
-    (2, 64, 6, 300, 70, 1.0),
-    (600, 40, 5, 7, 37, 0.0),
-    (300, 64, 8, 8, 130, -1.0),
+HALO_CASES = [  # (batch, channels, height, width, out channels, pad value, stride)
+    (3, 64, 9, 9, 64, -1.0, 1),
+    (2, 40, 13, 11, 72, 0.0, 1),
+    (2, 33, 5, 7, 37, 1.0, 1),
+    (2, 64, 17, 1, 8, -1.0, 1),
+    (2, 64, 6, 300, 70, 1.0, 1),
+    (600, 40, 5, 7, 37, 0.0, 1),
+    (300, 64, 8, 8, 130, -1.0, 1),
+    (2, 64, 17, 13, 128, -1.0, 2),
+    (3, 40, 8, 8, 70, 1.0, 2),
+    (2, 64, 1, 9, 8, 0.0, 2),
+    (2, 64, 6, 300, 64, 1.0, 2),
+    (300, 48, 9, 10, 72, -1.0, 2),
 ]
 
 
 @requires_cuda
-@pytest.mark.parametrize("case", HALO_CASES, ids=lambda c: f"b{c[0]}c{c[1]}h{c[2]}w{c[3]}oc{c[4]}")
+@pytest.mark.parametrize("case", HALO_CASES, ids=lambda c: f"b{c[0]}c{c[1]}h{c[2]}w{c[3]}oc{c[4]}s{c[6]}")
 def test_conv2d_halo_cuda(case):
-    """binary_conv2d_halo_kernel serves 3x3 stride 1 pad 1 convs of 33..64 channels without a residual: exact integer
+    """binary_conv2d_halo_kernel serves 3x3 stride 1 or 2 pad 1 convs of 33..64 channels: exact integer
     results in fp16 and fp32, channels_last and NCHW; per-channel scale and bias on bf16; binary_conv2d_packed's sign
     words (int32 out) equal to pack_signs of its fp32 values; and the kernel the profiler records is the halo one."""
-    b, c, h, w, oc, pad_value = case
+    b, c, h, w, oc, pad_value, stride = case
     weight = torch.randn(oc, c, 3, 3, device="cuda")
-    geometry = ((1, 1), (1, 1), (1, 1))
+    geometry = ((stride, stride), (1, 1), (1, 1))
     for dtype in (torch.float16, torch.float32):
         for memory_format in (torch.channels_last, torch.contiguous_format):
             x = random_input((b, c, h, w), dtype, "cuda").contiguous(memory_format=memory_format)
@@ -1775,7 +1780,7 @@ def test_conv2d_halo_cuda(case):
     assert_matches(actual, expected, torch.bfloat16, False, f"halo {case} bf16 scale+bias")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
     x_bits = ops.pack_signs(x.permute(0, 2, 3, 1))
-    args = (c, [3, 3], [1, 1], [1, 1], [1, 1], scale, bias)
+    args = (c, [3, 3], [stride, stride], [1, 1], [1, 1], scale, bias)
 
     def packed(dtype):
         return ops.binary_conv2d_packed(x_bits, w_packed, *args, out_dtype=dtype, pad_value=pad_value)
@@ -1787,7 +1792,7 @@ def test_conv2d_halo_cuda(case):
     signed = torch.randn(oc, device="cuda")
     signed[::5] = 0.0
     for s, b_ in ((signed, bias), (torch.tensor(-0.75, device="cuda"), bias), (None, None)):
-        epilogue_args = (c, [3, 3], [1, 1], [1, 1], [1, 1], s, b_)
+        epilogue_args = (c, [3, 3], [stride, stride], [1, 1], [1, 1], s, b_)
         fp32 = ops.binary_conv2d_packed(x_bits, w_packed, *epilogue_args, out_dtype=torch.float32, pad_value=pad_value)
         expected = reference.binary_conv2d(x.cpu(), w_packed.cpu(), *epilogue_args[:5],
                                            None if s is None else s.cpu(), None if b_ is None else b_.cpu(),
@@ -1814,8 +1819,8 @@ def test_conv2d_halo_cuda(case):
 @requires_cuda
 def test_conv2d_halo_dispatch_cuda():
     """The halo kernel's limits: a residual it cannot stage (one element past an aligned address, or an fp32 output),
-    500-pixel rows (the halo past its shared memory), 65 channels or stride 2 go to the other kernels, exact all the
-    same."""
+    500-pixel rows (the halo past its shared memory), 65 channels or stride 3 go to the other kernels, exact all the
+    same; stride 2 stays on it, with a residual too."""
     def served(c, h, w, stride, residual, dtype=torch.float16):
         weight = torch.randn(64, c, 3, 3, device="cuda")
         w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
@@ -1838,7 +1843,9 @@ def test_conv2d_halo_dispatch_cuda():
     assert "binary_conv2d_halo_kernel" in served(64, 2, 450, 1, False)
     assert "binary_conv2d_halo_kernel" not in served(64, 2, 500, 1, False)
     assert "binary_conv2d_halo_kernel" not in served(65, 12, 12, 1, False)
-    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 2, False)
+    assert "binary_conv2d_halo_kernel" in served(64, 12, 12, 2, False)
+    assert "binary_conv2d_halo_kernel" in served(64, 12, 12, 2, "channels_last")
+    assert "binary_conv2d_halo_kernel" not in served(64, 12, 12, 3, False)
 
 
 @requires_cuda
@@ -1878,18 +1885,20 @@ def test_conv2d_wgmma_tap_table_cuda(pad_value):
 @pytest.mark.parametrize("pad_value", [-1.0, 0.0, 1.0])
 @pytest.mark.parametrize("epilogue", ["column", "scalar", "bias"])
 def test_conv2d_wgmma_sign_words_epilogue_cuda(pad_value, epilogue):
-    """The wgmma conv writes sign words from its accumulators, with the columns' (scale, bias) copied into shared
-    memory beside the D_t table (16- and 32-bit outputs go through its E1 / E2 tile instead): the words are the signs
-    of the fp32 values of the same conv (both epilogue_value's fma), bit for bit, and those values the reference's
-    (to fp32 rounding). Scales of both signs (a
-    negative scale flips a sign), one per column, one for all, or a bias alone; OC = 200 (a partial second block of
-    128 columns, the last word's bits past OC zero); 3x3 at 3456 output pixels (the wgmma kernel's sizes)."""
+    """The wgmma conv writes sign words from its accumulators, by a threshold on the integer dot a column (16- and
+    32-bit outputs go through its E1 / E2 tile instead): the words are the signs of the fp32 values of the same conv
+    (epilogue_value's fma), bit for bit, and those values the reference's (to fp32 rounding). Scales of both signs (a
+    negative scale flips a sign) with zeros among them, one per column, one for all, or a bias alone; OC = 200 (a
+    partial second block of 128 columns, the last word's bits past OC zero); 3x3 at 3456 output pixels (the wgmma
+    kernel's sizes)."""
     skip_without_wgmma()
     c, oc = 128, 200
     weight = torch.randn(oc, c, 3, 3, device="cuda")
     w_packed = ops.pack_signs(weight.permute(0, 2, 3, 1))
     scale = {"column": torch.randn(oc, device="cuda"), "scalar": -torch.rand(1, device="cuda") - 0.5,
              "bias": None}[epilogue]
+    if epilogue == "column":
+        scale[::7] = 0.0  # constant columns: the bias's sign
     bias = torch.randn(oc, device="cuda") * 8
     args = (c, [3, 3], [1, 1], [1, 1], [1, 1], scale, bias)
     x = random_input((24, c, 12, 12), torch.float16, "cuda").contiguous(memory_format=torch.channels_last)

@@ -3,8 +3,8 @@
 //
 // Dispatch (binary_conv2d_typed): s(x) in {-1, +1} with at most kOnePlaneMaxTaps taps takes the one-plane
 // form on the cp.async pipeline (binary_conv2d_pipelined_kernel; 16-, 8- or 4-byte copies as the channel words
-// and the alignment allow), or for 3x3 stride 1 pad 1 convs of 33..64 channels (ResNet's layer1; a residual where
-// it can stage it, no row factors) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and
+// and the alignment allow), or for 3x3 stride 1 or 2 pad 1 convs of 33..64 channels (ResNet's layer1; a residual
+// where it can stage it, no row factors) the persistent binary_conv2d_halo_kernel; torch.sign inputs (sign_zero) and
 // larger kernels take the two-plane form (binary_conv2d_mma_kernel). On a 9.0 device with sm_90a code, one-plane
 // convolutions of at least kCwMinPixels output pixels take the Hopper form of the one-plane kernel instead,
 // binary_conv2d_wgmma_kernel (wgmma b1 AND.POPC, TMA + mbarrier ring; its own section below), where it applies
@@ -641,6 +641,34 @@ __device__ __forceinline__ void conv_epilogue(Values&& values, int warp_col, int
     conv_epilogue_store<BM, BN, kThreads>(stage, out, row_out, m0, n0, n_rows, out_plane, rows_valid, cols_valid,
                                           out_channels_last, tid, store_ep);
   }
+}
+
+// y(v) = epilogue_value(v, 1, scale, bias) is monotone in the integer dot v (a product and a sum, each rounded
+// monotonically), so its sign bit is a threshold on v: returns (d, t) with y(v) >= 0 <=> d v - t >= 0 for |v| <= 2^20
+// (d = 0 where it is constant there: NaN or zero scales).
+__device__ __forceinline__ int2 sign_threshold(float scale, float bias) {
+  constexpr int kBound = 1 << 20;
+  const auto nonnegative = [&](int v) { return epilogue_value(static_cast<float>(v), 1.f, scale, bias) >= 0.f; };
+  const bool low = nonnegative(-kBound), high = nonnegative(kBound);
+  if (low == high) return make_int2(0, low ? 0 : 1);
+  // The least v with nonnegative(v) == high lies in (below, at]: first the bracket of 4 around the real root
+  // -bias / scale (its float quotient is within 0.1 of it for |v| <= 2^20), checked; else all of (-2^20, 2^20]. The
+  // search's steps are dependent: 2 + 2 instead of 21 where the bracket holds.
+  const float guess = fminf(fmaxf(ceilf(-bias / scale), -kBound), kBound);
+  int below = static_cast<int>(guess) - 2, at = static_cast<int>(guess) + 2;
+  if (below < -kBound || at > kBound || nonnegative(below) == high || nonnegative(at) != high) {
+    below = -kBound;
+    at = kBound;
+  }
+  while (at - below > 1) {
+    const int mid = (below + at) >> 1;
+    if (nonnegative(mid) == high) {
+      at = mid;
+    } else {
+      below = mid;
+    }
+  }
+  return high ? make_int2(1, at) : make_int2(-1, 1 - at);  // v >= at, or v <= at - 1
 }
 
 // The tile's rows and columns with outputs.
@@ -1370,14 +1398,15 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
 }
 
 // ==== binary_conv2d_halo_kernel (harness `conv ... kernel=1 tile=3`) ===============================================
-// The one-plane conv for 3x3 stride 1 dilation 1 pad 1 with 2 channel words a pixel (C = 33..64: ResNet's layer1),
-// persistent, without an im2col gather. A block keeps one n tile of 64 output channels (its weights as B fragments in
-// registers, D_t in shared memory, read once) and walks m tiles of 128 output pixels in raster order within one image
-// (the last tile of an image may be partial). For each it copies the input rows those pixels read (their halo, at most
-// halo_rows rows of pitch pixels, zero outside the image) to shared memory twice (the second copy shifted by one
-// pixel), and reads A fragments straight from it: the 256-bit A row of pixel (oh, ow) at k step kh is the 4 pixels
-// (oh + kh - 1, ow - 1 .. ow + 2) of the input, 32 contiguous bytes of the halo (copy 0 at even ow, copy 1 at odd ow:
-// ldmatrix rows are 16-byte aligned). Word w of step kh is tap (kh, w / 2)'s channel word w % 2; the fourth pixel's
+// The one-plane conv for 3x3 stride 1 or 2, dilation 1, pad 1 with 2 channel words a pixel (C = 33..64: ResNet's
+// layer1 and layer2's first conv), persistent, without an im2col gather. A block keeps one n tile of 64 output channels
+// (its weights as B fragments in registers, D_t in shared memory, read once) and walks m tiles of 128 output pixels
+// in raster order within one image (the last tile of an image may be partial). For each it copies the input rows
+// those pixels read (their halo, at most halo_rows rows of pitch pixels, zero outside the image) to shared memory
+// (stride 1: twice, the second copy shifted by one pixel), and reads A fragments straight from it: the 256-bit A row
+// of pixel (oh, ow) at k step kh is the 4 pixels (oh s + kh - 1, ow s - 1 .. ow s + 2) of the input, 32 contiguous
+// bytes of the halo (stride 1: copy 0 at even ow, copy 1 at odd ow; stride 2: copy 0; ldmatrix rows are 16-byte
+// aligned). Word w of step kh is tap (kh, w / 2)'s channel word w % 2; the fourth pixel's
 // weights (w = 6, 7) are zero. pa comes from one more mma a step against a B whose column 0 is ones on words 0..5.
 // The next tile's halo and row values go out (cp.async, two buffers) while this one runs its mma and conv_epilogue,
 // whose values come from tables the block makes once (halo_epilogue_tables: a row class's D_t term and the columns'
@@ -1387,38 +1416,20 @@ constexpr int kHaloBM = 128, kHaloBN = 64, kHaloThreads = 256;
 // (85 registers): plain 90.3 / 98.7, sign words 84.6 / 88.0, residual + the sum's sign words 167.0 / 154.4.
 constexpr int kHaloBlocksPerSm = 2;
 
-__host__ __device__ constexpr int conv_halo_rows(int64_t width) {
-  return static_cast<int>((kHaloBM - 1 + width - 1) / width) + 1 + 2;
+// The input rows a tile's halo holds at most: its output rows (at most (BM - 1 + OW - 1) / OW + 1) at the stride, and
+// the kernel's rows above and below.
+__host__ __device__ constexpr int conv_halo_rows(int64_t out_width, int64_t stride) {
+  return static_cast<int>(((kHaloBM - 1 + out_width - 1) / out_width) * stride) + 3;
 }
 __host__ __device__ constexpr int64_t conv_halo_pitch(int64_t width) { return (width + 3 + 1) / 2 * 2; }  // even
 
 // The halo kernel's epilogue reads two tables a block makes once (halo_epilogue_tables): row_base[c][col], the dot's
 // per-row term of a row of class c (bit 0: the pixel's row is the image's first, 1: its last, 2: its column the first,
 // 3: the last; those padded taps' D_t out of sum_in D_t - pad_value * sum_padded D_t), and per column (scale, bias),
-// or for sign words (d, t) with y(v) >= 0 <=> d v - t >= 0 folded into row_base (halo_sign_threshold).
+// or for sign words (d, t) with y(v) >= 0 <=> d v - t >= 0 folded into row_base (sign_threshold).
 constexpr int kHaloRowClasses = 16;
-__device__ __forceinline__ int halo_row_class(int oh, int ow, int height, int width) {
-  return (oh == 0) | (oh == height - 1) << 1 | (ow == 0) << 2 | (ow == width - 1) << 3;
-}
-
-// y(v) = epilogue_value(v, 1, scale, bias) is monotone in the integer dot v (a product and a sum, each rounded
-// monotonically), so its sign bit is a threshold on v: returns (d, t) with y(v) >= 0 <=> d v - t >= 0 for |v| <= 2^20
-// (d = 0 where it is constant there: NaN or zero scales).
-__device__ __forceinline__ int2 halo_sign_threshold(float scale, float bias) {
-  constexpr int kBound = 1 << 20;
-  const auto nonnegative = [&](int v) { return epilogue_value(static_cast<float>(v), 1.f, scale, bias) >= 0.f; };
-  const bool low = nonnegative(-kBound), high = nonnegative(kBound);
-  if (low == high) return make_int2(0, low ? 0 : 1);
-  int below = -kBound, at = kBound;  // the least v with nonnegative(v) == high lies in (below, at]
-  while (at - below > 1) {
-    const int mid = (below + at) >> 1;
-    if (nonnegative(mid) == high) {
-      at = mid;
-    } else {
-      below = mid;
-    }
-  }
-  return high ? make_int2(1, at) : make_int2(-1, 1 - at);  // v >= at, or v <= at - 1
+__device__ __forceinline__ int halo_row_class(int oh, int ow, int height, int width, int stride) {
+  return (oh == 0) | (oh * stride + 1 >= height) << 1 | (ow == 0) << 2 | (ow * stride + 1 >= width) << 3;
 }
 
 // The tables from D_t (tap_d, all_taps_d: complete) and ep, by all kHaloThreads threads (a column each).
@@ -1433,7 +1444,7 @@ __device__ __forceinline__ void halo_epilogue_tables(int* row_base, float2* colu
   const float bias = valid ? column_bias(ep, n0 + col) : 0.f;
   int2 sign = make_int2(0, 1);
   if constexpr (kSigns) {
-    if (valid) sign = halo_sign_threshold(scale, bias);
+    if (valid) sign = sign_threshold(scale, bias);
     if (tid < kHaloBN) column_dir[col] = sign.x;
   } else if (tid < kHaloBN) {
     columns[col] = make_float2(scale, bias);
@@ -1505,8 +1516,8 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
     ConvShape shape, int tiles_per_image, int m_tiles, int blocks_per_n, int copy_bytes, Epilogue ep,
     OutT* __restrict__ out, bool out_channels_last, bool weights_ready) {
   constexpr int MT = 2, NT = 4, kTaps = 9, kWords = 18;  // warps 4 x 2 of 32 x 32
-  // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes, then the output tile's stage (with a residual: one a
-  // buffer, each holding its tile's residual from the prefetch on)
+  // dynamic: [buffer 0, 1][copy 0, 1] halos of copy_bytes (stride 2: copy 0 only), then the output tile's stage (with
+  // a residual: one a buffer, each holding its tile's residual from the prefetch on)
   extern __shared__ __align__(16) uint32_t conv_halo_smem[];
   __shared__ uint8_t row_class[2][kHaloBM];  // halo_row_class
   __shared__ int64_t row_out[2][kHaloBM];
@@ -1524,8 +1535,13 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   const int first_tile = static_cast<int>(blockIdx.x) - n_tile * blocks_per_n;
   const int64_t n0 = static_cast<int64_t>(n_tile) * kHaloBN;
   const int width = static_cast<int>(shape.width), height = static_cast<int>(shape.height);
-  const int plane = height * width;  // stride 1, pad 1, 3x3: the output's plane is the input's
+  const int stride = static_cast<int>(shape.stride_h);  // 1 or 2 (conv_halo_applies)
+  const int out_width = static_cast<int>(shape.out_width);
+  const int plane = static_cast<int>(shape.out_height) * out_width;  // output pixels an image
   const int pitch = static_cast<int>(conv_halo_pitch(width));
+  // Stride 1: the A row of an odd ow starts at an odd halo column, read from copy 1 (shifted by a pixel) for 16-byte
+  // alignment; stride 2: every A row starts at the even column 2 ow.
+  const int copies = stride == 1 ? 2 : 1;
   const int64_t n_rows = shape.out_channels;
   const int cols_valid = static_cast<int>(min(static_cast<int64_t>(kHaloBN), n_rows - n0));  // the block's columns
   const unsigned smem = static_cast<unsigned>(__cvta_generic_to_shared(conv_halo_smem));
@@ -1568,18 +1584,18 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
   copy_tap_table<kHaloBN, kHaloThreads>(tap_d, all_taps_d, tap_table, w_bits, n0, n_rows, kTaps, tid);
 
   // Tile `tile` (m tile index) into buffer `buf`: the halo by cp.async (copy c, row s, column j holds input pixel
-  // (oh_first - 1 + s, j - 1 + c), zero outside the image; a warp a line of pitch pixels), the row values by the
-  // first kHaloBM threads (rows past the tile's last pixel: nothing inside, A rows at row 0's).
+  // (oh_first stride - 1 + s, j - 1 + c), zero outside the image; a warp a line of pitch pixels), the row values by
+  // the first kHaloBM threads (rows past the tile's last pixel: nothing inside, A rows at row 0's).
   const auto prefetch = [&](int tile, int buf) {
     const auto [image, p0, rows_valid] = place_of(tile);
-    const int oh_first = p0 / width;
-    const int halo_rows = (p0 + rows_valid - 1) / width - oh_first + 3;
-    const uint32_t* image_bits = plus_bits + static_cast<int64_t>(image) * plane * 2;
+    const int oh_first = p0 / out_width;
+    const int halo_rows = ((p0 + rows_valid - 1) / out_width - oh_first) * stride + 3;
+    const uint32_t* image_bits = plus_bits + static_cast<int64_t>(image) * height * width * 2;
     const unsigned halo = smem + buf * 2 * copy_bytes;
-    for (int line = warp; line < 2 * halo_rows; line += kHaloThreads / 32) {
+    for (int line = warp; line < copies * halo_rows; line += kHaloThreads / 32) {
       const int c = line >= halo_rows ? 1 : 0;
       const int s = line - c * halo_rows;
-      const int ih = oh_first - 1 + s;
+      const int ih = oh_first * stride - 1 + s;
       const bool row_in = ih >= 0 && ih < height;
       const unsigned dst = halo + c * copy_bytes + s * pitch * 8;
       for (int j = lane; j < pitch; j += 32) {
@@ -1591,10 +1607,13 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
     if (tid < kHaloBM) {
       const bool valid = tid < rows_valid;
       const int p = p0 + (valid ? tid : 0);
-      const int oh = p / width, ow = p - oh * width;
-      row_class[buf][tid] = static_cast<uint8_t>(valid ? halo_row_class(oh, ow, height, width) : 0);
+      const int oh = p / out_width, ow = p - oh * out_width;
+      row_class[buf][tid] = static_cast<uint8_t>(valid ? halo_row_class(oh, ow, height, width, stride) : 0);
       row_out[buf][tid] = static_cast<int64_t>(image) * n_rows * plane + p;
-      row_halo[buf][tid] = (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8;
+      // input column ow stride - 1 is halo column ow stride (copy 0): even for stride 2; for stride 1 an odd one is
+      // copy 1's column ow - 1
+      row_halo[buf][tid] = stride == 1 ? (ow & 1) * copy_bytes + ((oh - oh_first) * pitch + (ow & ~1)) * 8
+                                       : ((oh - oh_first) * 2 * pitch + 2 * ow) * 8;
     }
     // the residual's tile into the buffer's stage, rows of kHaloBN channels at the staging's stride (16-byte pieces;
     // zero past the tile's pixels and channels)
@@ -1678,7 +1697,7 @@ __global__ __launch_bounds__(kHaloThreads, kHaloBlocksPerSm) void binary_conv2d_
 // copy 1 starts 64 bytes past a 128-byte line from copy 0's start: the 8 rows of an ldmatrix matrix (even and odd
 // pixels, 16 bytes apart in each copy) fall in distinct banks.
 inline int64_t conv_halo_copy_bytes(const ConvShape& s) {
-  return (conv_halo_rows(s.width) * conv_halo_pitch(s.width) * 8 + 127) / 128 * 128 + 64;
+  return (conv_halo_rows(s.out_width, s.stride_h) * conv_halo_pitch(s.width) * 8 + 127) / 128 * 128 + 64;
 }
 template <typename OutT>
 constexpr int64_t conv_halo_smem_bytes(int64_t copy_bytes, bool residual = false) {
@@ -1686,9 +1705,9 @@ constexpr int64_t conv_halo_smem_bytes(int64_t copy_bytes, bool residual = false
 }
 constexpr int64_t kHaloMaxSmem = 96 * 1024;
 inline bool conv_halo_applies(const ConvShape& s) {
-  return s.kernel_h == 3 && s.kernel_w == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dilation_h == 1 &&
-         s.dilation_w == 1 && s.pad_h == 1 && s.pad_w == 1 && s.channels > 32 && s.channels <= 64 &&
-         s.height * s.width <= INT_MAX / 4 &&
+  return s.kernel_h == 3 && s.kernel_w == 3 && (s.stride_h == 1 || s.stride_h == 2) && s.stride_w == s.stride_h &&
+         s.dilation_h == 1 && s.dilation_w == 1 && s.pad_h == 1 && s.pad_w == 1 && s.channels > 32 &&
+         s.channels <= 64 && s.height * s.width <= INT_MAX / 4 &&
          conv_halo_smem_bytes<float>(conv_halo_copy_bytes(s)) <= kHaloMaxSmem;
 }
 // A residual (channels_last output, added by conv_epilogue_stage) is prefetched with the tile's halo into the tile's
@@ -1718,7 +1737,7 @@ cudaError_t binary_conv2d_halo_launch(const uint32_t* plus_bits, const uint32_t*
                                       cudaStream_t stream) {
   if (tap_table == nullptr) return cudaErrorInvalidValue;
   if (!conv_halo_takes<OutT>(shape, ep, out_channels_last)) return cudaErrorNotSupported;
-  const int64_t plane = shape.height * shape.width;
+  const int64_t plane = shape.out_height * shape.out_width;
   const int64_t tiles_per_image = ceil_div(plane, kHaloBM);
   const int64_t m_tiles = shape.batch * tiles_per_image;
   const int64_t n_tiles = ceil_div(shape.out_channels, kHaloBN);
@@ -1864,10 +1883,12 @@ cudaError_t binary_conv2d_pipelined_launch(const uint32_t* plus_bits, const uint
 //   an implicit generic-async proxy fence (PTX ISA, wgmma "Async Proxy"), and TMA is async proxy itself.
 //
 // ---- Epilogue -----------------------------------------------------------------------------------------------------
-//   Sign words: the consumers from their registers, after the named barrier of the 256 (their D_t and the columns'
-//      (scale, bias), copied by cp.async with the table into ConvWgRows::col_values, complete): the thread's two rows
-//      (16 w4 + lane / 4, + 8) x 32 columns (8 i + 2 (lane % 4) + 0/1), the padded taps over the union of the warp's
-//      rows, a quad's bits OR-ed by two shuffles. No E1 / E2 (the producer warps return after their loop).
+//   Sign words: the consumers from their registers, after the named barrier of the 256 (their D_t, copied by
+//      cp.async with the table, and the columns' sign thresholds in ConvWgRows::col_sign, found by consumer threads
+//      0-127 while stage 0 is on its way, complete): the thread's two rows (16 w4 + lane / 4, + 8) x 32 columns (8 i +
+//      2 (lane % 4) + 0/1), the padded taps over the union of the warp's rows, then d v - t >= 0 a bit (no float
+//      math), a quad's bits OR-ed by two shuffles. No E1 / E2 (the producer warps return after their loop). Row
+//      factors are refused for sign words.
 //   16- and 32-bit outputs:
 //   E1 (consumers, after a named barrier of the 256: both warpgroups' wgmmas are done with the ring): each thread
 //      writes 4 acc - 2 pa of its fragment (rows 16 w4 + lane / 4 (+ 8), columns 8i +
@@ -1924,7 +1945,7 @@ struct ConvWgRows {
   int64_t row_pixel[kCwBM];               // flat input pixel of the row's (image, top, left) tap (may lie outside)
   union {
     int64_t row_out[kCwBM];               // NCHW output offset of the row's channel 0
-    float2 col_values[kCwBM];             // sign words: (scale, bias) of column c
+    int2 col_sign[kCwBM];                 // sign words: (d, t) of column c (sign_threshold)
   };
   int64_t tap_offset[kOnePlaneMaxTaps];   // pixel offset of tap t = (kh, kw) from the (top, left) pixel
   uint32_t row_inside[kCwBM];             // the row's taps inside the image (bit t), 0 past the last output pixel
@@ -1934,7 +1955,7 @@ struct ConvWgRows {
 // Dynamic shared memory of the kernel: 1 KB of alignment slack (it also holds the 256-byte ones operand), the ring,
 // tap_d and all_d, ConvWgRows (a multiple of 16 bytes: the tail slack starts 16-byte aligned).
 static_assert(sizeof(ConvWgRows) % 16 == 0, "the tail slack after ConvWgRows starts 16-byte aligned");
-static_assert(kCwBN <= kCwBM, "col_values holds a (scale, bias) for each of the block's columns");
+static_assert(kCwBN <= kCwBM, "col_sign holds a (d, t) for each of the block's columns");
 constexpr size_t conv_wgmma_smem_bytes(int stages, int taps) {
   return 1024 + static_cast<size_t>(stages) * ConvWgLayout::kStageBytes + static_cast<size_t>(taps + 1) * kCwBN * 4 +
          sizeof(ConvWgRows);
@@ -2240,14 +2261,14 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
       cp_async_shared<4>(dst, valid ? reinterpret_cast<const uint32_t*>(tap_table + t * n_rows + n0 + c)
                                     : reinterpret_cast<const uint32_t*>(tap_table), valid);
     }
-    if constexpr (kSigns) {  // the columns' (scale, bias) into col_values with the table (threads 0-127: scale)
-      const int c = ctid % BN;
-      const bool valid = c < cols_valid;
-      const float* source = ctid < BN ? scale + (valid ? c * scale_step : 0) : bias + (valid && has_bias ? c : 0);
-      cp_async_shared<4>(cw_shared_address(&rows.col_values[c]) + (ctid < BN ? 0 : 4),
-                         reinterpret_cast<const uint32_t*>(source), valid);
-    }
     cp_async_commit();
+    if constexpr (kSigns) {  // the columns' sign thresholds, while stage 0 is on its way (threads 0-127)
+      if (ctid < BN) {
+        const bool valid = ctid < cols_valid;
+        rows.col_sign[ctid] = valid ? sign_threshold(scale[ctid * scale_step], has_bias ? bias[ctid] : 0.f)
+                                    : make_int2(0, 1);
+      }
+    }
     int s = 0, previous_s = 0;
     uint32_t round_parity = 0;
     for (int kb = 0; kb < kblocks; ++kb) {
@@ -2291,9 +2312,9 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
     const int term_top = -2 * pa[0], term_bottom = -2 * pa[2];  // pa of rows r_top and r_top + 8
     if constexpr (kSigns) {
       // ---- Sign words from the accumulators: the thread's rows r_top and r_top + 8, columns 8 i + 2 quad (+ 1) ----
-      // 4 acc - 2 pa + sum_t D_t - (1 + pad) sum_padded D_t (conv_epilogue's integer), then epilogue_value's fma
-      // (dot * factor exact as fma(dot * factor, scale, bias); factor 1 without row factors); bit c % 32 of the
-      // pixel's word (n0 + c) / 32 where the value is >= 0, a quad's bits OR-ed by two shuffles. H100 harness, graph
+      // v = 4 acc - 2 pa + sum_t D_t - (1 + pad) sum_padded D_t (conv_epilogue's integer); the sign of
+      // epilogue_value(v, 1, scale, bias) is that of d v - t (col_sign, no row factors here); bit c % 32 of the
+      // pixel's word (n0 + c) / 32 where it is >= 0, a quad's bits OR-ed by two shuffles. H100 harness, graph
       // us, against E1 / E2 writing them (2026-12-06): B = 64 C = 256 14x14 11.82 -> 10.50; ResNet-18 at B = 256:
       // layer2 (C = 128 28x28) 57.38 -> 49.72, layer3 (C = 256 14x14) 31.26 -> 28.20, layer4 (C = 512 7x7) 23.01 ->
       // 21.62; B = 1 5.71 both. The same from the registers for fp16 output lost (B = 64 10.66 -> 11.80): its
@@ -2301,12 +2322,10 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 4 * acc[i] + ((i & 2) != 0 ? term_bottom : term_top);
       uint32_t left[2];  // the rows' padded taps (none for interior rows, rows past the last or pad = -1)
-      float factor[2];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = r_top + 8 * h;
         left[h] = pad_weight != 0 && r < rows_valid ? ~rows.row_inside[r] & all_taps : 0u;
-        factor[h] = ep.row_factor != nullptr && r < rows_valid ? ep.row_factor[m0 + r] : 1.f;
       }
       for (uint32_t any = left[0] | left[1]; any != 0; any &= any - 1) {
         const int t = __ffs(any) - 1;
@@ -2333,14 +2352,14 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
           const int c = 8 * i + 2 * quad;
           const int2 all = *reinterpret_cast<const int2*>(all_d + c);  // sum_t D_t
           const bool valid0 = c < cols_valid, valid1 = c + 1 < cols_valid;
-          const float4 column = *reinterpret_cast<const float4*>(&rows.col_values[c]);  // (scale, bias) of c, c + 1
-          const float s0 = column.x, b0 = column.y, s1 = column.z, b1 = column.w;
+          const int4 sign = *reinterpret_cast<const int4*>(&rows.col_sign[c]);  // (d, t) of c, c + 1
+          // d (v + all) - t = d v + (d all - t)
+          const int term0 = sign.x * all.x - sign.y, term1 = sign.z * all.y - sign.w;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const float y0 = __fmaf_rn(__fmul_rn(static_cast<float>(acc[4 * i + 2 * h] + all.x), factor[h]), s0, b0);
-            const float y1 =
-                __fmaf_rn(__fmul_rn(static_cast<float>(acc[4 * i + 2 * h + 1] + all.y), factor[h]), s1, b1);
-            bits[h] |= ((valid0 && y0 >= 0.f ? 1u : 0u) | (valid1 && y1 >= 0.f ? 2u : 0u)) << (8 * j + 2 * quad);
+            const int z0 = acc[4 * i + 2 * h] * sign.x + term0;
+            const int z1 = acc[4 * i + 2 * h + 1] * sign.z + term1;
+            bits[h] |= ((valid0 && z0 >= 0 ? 1u : 0u) | (valid1 && z1 >= 0 ? 2u : 0u)) << (8 * j + 2 * quad);
           }
         }
 #pragma unroll
@@ -2508,14 +2527,20 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
         // a warp; H100, two A/Bs of the fifty-first / fifty-second sessions: B = 64 C = 256 14x14 and B = 256 C = 512
         // 7x7 -1.2 to -1.7%); fp32 outputs one (their two rows' 16 words a lane lost 0.6 and 2.6%).
         constexpr int kTrip = sizeof(OutT) == 2 ? 2 : 1;
+        // The residual's elements a trip ahead: next0 / next1 hold rows r and r + kRowStep when a trip starts, and
+        // the trip loads the next trip's before its own math (the loads' latency under a trip's math, not exposed
+        // at each trip's start).
+        EightOut<OutT> next0, next1;
+        auto load_next = [&](int row, const OutT* d) {
+          if (loads && row < rows_valid) load_residual(next0, residual + (d - out));
+          if (kTrip == 2 && loads && row + L::kRowStep < rows_valid) load_residual(next1, residual + (d + dst_step - out));
+        };
         int r = first_row;
+        load_next(r, dst);
         for (; kTrip == 2 && r + L::kRowStep < rows_valid;
              r += 2 * L::kRowStep, dst += 2 * dst_step, words += words != nullptr ? 2 * words_step : 0) {
-          EightOut<OutT> r0, r1;  // the residual's elements, loaded first (their latency under the tile's math)
-          if (loads) {
-            load_residual(r0, residual + (dst - out));
-            load_residual(r1, residual + (dst + dst_step - out));
-          }
+          const EightOut<OutT> r0 = next0, r1 = next1;
+          load_next(r + 2 * L::kRowStep, dst + 2 * dst_step);
           int v0[8], v1[8];
           row_tile(r, v0);
           row_tile(r + L::kRowStep, v1);
@@ -2532,8 +2557,8 @@ __global__ __launch_bounds__(kCwThreads, kCwBlocksPerSm) void binary_conv2d_wgmm
           store_row(dst + dst_step, words != nullptr ? words + words_step : nullptr, y1);
         }
         for (; r < rows_valid; r += L::kRowStep, dst += dst_step, words += words != nullptr ? words_step : 0) {
-          EightOut<OutT> r0;
-          if (loads) load_residual(r0, residual + (dst - out));
+          const EightOut<OutT> r0 = next0;
+          if (kTrip == 1) load_next(r + L::kRowStep, dst + dst_step);  // (16-bit outputs: one row is left here)
           float y[8];
           row_values(r, y);
           if (loads) plus_residual(y, r0);
@@ -2659,6 +2684,8 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
       reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
     return cudaErrorNotSupported;
   }
+  // sign words from thresholds on the integer dot: no row factors
+  if (std::is_same_v<OutT, SignWords> && ep.row_factor != nullptr) return cudaErrorNotSupported;
   DeviceFacts device;
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;

@@ -121,7 +121,7 @@ struct ConvTuning {
                    //   wgmma kernel (cudaErrorNotSupported where it does not apply: sign_zero, > 32 taps, channel words
                    //   % 4 != 0, operands not 16-byte aligned, not a 9.0 device with sm_90a code)
   int tile = 0;    // the one-plane mma.sync kernel's tile: 0 by the shape; 1: 128 x 64; 2: 64 x 32; 3: the halo
-                   //   kernel (3x3 stride 1 pad 1 dilation 1, 33..64 channels; cudaErrorNotSupported elsewhere)
+                   //   kernel (3x3 stride 1 or 2, pad 1, dilation 1, 33..64 channels; cudaErrorNotSupported elsewhere)
   int k_groups = 0;  // the 64 x 32 tile's K groups (stages dealt out in turn): 0 by the shape (2); 1; 2
 };
 // tap_table: device workspace of conv_tap_table_ints(shape) ints (may be null where that is 0, and is for two-plane
