@@ -13,7 +13,8 @@
 #     bench     benchmarks/bench_ops.py --quick
 #     msweep    bench_ops.py's M sweeps, 20 sizes, at N = K = 8192 and N = 4096 K = 11008
 #     resnet    examples/bnn_resnet.py in CUDA graphs with its kernel profile, then in the default mode (both models)
-#     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times)
+#     host      benchmarks/host_time.py (host enqueue against wall time a forward, one-op host times) and
+#               benchmarks/weight_op_host.py (the weight ops' host time against their kernel ops')
 #     decode    examples/llm_decode.py dim 4096, 4 layers, CUDA graphs: tokens/s, then each model's kernels a token
 #     cpu       benchmarks/cpu_threads.py: the host CPU's kernels against fp32 at 1, 2, 4, ... threads
 # Logs go under $OUT (the device tool brings them back), or ./.out here.
@@ -92,7 +93,8 @@ for stage in "$@"; do
       grep -E "images/s|x$|exact" "$OUT/bnn_default.txt" ;;
     host)
       stamp host
-      timeout 150 python3 benchmarks/host_time.py 2>&1 | tee "$OUT/host_time.txt" || status=1 ;;
+      timeout 150 python3 benchmarks/host_time.py 2>&1 | tee "$OUT/host_time.txt" || status=1
+      timeout 60 python3 benchmarks/weight_op_host.py --device cuda 2>&1 | tee "$OUT/weight_op_host.txt" || status=1 ;;
     decode)
       stamp decode
       timeout 200 python3 examples/llm_decode.py --device cuda --dim 4096 --layers 4 --compile --tokens 128 \

@@ -49,7 +49,7 @@ def main():
     torch.manual_seed(0)
     images = torch.randn(args.batch, 3, args.size, args.size, device=device)
     images = images.to(dtype=dtype, memory_format=torch.channels_last)
-    for name, binary in (("binary", True), ("float", False)):
+    for name, binary in (("binary", "xnor"), ("float", False)):
         model = R.ResNet18(binary=binary).to(device)
         R.set_batchnorm_statistics(model, torch.randn(max(args.batch, 4), 3, args.size, args.size, device=device))
         model = model.to(dtype=dtype, memory_format=torch.channels_last)
