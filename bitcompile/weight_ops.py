@@ -212,11 +212,12 @@ class _KernelWeightCache:
 weight_cache = _KernelWeightCache()
 
 
-# The C++ memo of the binary libraries (csrc/weight_memo.h): linear_of_weight, packed_conv2d_of_weight,
-# packed_conv2d_of_weight_with_signs and packed_linear_group find their converted weight there without running
-# Python (their Python kernel below runs on a miss, or for a dense form). It holds what weight_cache holds for the
-# binary and APoT forms, told by remember_kernel_weight each time this cache hands such an entry to one of those
-# ops; the memo's kernels are registered by the first binary library to load (until then nothing is remembered).
+# The C++ memo of the binary libraries (csrc/weight_memo.h): the five weight ops (linear_of_weight,
+# conv2d_of_weight, packed_conv2d_of_weight, packed_conv2d_of_weight_with_signs and packed_linear_group) find their
+# converted weight there without running Python (their Python kernel below runs on a miss, or for a dense form). It
+# holds what weight_cache holds for the binary and APoT forms, told by remember_kernel_weight each time this cache
+# hands such an entry to one of those ops; the memo's kernels are registered by the first binary library to load
+# (until then nothing is remembered).
 _lib.define(
     "remember_kernel_weight(Tensor[] inputs, str tag, Tensor packed, Tensor? alpha, Tensor? code_values, "
     "Tensor? scale, Tensor? bias, int bits, bool x_binarized) -> ()"
@@ -320,12 +321,10 @@ _lib.define(
 # the weight and the function's inputs: one lookup a call (host time), the weight listed once where it is also an
 # input of the function (alpha = mean|W|).
 def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale, bias, epilogue_inputs, fn: str,
-                                served=None):
+                                served):
     """(converted weight, scale, bias) of a weight op's call. served(converted): whether the op's C++ memo serves
-    calls with that converted weight (the memo is told of it then); None for the ops it does not serve."""
+    calls with that converted weight (the memo is told of it then)."""
     if not fn:
-        if served is None:
-            return cached_kernel_weight(weight, weight_form), scale, bias
         return weight_cache.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form),
                                     _remember_for((weight,), weight_form, served)), scale, bias
     _check_epilogue(op, scale, bias, fn)
@@ -340,7 +339,7 @@ def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale
 
     inputs = (weight, *(t for t in fn_inputs if t is not weight))
     tag = f"{weight_form}|epilogue:{fn}"
-    return weight_cache.get_for(inputs, tag, build, None if served is None else _remember_for(inputs, tag, served))
+    return weight_cache.get_for(inputs, tag, build, _remember_for(inputs, tag, served))
 
 
 def _check_epilogue(op: str, scale, bias, fn: str) -> None:
@@ -460,8 +459,10 @@ def _run_conv2d(x, converted: KernelWeight, dense_weight, weight_shape, stride, 
 @torch.library.impl(_lib, "conv2d_of_weight", "CompositeExplicitAutograd")
 def _conv2d_of_weight_impl(x, weight, stride, padding, dilation, scale=None, bias=None, epilogue_inputs=None,
                            epilogue_fn="", *, weight_form, x_form="float", pad_value=0.0):
-    converted, scale, bias = _kernel_weight_and_epilogue("conv2d_of_weight", weight, weight_form, scale, bias,
-                                                         epilogue_inputs, epilogue_fn)
+    converted, scale, bias = _kernel_weight_and_epilogue(
+        "conv2d_of_weight", weight, weight_form, scale, bias, epilogue_inputs, epilogue_fn,
+        lambda c: c.kind == "binary" or (c.kind == "apot" and x_form == "float" and pad_value == 0.0
+                                         and not c.x_binarized))
     dense = (lambda: weight) if weight_form.startswith("quantize:") else (lambda: _dense_weight(weight, weight_form))
     return _run_conv2d(x, converted, dense, weight.shape, stride, padding, dilation, scale, bias, x_form,
                        pad_value)

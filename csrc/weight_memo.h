@@ -1,20 +1,19 @@
 // The backend's weight ops without Python on a cache hit (bitcompile/weight_ops.py).
 //
-// linear_of_weight, packed_conv2d_of_weight and packed_conv2d_of_weight_with_signs take a live float weight and
-// run a kernel op on its converted form, which weight_ops.py's cache keeps per version of the weight
-// (packed_linear_group: its members' packed weights stacked, per version of theirs). Their Python
-// kernel cost host time on every call: the dispatcher's way into Python and back, the cache's key in Python and the
-// kernel op's call from Python (2-core CPU: packed_conv2d_of_weight 22.8 us a call against 11.0 for
-// binary_conv2d_packed on the same tensors; a binary ResNet-18 forward makes 16 such calls and, in torch.compile's
-// default mode, is host-bound). This memo holds what that cache holds for the binary and APoT forms, keyed the same
-// way (a tag, then for each tensor the converted weight depends on: device, dtype, storage, offset, sizes, strides;
-// valid while each of those tensors has the version it had and its storage lives). The ops' BackendSelect kernel
-// (below) looks a call up here first: a hit runs the kernel op at once, with the arguments the Python kernel would
-// give it; anything else (a miss, a dense form, an inference tensor) goes on to the Python kernel, which converts
-// (or finds the weight in its own cache) and tells this memo (bitcompile::remember_kernel_weight). Entries are
-// only added for weights the Python cache keeps.
+// linear_of_weight, conv2d_of_weight, packed_conv2d_of_weight and packed_conv2d_of_weight_with_signs take a live
+// float weight and run a kernel op on its converted form, which weight_ops.py's cache keeps per version of the
+// weight (packed_linear_group: its members' packed weights stacked, per version of theirs). Their Python kernel
+// cost host time on every call: the dispatcher's way into Python and back, the cache's key in Python and the kernel
+// op's call from Python (2-core CPU, benchmarks/weight_op_host.py: packed_conv2d_of_weight 25.4 us a call against
+// 13.0 for its kernel op; a binary ResNet-18 forward makes 16 such calls and, in torch.compile's default mode, is
+// host-bound on the GPU machine). This memo holds what that cache holds for the binary and APoT forms, keyed the
+// same way (a tag, then for each tensor the converted weight depends on: device, dtype, storage, offset, sizes,
+// strides; valid while each of those tensors has the version it had and its storage lives). The ops'
+// BackendSelect kernel (below) looks a call up here first: a hit runs the kernel op at once, with the arguments the
+// Python kernel would give it; anything else (a miss, a dense form, an inference tensor) goes on to the Python
+// kernel, which converts (or finds the weight in its own cache) and tells this memo
+// (bitcompile::remember_kernel_weight). Entries are only added for weights the Python cache keeps.
 #pragma once
-
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -143,17 +142,18 @@ class WeightMemo {
 // BackendSelect sits below autograd, the Python key (fake tensors, TorchDispatchModes) and functionalization, and
 // is in every call's key set, inference mode included: a kernel there sees each call that reaches the Python kernel
 // below it, on plain tensors only. A hit runs the kernel op; anything else goes on to the Python kernel.
-enum class WeightOp { kLinear, kPackedConv, kPackedConvWithSigns };
+enum class WeightOp { kLinear, kConv, kPackedConv, kPackedConvWithSigns };
 
 // Where a weight op's arguments sit in its schema (found by name once).
 struct WeightOpArgs {
   size_t count, x, weight, scale, bias, epilogue_inputs, epilogue_fn, weight_form;
-  size_t x_form = 0, row_scale = 0;                                                          // linear_of_weight
-  size_t stride = 0, padding = 0, dilation = 0, residual = 0, out_dtype = 0, pad_value = 0;  // the packed convs
+  size_t x_form = 0, row_scale = 0;                                    // linear_of_weight (x_form: conv2d_of_weight)
+  size_t stride = 0, padding = 0, dilation = 0, pad_value = 0;         // the convs
+  size_t residual = 0, out_dtype = 0;                                  // the packed convs
 
   WeightOpArgs(const c10::FunctionSchema& schema, WeightOp op)
       : count(schema.arguments().size()),
-        x(index(schema, op == WeightOp::kLinear ? "x" : "x_bits")),
+        x(index(schema, op == WeightOp::kLinear || op == WeightOp::kConv ? "x" : "x_bits")),
         weight(index(schema, "weight")),
         scale(index(schema, "scale")),
         bias(index(schema, "bias")),
@@ -163,13 +163,17 @@ struct WeightOpArgs {
     if (op == WeightOp::kLinear) {
       x_form = index(schema, "x_form");
       row_scale = index(schema, "row_scale");
+      return;
+    }
+    stride = index(schema, "stride");
+    padding = index(schema, "padding");
+    dilation = index(schema, "dilation");
+    pad_value = index(schema, "pad_value");
+    if (op == WeightOp::kConv) {
+      x_form = index(schema, "x_form");
     } else {
-      stride = index(schema, "stride");
-      padding = index(schema, "padding");
-      dilation = index(schema, "dilation");
       residual = index(schema, "residual");
       out_dtype = index(schema, "out_dtype");
-      pad_value = index(schema, "pad_value");
     }
   }
 
@@ -192,10 +196,10 @@ inline c10::OperatorHandle kernel_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
 
-// The Python kernels' kernel-op call (weight_ops.py: _run_linear, _packed_conv2d_of_weight_impl and its
-// with_signs twin) for a weight the memo holds, its outputs on the stack in place of the arguments; false where
-// that call is not one of these (a dense form, APoT weights with binarized activations or a packed input, an
-// epilogue function given scale or bias: the Python kernel raises) or not on CPU or CUDA tensors.
+// The Python kernels' kernel-op call (weight_ops.py: _run_linear, _run_conv2d, _packed_conv2d_of_weight_impl and
+// its with_signs twin) for a weight the memo holds, its outputs on the stack in place of the arguments; false where
+// that call is not one of these (a dense form, APoT weights with binarized activations, a packed input or a pad
+// value, an epilogue function given scale or bias: the Python kernel raises) or not on CPU or CUDA tensors.
 template <WeightOp kOp>
 bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, torch::jit::Stack* stack) {
   const c10::DispatchKey backend = below.highestPriorityTypeId();
@@ -241,6 +245,30 @@ bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, tor
       static const c10::OperatorHandle linear = kernel_op("bitcompile::apot_linear");
       op = &linear;
       call = {x, found->packed, k, found->bits, *found->code_values, *combined_scale(found->alpha, scale), bias};
+    } else {
+      return false;
+    }
+  } else if constexpr (kOp == WeightOp::kConv) {
+    const bool binarized = found->x_binarized || args[pos.x_form].toStringRef() != "float";
+    const bool sign_zero = !found->x_binarized && args[pos.x_form].toStringRef() == "sign";
+    const c10::IValue kernel_size = std::vector<int64_t>{weight.size(2), weight.size(3)};
+    const std::optional<at::Tensor> total = combined_scale(found->alpha, scale);
+    if (found->bits == 0 && binarized) {
+      static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_conv2d");
+      op = &conv;
+      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
+              args[pos.dilation], total, bias, args[pos.pad_value], sign_zero};
+    } else if (found->bits == 0) {
+      static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_weight_conv2d");
+      op = &conv;
+      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
+              args[pos.dilation], total, bias};
+    } else if (!binarized && args[pos.pad_value].toDouble() == 0.0 && total.has_value() &&
+               found->code_values.has_value()) {
+      static const c10::OperatorHandle conv = kernel_op("bitcompile::apot_conv2d");
+      op = &conv;
+      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
+              args[pos.dilation], found->bits, *found->code_values, *total, bias};
     } else {
       return false;
     }
@@ -327,7 +355,7 @@ inline int64_t forget_kernel_weights() {
 
 // The memo's kernels, registered once a process by the first binary library to load (the CPU and the CUDA one
 // both include this header; BackendSelect is one key for all backends, and the memo the kernels share is that
-// library's): the four weight ops' BackendSelect kernels, remember_kernel_weight and forget_kernel_weights.
+// library's): the five weight ops' BackendSelect kernels, remember_kernel_weight and forget_kernel_weights.
 struct WeightMemoRegistration {
   std::unique_ptr<torch::Library> library;
 
@@ -340,6 +368,8 @@ struct WeightMemoRegistration {
     library->impl("forget_kernel_weights", &forget_kernel_weights);
     library->impl("linear_of_weight",
                   torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kLinear>>());
+    library->impl("conv2d_of_weight",
+                  torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kConv>>());
     library->impl("packed_conv2d_of_weight",
                   torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kPackedConv>>());
     library->impl(

@@ -74,6 +74,32 @@ def test_linear_of_weight_hits_match_python(device, python_calls, case):
     _served(lambda: bc.linear_of_weight(x, w, scale, bias, **kwargs), python_calls)
 
 
+@pytest.mark.parametrize("case", ["ste_sign_x", "sign_x", "float_x", "apot4", "apot4_pad_value", "quantize_binary"])
+@torch.no_grad()
+def test_conv2d_of_weight_hits_match_python(device, python_calls, case):
+    """binary_conv2d, binary_weight_conv2d or apot_conv2d from the memo; an APoT weight with a pad value is dense
+    math, so its calls stay in Python."""
+    x = torch.randn(2, 37, 7, 6, device=device)
+    w = torch.randn(9, 37, 3, 3, device=device)
+    scale, bias = torch.rand(9, device=device) + 0.5, torch.randn(9, device=device)
+    kwargs = {"weight_form": "ste_sign", "x_form": "ste_sign", "pad_value": 0.0}
+    if case == "sign_x":
+        x[0, :5, 0] = 0
+        kwargs.update(x_form="sign", pad_value=-1.0)
+    elif case == "float_x":
+        kwargs["x_form"] = "float"
+    elif case.startswith("apot4"):
+        from bitcompile import apot
+
+        codes, alpha = apot.quantize_weight(w, "apot4", True)
+        w = apot.get_scheme("apot4").code_values.to(device)[codes.long()] * alpha.reshape(-1, 1, 1, 1)
+        kwargs.update(weight_form="apot4", x_form="float", pad_value=1.0 if case.endswith("pad_value") else 0.0)
+    elif case == "quantize_binary":
+        kwargs.update(weight_form="quantize:binary", x_form="float")
+    _served(lambda: bc.conv2d_of_weight(x, w, [1, 2], [1, 1], [1, 1], scale, bias, **kwargs), python_calls,
+            expect_hits=case != "apot4_pad_value")
+
+
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.float16, torch.int32])
 @pytest.mark.parametrize("with_signs", [False, True])
 @torch.no_grad()
