@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Host model of binary_conv2d_wgmma_kernel (csrc/cuda/binary_conv2d.cu), no GPU needed.
+"""Host model of binary_conv2d_wgmma_kernel (csrc/cuda/binary_conv2d_wgmma.cu), no GPU needed.
 
 1. Layout and math (--blocks, default on): every block of random shapes is emulated thread by thread with the
    kernel's own index formulas: the producer's gather (chunk / row mapping, tap and channel word stepped per stage,

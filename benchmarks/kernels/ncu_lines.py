@@ -1,7 +1,7 @@
 """A kernel's warp stall samples by source line and by phase, with their stall reasons: ncu's source page (SASS, CSV)
 joined to sass.sh's line info by each instruction's offset in the kernel.
 
-    bash benchmarks/kernels/sass.sh binary_conv2d binary_conv2d_wgmma_kernelI6__half      # here: the SASS with lines
+    bash benchmarks/kernels/sass.sh binary_conv2d_wgmma binary_conv2d_wgmma_kernelI6__half # here: the SASS with lines
     (on the device) gpu_session.sh ncu with NCU_SOURCE=1 -> $OUT/ncu/src_ROW.csv         # the source page
     python3 benchmarks/kernels/ncu_lines.py SRC.csv SASS FILE.cu FIRST LAST [PHASES] [--lines PHASE]
 

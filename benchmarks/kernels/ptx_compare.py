@@ -1,7 +1,7 @@
 """Which kernels of one CUDA source compile to the same PTX in two checkouts (an offline check that a change leaves
 kernels that ran on the GPU as they were).
 
-    python3 benchmarks/kernels/ptx_compare.py OLD_CHECKOUT NEW_CHECKOUT csrc/cuda/binary_conv2d.cu
+    python3 benchmarks/kernels/ptx_compare.py OLD_CHECKOUT NEW_CHECKOUT csrc/cuda/binary_conv2d_wgmma.cu
 
 compiles the file in both (nvcc -ptx, sm_90a, the build's flags), normalizes what differs between any two builds
 (the file-hash in internal and anonymous-namespace names, basic-block label numbers, parameter numbering), and prints

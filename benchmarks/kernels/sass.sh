@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SASS of one kernel, here (no GPU): compiles a csrc/cuda source to a cubin for sm_90a with line info and prints the
 # kernel's instructions with their source lines, then the instruction count of each source line (the busiest first).
-#   bash benchmarks/kernels/sass.sh binary_conv2d 'binary_conv2d_wgmma_kernelI6__half' [FIRST_LINE LAST_LINE]
+#   bash benchmarks/kernels/sass.sh binary_conv2d_wgmma 'binary_conv2d_wgmma_kernelI6__half' [FIRST_LINE LAST_LINE]
 # FIRST_LINE / LAST_LINE keep the count to that range of the source file (e.g. one loop). Output under
 # benchmarks/kernels/build/sass/ (NAME.sass: the whole kernel, NAME.lines: the counts). Needs nvdisasm: on PATH, or
 # `pip install nvidia-cuda-nvdisasm` (found in that wheel's bin folder).

@@ -1,7 +1,7 @@
 // Launchers of the CUDA kernels of the binary ops (pack_signs, binary_linear, binary_weight_linear,
 // binary_conv2d). Torch-free on purpose (DESIGN.md "Tests"): raw device pointers, sizes, flags and
 // a stream in, a cudaError_t out, so that the kernel files (pack_signs.cu, binary_linear.cu, binary_weight_linear.cu,
-// binary_weight_wgmma.cu, binary_conv2d.cu) compile with plain nvcc in CI and in the harness (benchmarks/kernels).
+// binary_weight_wgmma.cu, binary_conv2d*.cu) compile with plain nvcc in CI and in the harness (benchmarks/kernels).
 // The torch binding (checks, allocation, current stream) is binary_ops.cpp.
 //
 // Packed sign format (SPEC 2.1): uint32 words along the reduction dimension, value 32*w + j at bit j
@@ -114,7 +114,7 @@ inline bool conv_geometry_fits(const ConvShape& s) {
 // the output channels. out_channels_last: out is laid out [batch, oh, ow, oc], else [batch, oc, oh, ow].
 // A linear layer is the 1x1 case. Exact integer dots. Needs sm_80 and conv_geometry_fits(shape).
 // tuning (null: chosen from the shape and device) lets the kernel harness force a kernel. On a 9.0 device the
-// wgmma kernel (binary_conv2d.cu, binary_conv2d_wgmma_kernel) serves one-plane convolutions from 3072 output pixels
+// wgmma kernel (binary_conv2d_wgmma.cu, binary_conv2d_wgmma_kernel) serves one-plane convolutions from 3072 output pixels
 // where it applies, the mma.sync kernels the rest.
 struct ConvTuning {
   int kernel = 0;  // 0: by device and shape; 1: the mma.sync kernels; 2: the sm_90a

@@ -1,7 +1,7 @@
 // Torch binding of the CUDA binary ops: argument checks (csrc/checks.h, the same as the fake kernels in
 // bitcompile/ops.py), contiguity, allocation of outputs and temporaries, the device guard and the
 // current stream. The kernels themselves are torch-free (binary_kernels.cuh: pack_signs.cu, binary_linear.cu,
-// binary_weight_linear.cu, binary_weight_wgmma.cu, binary_conv2d.cu).
+// binary_weight_linear.cu, binary_weight_wgmma.cu, binary_conv2d*.cu).
 //
 // Kernel choice is by shape and device only (no switches between kernel generations): binary_weight_linear runs its
 // fused kernels up to binary_weight_linear_fused_rows rows of x (4096 where its wgmma kernels run: bf16/fp16 x,

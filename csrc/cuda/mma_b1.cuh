@@ -1,4 +1,4 @@
-// The b1 tensor-core building blocks shared by binary_linear.cu and binary_conv2d.cu: mma.sync
+// The b1 tensor-core building blocks shared by binary_linear.cu and the conv kernels (conv_common.cuh): mma.sync
 // m16n8k256 AND.POPC, vector global loads, cp.async and one shared-memory stage of MMAs (sm_80+).
 #pragma once
 

@@ -1,7 +1,8 @@
-// Helpers shared by the Hopper wgmma kernels (binary_linear_wgmma.cu, binary_weight_wgmma.cu, binary_conv2d.cu): the
-// guard of sm_90a device code, wgmma fence / commit / wait, the shared-memory matrix descriptor of a K-major operand
-// in the 128-byte swizzle, mbarrier waits and arrivals, the 2-D TMA load, the b1 AND.POPC wgmma (m64nNk256, N = 8,
-// 24, 48, 96, 128, 192, 256) with its accumulator fence, and on the host the 2-D tensor map of such an operand. Torch-free.
+// Helpers shared by the Hopper wgmma kernels (binary_linear_wgmma.cu, binary_weight_wgmma.cu, binary_conv2d_wgmma.cu):
+// the guard of sm_90a device code, wgmma fence / commit / wait, the shared-memory matrix descriptor of a K-major
+// operand in the 128-byte swizzle, mbarrier waits and arrivals, the 2-D TMA load, the b1 AND.POPC wgmma (m64nNk256, N =
+// 8, 24, 48, 96, 128, 192, 256) with its accumulator fence, and on the host the 2-D tensor map of such an operand.
+// Torch-free.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums only: the encoder is fetched through cudaGetDriverEntryPointByVersion
@@ -78,7 +79,7 @@ __device__ __forceinline__ uint64_t sw128_descriptor(uint32_t start) {
 #define BC_WG_ACC96(C) BC_WG_ACC64(C), BC_WG_D32(C, 64)
 #define BC_WG_ACC128(C) BC_WG_ACC96(C), BC_WG_D32(C, 96)
 
-// ---- b1 AND.POPC wgmma (binary_conv2d.cu, binary_linear_wgmma.cu) ------------------------------------------------
+// ---- b1 AND.POPC wgmma (binary_conv2d_wgmma.cu, binary_linear_wgmma.cu)-------------------------------------------
 namespace b1 {
 // Pins the accumulators at this point of the instruction stream: the compiler may neither move their reads above
 // a wgmma.wait_group nor copy them between in-flight wgmmas.
@@ -96,7 +97,7 @@ __device__ __forceinline__ void fence_accumulators(int (&d)[R]) {
                  : "l"(desc_a), "l"(desc_b)                                                                 \
                  : "memory");                                                                               \
   }
-BC_WGMMA_AND_POPC(8, BC_WG_REGS4, BC_WG_ACC4, "%4, %5")          // binary_conv2d.cu's row popcounts
+BC_WGMMA_AND_POPC(8, BC_WG_REGS4, BC_WG_ACC4, "%4, %5")          // binary_conv2d_wgmma.cu's row popcounts
 BC_WGMMA_AND_POPC(24, BC_WG_REGS12, BC_WG_ACC12, "%12, %13")    // the bit-plane tiles of
 BC_WGMMA_AND_POPC(48, BC_WG_REGS24, BC_WG_ACC24, "%24, %25")    // binary_weight_planes_wgmma.cu:
 BC_WGMMA_AND_POPC(96, BC_WG_REGS48, BC_WG_ACC48, "%48, %49")    // 24 planes a row of x, 1-8 rows
