@@ -320,14 +320,8 @@ cudaError_t binary_conv2d_mma_launch(const uint32_t* plus_bits, const uint32_t* 
                                      const ConvShape& shape, const Epilogue& ep, OutT* out, bool out_channels_last,
                                      cudaStream_t stream) {
   constexpr int BM = 128, BN = 64, WARPS_M = 4, WARPS_N = 2;
-  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
-  const int64_t channel_words = ceil_div(shape.channels, 32);
-  const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
-  const int64_t m_tiles = ceil_div(total_pixels, BM);
-  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
-  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
-    return cudaErrorInvalidValue;
-  }
+  const auto [total_pixels, channel_words, reduction_words, m_tiles, blocks, fits] = conv_grid(shape, BM, BN);
+  if (!fits) return cudaErrorInvalidValue;
   binary_conv2d_mma_kernel<BM, BN, WARPS_M, WARPS_N, VW, SIGN_ZERO, OutT>
       <<<static_cast<unsigned>(blocks), WARPS_M * WARPS_N * 32, 0, stream>>>(
           plus_bits, minus_bits, w_bits, shape, m_tiles, total_pixels, static_cast<int>(channel_words),

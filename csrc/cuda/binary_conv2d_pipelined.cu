@@ -321,14 +321,8 @@ cudaError_t binary_conv2d_pipelined_tile(const uint32_t* plus_bits, const uint32
                                          const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
                                          bool dependent, bool weights_ready, bool table_ready,
                                          cudaStream_t stream) {
-  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
-  const int64_t channel_words = ceil_div(shape.channels, 32);
-  const int64_t reduction_words = shape.kernel_h * shape.kernel_w * channel_words;
-  const int64_t m_tiles = ceil_div(total_pixels, BM);
-  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
-  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4) {
-    return cudaErrorInvalidValue;
-  }
+  const auto [total_pixels, channel_words, reduction_words, m_tiles, blocks, fits] = conv_grid(shape, BM, BN);
+  if (!fits) return cudaErrorInvalidValue;
   constexpr size_t smem = static_cast<size_t>(KG) * kPipeStages * (BM + BN) * kConvRowStride * sizeof(uint32_t);
   auto kernel = binary_conv2d_pipelined_kernel<BM, BN, WARPS_M, WARPS_N, KG, PW, OutT>;
   static unsigned long long smem_devices = 0;

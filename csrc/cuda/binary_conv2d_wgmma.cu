@@ -803,16 +803,9 @@ cudaError_t binary_conv2d_wgmma_launch(const uint32_t* plus_bits, const uint32_t
                                        cudaStream_t stream, bool weights_ready, bool table_ready) {
   using L = ConvWgLayout;
   constexpr int BN = kCwBN;
-  const int64_t total_pixels = shape.batch * shape.out_height * shape.out_width;
-  const int64_t channel_words = ceil_div(shape.channels, 32);
+  const auto [total_pixels, channel_words, reduction_words, m_tiles, blocks, fits] = conv_grid(shape, kCwBM, BN);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
-  const int64_t reduction_words = taps * channel_words;
-  const int64_t m_tiles = ceil_div(total_pixels, kCwBM);
-  const int64_t blocks = m_tiles * ceil_div(shape.out_channels, BN);
-  if (blocks > INT_MAX || reduction_words > INT_MAX / 2 || shape.height > INT_MAX / 4 || shape.width > INT_MAX / 4 ||
-      shape.out_channels > INT_MAX - BN || tap_table == nullptr) {
-    return cudaErrorInvalidValue;
-  }
+  if (!fits || shape.out_channels > INT_MAX - BN || tap_table == nullptr) return cudaErrorInvalidValue;
   // Ring stages: as many as fit a resident block's share of the SM's shared memory (3 for 3x3), at least 3 (the
   // producer's lag needs S >= 3); where fewer than 3 fit that share (more than 25 taps), as many as fit one block
   // an SM (at most kCwMaxStages).

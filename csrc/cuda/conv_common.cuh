@@ -181,6 +181,24 @@ __device__ __forceinline__ void tabulate_tap_d(int* tap_d, int* all_taps_d, cons
   }
 }
 
+// A conv launch's counts for BM x BN tiles, a block a tile; fits: they are within the kernels' 32-bit indexing (the
+// block index, K words, pixel offsets).
+struct ConvGrid {
+  int64_t total_pixels, channel_words, reduction_words, m_tiles, blocks;
+  bool fits;
+};
+inline ConvGrid conv_grid(const ConvShape& shape, int64_t bm, int64_t bn) {
+  ConvGrid grid;
+  grid.total_pixels = shape.batch * shape.out_height * shape.out_width;
+  grid.channel_words = ceil_div(shape.channels, 32);
+  grid.reduction_words = shape.kernel_h * shape.kernel_w * grid.channel_words;
+  grid.m_tiles = ceil_div(grid.total_pixels, bm);
+  grid.blocks = grid.m_tiles * ceil_div(shape.out_channels, bn);
+  grid.fits = grid.blocks <= INT_MAX && grid.reduction_words <= INT_MAX / 2 && shape.height <= INT_MAX / 4 &&
+              shape.width <= INT_MAX / 4;
+  return grid;
+}
+
 // conv_tap_table_kernel's launch (binary_conv2d.cu; dependent on the launch before it where `dependent`): the D_t
 // table of the whole weight, read by the pipelined kernel's 128 x 64 three-block build, the halo and wgmma kernels.
 cudaError_t launch_conv_tap_table(const uint32_t* w_bits, const ConvShape& shape, int* table, bool dependent,
