@@ -248,7 +248,6 @@ def _remember_for(inputs: Sequence[Tensor], tag: str, served):
     return remember
 
 
-
 # CUDA graph trees (mode="reduce-overhead") route every allocation of the calling thread to the graphs' private
 # pool while they warm a graph up, and fail the warm-up on finding a live tensor there that is not an output: a
 # converted weight kept in the cache. A conversion on CUDA therefore runs on a helper thread (allocations there go
