@@ -162,8 +162,8 @@ class _KernelWeightCache:
         self.lock = threading.Lock()
         self.conversions = 0  # how many times a weight was converted (tests assert on it)
 
-    def get(self, weight: Tensor, weight_form: str) -> KernelWeight:
-        return self.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form))
+    def get(self, weight: Tensor, weight_form: str, remember=None) -> KernelWeight:
+        return self.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form), remember)
 
     def get_for(self, inputs: Sequence[Tensor], tag: str, build, remember=None) -> KernelWeight:
         """build() once per version of `inputs` (the tensors the converted weight depends on). remember(converted),
@@ -324,8 +324,7 @@ def _kernel_weight_and_epilogue(op: str, weight: Tensor, weight_form: str, scale
     """(converted weight, scale, bias) of a weight op's call. served(converted): whether the op's C++ memo serves
     calls with that converted weight (the memo is told of it then)."""
     if not fn:
-        return weight_cache.get_for((weight,), weight_form, lambda: kernel_weight(weight, weight_form),
-                                    _remember_for((weight,), weight_form, served)), scale, bias
+        return weight_cache.get(weight, weight_form, _remember_for((weight,), weight_form, served)), scale, bias
     _check_epilogue(op, scale, bias, fn)
     function = _weight_functions.get(fn)
     _check(function is not None, op, lambda: f"epilogue function {fn} is not registered in this process "

@@ -196,15 +196,18 @@ inline c10::OperatorHandle kernel_op(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
 
+// A memo hit's kernel-op call: the op (nullptr: no hit, or a call the memo does not serve) and its arguments.
+using MemoCall = const c10::OperatorHandle* (*)(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args,
+                                                 torch::jit::Stack& call);
+
 // The Python kernels' kernel-op call (weight_ops.py: _run_linear, _run_conv2d, _packed_conv2d_of_weight_impl and
-// its with_signs twin) for a weight the memo holds, its outputs on the stack in place of the arguments; false where
-// that call is not one of these (a dense form, APoT weights with binarized activations, a packed input or a pad
-// value, an epilogue function given scale or bias: the Python kernel raises) or not on CPU or CUDA tensors.
+// its with_signs twin) for a weight the memo holds; nullptr where that call is not one of these (a dense form, APoT
+// weights with binarized activations, a packed input or a pad value, an epilogue function given scale or bias: the
+// Python kernel raises).
 template <WeightOp kOp>
-bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, torch::jit::Stack* stack) {
-  const c10::DispatchKey backend = below.highestPriorityTypeId();
-  if (backend != c10::DispatchKey::CPU && backend != c10::DispatchKey::CUDA) return false;
-  const auto args = torch::jit::last(*stack, pos.count);
+const c10::OperatorHandle* weight_op_call(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args,
+                                          torch::jit::Stack& call) {
+  static const WeightOpArgs pos(handle.schema(), kOp);
   const at::Tensor& weight = args[pos.weight].toTensor();
   const std::string& fn = args[pos.epilogue_fn].toStringRef();
   std::optional<at::Tensor> scale = args[pos.scale].toOptional<at::Tensor>();
@@ -212,7 +215,7 @@ bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, tor
   std::string tag = args[pos.weight_form].toStringRef();
   std::vector<at::Tensor> inputs{weight};
   if (!fn.empty()) {
-    if (scale.has_value() || bias.has_value()) return false;
+    if (scale.has_value() || bias.has_value()) return nullptr;
     tag += "|epilogue:" + fn;
     if (!args[pos.epilogue_inputs].isNone()) {
       for (const at::Tensor input : args[pos.epilogue_inputs].toTensorList()) {
@@ -221,121 +224,113 @@ bool weight_op_from_memo(c10::DispatchKeySet below, const WeightOpArgs& pos, tor
     }
   }
   const std::optional<MemoWeight> found = WeightMemo::instance().find(tag, inputs);
-  if (!found.has_value()) return false;
+  if (!found.has_value()) return nullptr;
   if (!fn.empty()) {
     scale = found->scale;
     bias = found->bias;
   }
-  torch::jit::Stack call;
-  const c10::OperatorHandle* op = nullptr;
   const c10::IValue& x = args[pos.x];
+  const std::optional<at::Tensor> total = combined_scale(found->alpha, scale);
   if constexpr (kOp == WeightOp::kLinear) {
     const bool float_x = !found->x_binarized && args[pos.x_form].toStringRef() == "float";
     const bool sign_zero = !found->x_binarized && args[pos.x_form].toStringRef() == "sign";
     const int64_t k = weight.size(1);
     if (found->bits == 0 && float_x) {
       static const c10::OperatorHandle linear = kernel_op("bitcompile::binary_weight_linear");
-      op = &linear;
-      call = {x, found->packed, k, combined_scale(found->alpha, scale), bias};
-    } else if (found->bits == 0) {
+      call = {x, found->packed, k, total, bias};
+      return &linear;
+    }
+    if (found->bits == 0) {
       static const c10::OperatorHandle linear = kernel_op("bitcompile::binary_linear");
-      op = &linear;
-      call = {x, found->packed, k, combined_scale(found->alpha, scale), bias, sign_zero, args[pos.row_scale]};
-    } else if (float_x && found->alpha.has_value() && found->code_values.has_value()) {
+      call = {x, found->packed, k, total, bias, sign_zero, args[pos.row_scale]};
+      return &linear;
+    }
+    if (float_x && total.has_value() && found->code_values.has_value()) {
       static const c10::OperatorHandle linear = kernel_op("bitcompile::apot_linear");
-      op = &linear;
-      call = {x, found->packed, k, found->bits, *found->code_values, *combined_scale(found->alpha, scale), bias};
-    } else {
-      return false;
+      call = {x, found->packed, k, found->bits, *found->code_values, *total, bias};
+      return &linear;
     }
-  } else if constexpr (kOp == WeightOp::kConv) {
-    const bool binarized = found->x_binarized || args[pos.x_form].toStringRef() != "float";
-    const bool sign_zero = !found->x_binarized && args[pos.x_form].toStringRef() == "sign";
-    const c10::IValue kernel_size = std::vector<int64_t>{weight.size(2), weight.size(3)};
-    const std::optional<at::Tensor> total = combined_scale(found->alpha, scale);
-    if (found->bits == 0 && binarized) {
-      static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_conv2d");
-      op = &conv;
-      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
-              args[pos.dilation], total, bias, args[pos.pad_value], sign_zero};
-    } else if (found->bits == 0) {
-      static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_weight_conv2d");
-      op = &conv;
-      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
-              args[pos.dilation], total, bias};
-    } else if (!binarized && args[pos.pad_value].toDouble() == 0.0 && total.has_value() &&
-               found->code_values.has_value()) {
-      static const c10::OperatorHandle conv = kernel_op("bitcompile::apot_conv2d");
-      op = &conv;
-      call = {x, found->packed, weight.size(1), kernel_size, args[pos.stride], args[pos.padding],
-              args[pos.dilation], found->bits, *found->code_values, *total, bias};
-    } else {
-      return false;
-    }
+    return nullptr;
   } else {
-    if (found->bits != 0) return false;
-    static const c10::OperatorHandle conv = kernel_op(kOp == WeightOp::kPackedConv
-                                                           ? "bitcompile::binary_conv2d_packed"
-                                                           : "bitcompile::binary_conv2d_packed_with_signs");
-    op = &conv;
-    call = {x, found->packed, weight.size(1), std::vector<int64_t>{weight.size(2), weight.size(3)},
-            args[pos.stride], args[pos.padding], args[pos.dilation], combined_scale(found->alpha, scale), bias,
-            args[pos.residual], args[pos.out_dtype], args[pos.pad_value]};
+    const c10::IValue channels = weight.size(1);
+    const c10::IValue kernel_size = std::vector<int64_t>{weight.size(2), weight.size(3)};
+    const c10::IValue &stride = args[pos.stride], &padding = args[pos.padding], &dilation = args[pos.dilation];
+    if constexpr (kOp == WeightOp::kConv) {
+      const bool binarized = found->x_binarized || args[pos.x_form].toStringRef() != "float";
+      const bool sign_zero = !found->x_binarized && args[pos.x_form].toStringRef() == "sign";
+      if (found->bits == 0 && binarized) {
+        static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_conv2d");
+        call = {x, found->packed, channels, kernel_size, stride, padding, dilation, total, bias, args[pos.pad_value],
+                sign_zero};
+        return &conv;
+      }
+      if (found->bits == 0) {
+        static const c10::OperatorHandle conv = kernel_op("bitcompile::binary_weight_conv2d");
+        call = {x, found->packed, channels, kernel_size, stride, padding, dilation, total, bias};
+        return &conv;
+      }
+      if (!binarized && args[pos.pad_value].toDouble() == 0.0 && total.has_value() &&
+          found->code_values.has_value()) {
+        static const c10::OperatorHandle conv = kernel_op("bitcompile::apot_conv2d");
+        call = {x, found->packed, channels, kernel_size, stride, padding, dilation, found->bits,
+                *found->code_values, *total, bias};
+        return &conv;
+      }
+      return nullptr;
+    } else {
+      if (found->bits != 0) return nullptr;
+      static const c10::OperatorHandle conv = kernel_op(kOp == WeightOp::kPackedConv
+                                                             ? "bitcompile::binary_conv2d_packed"
+                                                             : "bitcompile::binary_conv2d_packed_with_signs");
+      call = {x, found->packed, channels, kernel_size, stride, padding, dilation, total, bias, args[pos.residual],
+              args[pos.out_dtype], args[pos.pad_value]};
+      return &conv;
+    }
   }
-  op->redispatchBoxed(below, &call);
-  torch::jit::drop(*stack, pos.count);
-  for (c10::IValue& output : call) torch::jit::push(*stack, std::move(output));
-  return true;
 }
 
 // packed_linear_group (weight_ops.py): its members stacked (packed, scale, bias and the APoT table in the entry,
 // keyed on every member tensor as the Python kernel's cache is), then binary_weight_linear or apot_linear.
-inline bool group_from_memo(c10::DispatchKeySet below, torch::jit::Stack* stack) {
-  const c10::DispatchKey backend = below.highestPriorityTypeId();
-  if (backend != c10::DispatchKey::CPU && backend != c10::DispatchKey::CUDA) return false;
-  const auto args = torch::jit::last(*stack, 7);  // x, w_packed, in_features, scale, bias, code_values, bits
-  std::vector<at::Tensor> inputs;
+inline const c10::OperatorHandle* group_call(const c10::OperatorHandle& handle, c10::ArrayRef<c10::IValue> args,
+                                             torch::jit::Stack& call) {
+  static const bool schema_as_read = handle.schema().arguments().size() == 7 &&
+                                     handle.schema().arguments()[6].name() == "bits";
+  TORCH_INTERNAL_ASSERT(schema_as_read, "bitcompile: packed_linear_group's schema is not the one weight_memo.h reads");
+  std::vector<at::Tensor> inputs;  // x, w_packed, in_features, scale, bias, code_values, bits: the four lists
   for (size_t list = 1; list < 6; ++list) {
     if (list == 2) continue;
     for (const at::Tensor t : args[list].toTensorList()) inputs.push_back(t);
   }
   const int64_t bits = args[6].toInt();
   const std::optional<MemoWeight> found = WeightMemo::instance().find("group:" + std::to_string(bits), inputs);
-  if (!found.has_value()) return false;
-  torch::jit::Stack call;
+  if (!found.has_value()) return nullptr;
   if (bits == 0) {
     static const c10::OperatorHandle linear = kernel_op("bitcompile::binary_weight_linear");
     call = {args[0], found->packed, args[2], found->scale, found->bias};
-    linear.redispatchBoxed(below, &call);
-  } else {
-    if (!found->scale.has_value() || !found->code_values.has_value()) return false;
-    static const c10::OperatorHandle linear = kernel_op("bitcompile::apot_linear");
-    call = {args[0], found->packed, args[2], bits, *found->code_values, *found->scale, found->bias};
-    linear.redispatchBoxed(below, &call);
+    return &linear;
   }
-  torch::jit::drop(*stack, 7);
-  torch::jit::push(*stack, std::move(call.front()));
-  return true;
+  if (!found->scale.has_value() || !found->code_values.has_value()) return nullptr;
+  static const c10::OperatorHandle linear = kernel_op("bitcompile::apot_linear");
+  call = {args[0], found->packed, args[2], bits, *found->code_values, *found->scale, found->bias};
+  return &linear;
 }
 
-inline void group_backend_select(const c10::OperatorHandle& handle, c10::DispatchKeySet keys,
-                                 torch::jit::Stack* stack) {
-  static const bool schema_as_read = handle.schema().arguments().size() == 7 &&
-                                     handle.schema().arguments()[6].name() == "bits";
-  TORCH_INTERNAL_ASSERT(schema_as_read, "bitcompile: packed_linear_group's schema is not the one weight_memo.h reads");
+// A weight op's BackendSelect kernel: on plain CPU or CUDA tensors, kFind's kernel-op call in place of the op's
+// arguments where the memo has it; else the op's kernel below (its Python kernel).
+template <MemoCall kFind>
+void memo_backend_select(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
   const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER,
                                                                c10::DispatchKey::BackendSelect);
-  if (group_from_memo(below, stack)) return;
-  handle.redispatchBoxed(below, stack);
-}
-
-template <WeightOp kOp>
-void weight_op_backend_select(const c10::OperatorHandle& handle, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
-  static const WeightOpArgs pos(handle.schema(), kOp);
-  const c10::DispatchKeySet below = keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER,
-                                                               c10::DispatchKey::BackendSelect);
-  if (weight_op_from_memo<kOp>(below, pos, stack)) return;
-  handle.redispatchBoxed(below, stack);
+  const c10::DispatchKey backend = below.highestPriorityTypeId();
+  const size_t count = handle.schema().arguments().size();
+  torch::jit::Stack call;
+  const c10::OperatorHandle* op = backend == c10::DispatchKey::CPU || backend == c10::DispatchKey::CUDA
+                                      ? kFind(handle, torch::jit::last(*stack, count), call)
+                                      : nullptr;
+  if (op == nullptr) return handle.redispatchBoxed(below, stack);
+  op->redispatchBoxed(below, &call);
+  torch::jit::drop(*stack, count);
+  for (c10::IValue& output : call) torch::jit::push(*stack, std::move(output));
 }
 
 // bitcompile::remember_kernel_weight and forget_kernel_weights (weight_ops.py calls them).
@@ -366,16 +361,17 @@ struct WeightMemoRegistration {
                                                __FILE__, __LINE__);
     library->impl("remember_kernel_weight", &remember_kernel_weight);
     library->impl("forget_kernel_weights", &forget_kernel_weights);
+    using torch::CppFunction;
     library->impl("linear_of_weight",
-                  torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kLinear>>());
+                  CppFunction::makeFromBoxedFunction<&memo_backend_select<&weight_op_call<WeightOp::kLinear>>>());
     library->impl("conv2d_of_weight",
-                  torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kConv>>());
+                  CppFunction::makeFromBoxedFunction<&memo_backend_select<&weight_op_call<WeightOp::kConv>>>());
     library->impl("packed_conv2d_of_weight",
-                  torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kPackedConv>>());
-    library->impl(
-        "packed_conv2d_of_weight_with_signs",
-        torch::CppFunction::makeFromBoxedFunction<&weight_op_backend_select<WeightOp::kPackedConvWithSigns>>());
-    library->impl("packed_linear_group", torch::CppFunction::makeFromBoxedFunction<&group_backend_select>());
+                  CppFunction::makeFromBoxedFunction<&memo_backend_select<&weight_op_call<WeightOp::kPackedConv>>>());
+    library->impl("packed_conv2d_of_weight_with_signs",
+                  CppFunction::makeFromBoxedFunction<
+                      &memo_backend_select<&weight_op_call<WeightOp::kPackedConvWithSigns>>>());
+    library->impl("packed_linear_group", CppFunction::makeFromBoxedFunction<&memo_backend_select<&group_call>>());
   }
 };
 
