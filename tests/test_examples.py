@@ -72,3 +72,33 @@ def test_quickstart():
     out = run_example("quickstart.py")
     assert "max |bitcompile - float reference| = 0" in out
     assert "OK" in out.splitlines()[-1]
+
+
+def test_resnet_floor_matches_the_model():
+    """benchmarks/resnet_floor.py's list of binary convs (the floor it prints) is bnn_resnet's: every XNORConv2d's
+    input and output shape, in forward order, at a small batch and image size."""
+    import importlib.util as util
+
+    import torch
+
+    def load(path, name):
+        spec = util.spec_from_file_location(name, path)
+        module = util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    resnet = load(EXAMPLES / "bnn_resnet.py", "bnn_resnet_for_floor")
+    floor = load(EXAMPLES.parent / "benchmarks" / "resnet_floor.py", "resnet_floor")
+    model = resnet.ResNet18(binary="xnor", classes=10).eval()
+    seen = []
+    for name, module in model.named_modules():
+        if isinstance(module, resnet.XNORConv2d):
+            module.register_forward_hook(lambda m, inputs, out, name=name: seen.append(
+                (name, out.shape[0] * out.shape[2] * out.shape[3], inputs[0].shape[1], out.shape[1],
+                 inputs[0].shape[0] * inputs[0].shape[2] * inputs[0].shape[3])))
+    with torch.no_grad():
+        model(torch.randn(3, 3, 64, 64))
+    assert [row[:5] for row in floor.convs(3, 64)] == seen
+    out = subprocess.run([sys.executable, str(EXAMPLES.parent / "benchmarks" / "resnet_floor.py")],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert "all 16" in out and "speedup at that floor" in out
