@@ -10,7 +10,9 @@
 #     serves linear_of_weight and packed_linear_group too).
 #   profile (carry ["benchmarks/kernels/build/main"], ~200 s): ncu of the wgmma conv on ResNet's largest residual
 #     conv (layer2: B=256 C=128 28x28, residual + sign words, 72.7 graph us on an H100 against a ~33 us DRAM floor for
-#     its ~110 MB) and layer3's, with the SASS lines that stall most (NCU_SOURCE=1): where the next wgmma change goes.
+#     its ~110 MB) and layer3's, and layer2's sign-word conv (47.3 us against a ~4 us floor: the largest gap of the
+#     forward, benchmarks/resnet_floor.py), with the SASS lines that stall most (NCU_SOURCE=1): where the next wgmma
+#     change goes.
 #     build/main/harness.gz is main's harness (here: `bash benchmarks/kernels/build.sh`, then
 #     `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
 set -uo pipefail
@@ -32,7 +34,7 @@ case "${1:-}" in
   profile)
     gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
     chmod +x benchmarks/kernels/build/harness
-    NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
+    NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
   *)
     echo "usage: bash $0 verify|host|profile" >&2
