@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
-# The device calls left by the sixty-first session (its one call ran the A/B of stride2, wgsigns, wgres and wgahead
-# and the CUDA tests of the four together: 437 passed; stride2, wgsigns and wgahead are merged, wgres was not).
-#   verify (no carry, ~320 s with the build): the conv / packed / residual / weight-memo CUDA tests of main and the
-#     backend's CUDA-graph (reduce-overhead) and training tests, which the memo's calls go through, then
-#     ResNet-18 in CUDA graphs with its kernel profile and in the default mode (the merge's figures, and the weight
-#     memo's effect on the default mode's host time).
-#   host (no carry, ~250 s after verify on a warm machine, ~330 s alone): benchmarks/host_time.py (host enqueue
-#     against wall time a forward, one call of each conv op) and examples/llm_decode.py's tokens/s (the weight memo
-#     serves linear_of_weight and packed_linear_group too).
-#   profile (carry ["benchmarks/kernels/build/main"], ~200 s): ncu of the wgmma conv on ResNet's largest residual
-#     conv (layer2: B=256 C=128 28x28, residual + sign words, 72.7 graph us on an H100 against a ~33 us DRAM floor for
-#     its ~110 MB) and layer3's, and layer2's sign-word conv (47.3 us against a ~4 us floor: the largest gap of the
-#     forward, benchmarks/resnet_floor.py), with the SASS lines that stall most (NCU_SOURCE=1): where the next wgmma
-#     change goes.
-#     build/main/harness.gz is main's harness (here: `bash benchmarks/kernels/build.sh`, then
-#     `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
+# The device calls of the sixty-second session (verify, profile and host ran on an H100; e2 did not: the session's
+# device time ran out in failed starts) and the one left for the sixty-third:
+#   e2 (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s for the A/B, ~300 s with the
+#     tests): the wgmma conv's E2 with the residual added in OutT pairs and the sign bits by nonnegative_bits
+#     (pending/conv_wgmma_e2add.patch), and the same with the row loop instantiated once a vector width
+#     (pending/conv_wgmma_e2h.patch), against main on pending/conv_wgmma_e2.sweep (checks at every output type and
+#     vector width, a planted error, then layers 2-4's residual convs), E2_PASSES passes (default 1); then E2_PATCH
+#     (default conv_wgmma_e2h.patch) applied to the tree, the extension built and its residual / packed / wgmma /
+#     with_signs CUDA tests (E2_TESTS=0: the A/B alone). Build the variants here first (~5 min, nvcc, no GPU):
+#       rm -rf benchmarks/kernels/build/ab
+#       bash benchmarks/kernels/ab.sh build e2add benchmarks/kernels/pending/conv_wgmma_e2add.patch
+#       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
+#     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
+#     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
+#   verify (no carry, ~270 s with the build): main's conv / packed / residual / weight-memo CUDA tests, the backend's
+#     CUDA-graph (reduce-overhead) and training tests, then ResNet-18 in CUDA graphs with its kernel profile and in
+#     the default mode.
+#   host (no carry, ~120 s after verify on a warm machine): benchmarks/host_time.py, weight_op_host.py on CUDA and
+#     examples/llm_decode.py's tokens/s.
+#   profile (carry ["benchmarks/kernels/build/main"], ~50 s): ncu with source counters of the wgmma conv at
+#     layer2's residual and sign-word convs and layer3's residual conv (kernels/ncu_lines.py joins them to lines).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -36,7 +41,18 @@ case "${1:-}" in
     chmod +x benchmarks/kernels/build/harness
     NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
+  e2)
+    # (the header says what and how)
+    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
+    chmod +x benchmarks/kernels/build/harness
+    OUT="$out" AB_TIMEOUT=100 bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/conv_wgmma_e2.sweep "${E2_PASSES:-1}" 2>&1 | tail -40
+    [ "${E2_TESTS:-1}" = 0 ] && exit 0  # E2_TESTS=0: the A/B alone
+    patch="benchmarks/kernels/pending/${E2_PATCH:-conv_wgmma_e2h.patch}"
+    git apply "$patch" 2>/dev/null || patch -p1 < "$patch" || exit 1
+    TESTS="cuda and (residual or packed or wgmma or with_signs)" OUT="$out" \
+      bash benchmarks/gpu_session.sh build tests 2>&1 | tail -12
+    cat "$out/failures.txt" 2>/dev/null | head -40 ;;
   *)
-    echo "usage: bash $0 verify|host|profile" >&2
+    echo "usage: bash $0 verify|host|profile|e2" >&2
     exit 2 ;;
 esac
