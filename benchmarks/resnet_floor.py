@@ -1,7 +1,7 @@
 """The HBM floor of bitcompile's kernels in examples/bnn_resnet.py's binary ResNet-18, and the speedup it bounds.
 
-    python benchmarks/resnet_floor.py                          # batch 256, 224x224, fp16, H100 and H200 bandwidths
-    python benchmarks/resnet_floor.py --float-us 3599 --shared-us 1593 --bandwidth 3.0
+    python benchmarks/resnet_floor.py       # batch 256, 224x224, fp16; an H100's bandwidths and profile
+    python benchmarks/resnet_floor.py --bandwidth 4.4 --float-us F --shared-us S    # an H200, with its profile's F, S
 
 What bitcompile's passes leave for its kernels (explain() of the compiled model): the 16 binary 3x3 convs, each
 reading its input as sign words (1 bit a channel) and writing
@@ -12,8 +12,9 @@ So the bytes are the residual stream's fp16 traffic plus the sign words; the bin
 run at 15.5 POPS (wgmma b1, DESIGN.md). The floor is max(bytes / bandwidth, ops / 15.5 POPS) a conv, summed.
 With the kernels of the float part both models share (--shared-us, from `bnn_resnet.py --profile`: the binary
 model's kernels a forward less bitcompile's binary_conv2d kernels) and the float model's (--float-us), the speedup
-bitcompile's kernels could give at their floor is float / (shared + floor). The defaults are the sixtieth session's
-H100 profile (RESULTS.md); pass an H200 profile's figures for the H200's bound.
+bitcompile's kernels could give at their floor is float / (shared + floor). The defaults are the sixty-second
+session's H100 profile (RESULTS.md) and the H100's HBM (3.0 TB/s reached, 3.35 peak); a bound for another GPU needs
+that GPU's bandwidth and profile.
 """
 
 import argparse
@@ -40,12 +41,12 @@ def main():
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--bandwidth", type=float, action="append",
-                   help="HBM TB/s (repeatable; default 3.0 and 3.35 for the H100, 4.4 and 4.8 for the H200)")
-    p.add_argument("--float-us", type=float, default=3599.0, help="the float model's kernels a forward (us)")
-    p.add_argument("--shared-us", type=float, default=1593.0,
+                   help="HBM TB/s (repeatable; default 3.0 and 3.35, the H100's; the H200's: 4.4 and 4.8)")
+    p.add_argument("--float-us", type=float, default=3607.0, help="the float model's kernels a forward (us)")
+    p.add_argument("--shared-us", type=float, default=1594.0,
                    help="the binary model's kernels a forward less bitcompile's (us)")
     args = p.parse_args()
-    bandwidths = args.bandwidth or [3.0, 3.35, 4.4, 4.8]
+    bandwidths = args.bandwidth or [3.0, 3.35]
 
     total_bytes = total_ops = 0.0
     floors_us = {tbs: 0.0 for tbs in bandwidths}
