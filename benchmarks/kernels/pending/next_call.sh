@@ -13,6 +13,9 @@
 #       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
 #     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
 #     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
+#     It starts with benchmarks/kernels/wgmma_halo_probe.cu (built there, ~15 s): whether the no-swizzle K-major
+#     b1 descriptor of the halo-tile design (NOTES, sixty-second session) reads shifted and overlapping core matrices
+#     as the design assumes; "probe passed" is the go for that design.
 #   verify (no carry, ~270 s with the build): main's conv / packed / residual / weight-memo CUDA tests, the backend's
 #     CUDA-graph (reduce-overhead) and training tests, then ResNet-18 in CUDA graphs with its kernel profile and in
 #     the default mode.
@@ -42,7 +45,9 @@ case "${1:-}" in
     NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
   e2)
-    # (the header says what and how)
+    # (the header says what and how); first the halo-tile descriptor probe (~15 s with its nvcc)
+    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc benchmarks/kernels/wgmma_halo_probe.cu \
+      -o /tmp/wgmma_halo_probe && /tmp/wgmma_halo_probe 2>&1 | tee "$out/probe.txt"
     gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
     chmod +x benchmarks/kernels/build/harness
     OUT="$out" AB_TIMEOUT=100 bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/conv_wgmma_e2.sweep "${E2_PASSES:-1}" 2>&1 | tail -40
