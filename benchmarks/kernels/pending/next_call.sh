@@ -46,8 +46,11 @@ case "${1:-}" in
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
   e2)
     # (the header says what and how); first the halo-tile descriptor probe (~15 s with its nvcc)
-    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -I csrc benchmarks/kernels/wgmma_halo_probe.cu \
-      -o /tmp/wgmma_halo_probe && /tmp/wgmma_halo_probe 2>&1 | tee "$out/probe.txt"
+    # (built here into build/main and carried where it is there; else built there)
+    probe=benchmarks/kernels/build/main/wgmma_halo_probe
+    [ -x "$probe" ] || { probe=/tmp/wgmma_halo_probe; nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
+      -I csrc benchmarks/kernels/wgmma_halo_probe.cu -o "$probe"; }
+    "$probe" 2>&1 | tee "$out/probe.txt"
     gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
     chmod +x benchmarks/kernels/build/harness
     OUT="$out" AB_TIMEOUT=100 bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/conv_wgmma_e2.sweep "${E2_PASSES:-1}" 2>&1 | tail -40
