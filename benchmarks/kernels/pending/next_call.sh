@@ -60,7 +60,19 @@ case "${1:-}" in
     TESTS="cuda and (residual or packed or wgmma or with_signs)" OUT="$out" \
       bash benchmarks/gpu_session.sh build tests 2>&1 | tail -12
     cat "$out/failures.txt" 2>/dev/null | head -40 ;;
+  first)
+    # the sixty-third session's first call (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"]):
+    # the probe, the halo-tile sign-word conv (build/ab/halo.gz) against main on pending/conv_wgmma_halo.sweep, then
+    # the e2 A/B alone (no tests)
+    probe=benchmarks/kernels/build/main/wgmma_halo_probe
+    "$probe" 2>&1 | tee "$out/probe.txt"
+    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
+    chmod +x benchmarks/kernels/build/harness
+    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/halo" bash benchmarks/kernels/ab.sh run \
+      benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -30
+    AB_ONLY="e2add e2h" AB_TIMEOUT=100 OUT="$out/e2" bash benchmarks/kernels/ab.sh run \
+      benchmarks/kernels/pending/conv_wgmma_e2.sweep 1 2>&1 | tail -30 ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2" >&2
+    echo "usage: bash $0 verify|host|profile|e2|first" >&2
     exit 2 ;;
 esac
