@@ -72,7 +72,19 @@ case "${1:-}" in
       benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -30
     AB_ONLY="e2add e2h" AB_TIMEOUT=100 OUT="$out/e2" bash benchmarks/kernels/ab.sh run \
       benchmarks/kernels/pending/conv_wgmma_e2.sweep 1 2>&1 | tail -30 ;;
+  all)
+    # `first`, then pending/conv_wgmma_e2h.patch applied (E2_PATCH), the extension built, the conv / residual /
+    # with_signs / packed CUDA tests (the halo-tile kernel's among them) and ResNet-18 in CUDA graphs with its profile
+    # (~450 s in all; same carry as `first`)
+    bash "$0" first
+    patch="benchmarks/kernels/pending/${E2_PATCH:-conv_wgmma_e2h.patch}"
+    git apply "$patch" || exit 1
+    TESTS="cuda and (conv or residual or with_signs or packed)" OUT="$out" \
+      bash benchmarks/gpu_session.sh build tests 2>&1 | tail -14
+    cat "$out/failures.txt" 2>/dev/null | head -60
+    timeout 150 python3 examples/bnn_resnet.py --mode reduce-overhead --profile --top 30 > "$out/bnn_graphs.txt" 2>&1
+    grep -E "images/s|us a forward|x$|exact|wgmma|halo|union" "$out/bnn_graphs.txt" | head -40 ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2|first" >&2
+    echo "usage: bash $0 verify|host|profile|e2|first|all" >&2
     exit 2 ;;
 esac
