@@ -860,11 +860,10 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   if (!wgmma_device(device)) return cudaErrorNotSupported;
-  if constexpr (std::is_same_v<OutT, SignWords>) {  // stride-1 sign-word convs: the halo-tile kernel where it applies
-    const cudaError_t halo = binary_conv2d_wgmma_halo(plus_bits, w_bits, shape, ep, reinterpret_cast<uint32_t*>(out),
-                                                      tap_table, device.sm_count, stream, weights_ready, table_ready);
-    if (halo != cudaErrorNotSupported) return halo;
-  }
+  // stride-1 convs: the halo-tile kernel where it applies
+  const cudaError_t halo = binary_conv2d_wgmma_halo(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
+                                                    device.sm_count, stream, weights_ready, table_ready);
+  if (halo != cudaErrorNotSupported) return halo;
   return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream,
                                     weights_ready, table_ready);
 }

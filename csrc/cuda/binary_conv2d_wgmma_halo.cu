@@ -1,7 +1,8 @@
-// The halo-tile binary conv on Hopper's warpgroup b1 tensor cores (binary_conv2d_wgmma_halo_kernel, sm_90a): sign-word
-// outputs of stride-1, dilation-1 convs whose channel words are a multiple of 4 (ResNet's conv1 of layers 2-4 at
-// stride 1), and its launch. Torch-free; the math is conv_common.cuh's (one plane, D_t, padding-exact), the dispatch
-// binary_conv2d_wgmma.cu's.
+// The halo-tile binary conv on Hopper's warpgroup b1 tensor cores (binary_conv2d_wgmma_halo_kernel, sm_90a) for
+// stride-1, dilation-1 convs whose channel words are a multiple of 4 (ResNet's 3x3 convs of layers 2-4 but the
+// first of layers 3 and 4), and its launch: sign words, or 16- / 32-bit channels_last outputs with OC even (a
+// residual, the sum's sign words). Torch-free; the math is conv_common.cuh's (one plane, D_t, padding-exact), the
+// dispatch binary_conv2d_wgmma.cu's (the gather kernel takes the other shapes).
 #include <algorithm>
 
 #include "conv_common.cuh"
@@ -31,8 +32,9 @@ namespace conv {
 //   halo copied by its 128 threads while this item's wgmmas and epilogue run (named barrier of the warpgroup).
 //   A 64-row block: ceil(G / 2) k256 steps (G = taps x chunks a tap) of m64n128k256 AND.POPC into 64 s32 registers,
 //   each with an m64n8k256 of the same A against all-ones rows (pa, the row popcounts; the last step of an odd G
-//   against ones on its first half only), in commit groups of up to 4 steps, then the sign-word epilogue of the
-//   gather kernel (binary_conv2d_wgmma.cu) from the registers.
+//   against ones on its first half only), in commit groups of up to 4 steps, then the epilogue from the registers:
+//   sign words as the gather kernel's (binary_conv2d_wgmma.cu), other outputs a column pair a thread (4- or 8-byte
+//   stores and residual loads; a quad's pairs are 16 or 32 contiguous bytes of a row).
 constexpr int kWhThreads = 256;
 constexpr int kWhBN = 128;
 constexpr int kWhBlocksPerSm = 2;
@@ -103,11 +105,13 @@ __device__ __forceinline__ void wh_steps(int (&acc)[kWhBN / 2], int (&pa)[4], ui
 }
 #endif
 
+template <typename OutT>
 __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmma_halo_kernel(
     const uint32_t* __restrict__ x_bits, const uint32_t* __restrict__ w_bits, const int* __restrict__ tap_table,
-    ConvShape shape, WhGeometry g, Epilogue ep, uint32_t* __restrict__ out_words, bool weights_ready) {
+    ConvShape shape, WhGeometry g, Epilogue ep, OutT* __restrict__ out, bool weights_ready) {
 #if BC_WGMMA_ENABLED
   constexpr int BN = kWhBN;
+  constexpr bool kSigns = std::is_same_v<OutT, SignWords>;
   extern __shared__ uint8_t wh_smem_raw[];
   uint8_t* const smem = wh_smem_raw + ((128 - (wh_shared_address(wh_smem_raw) & 127)) & 127);
   const int taps = static_cast<int>(shape.kernel_h * shape.kernel_w);
@@ -116,7 +120,8 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
   const uint32_t halo_base = b_base + static_cast<uint32_t>(layout.b_bytes);
   int* const tap_d = reinterpret_cast<int*>(smem + layout.tap_d);  // D_t of column c at [t * BN + c]
   int* const all_d = reinterpret_cast<int*>(smem + layout.all_d);
-  int2* const col_sign = reinterpret_cast<int2*>(smem + layout.col_sign);
+  int2* const col_sign = reinterpret_cast<int2*>(smem + layout.col_sign);      // sign words: (d, t) of column c
+  float2* const col_value = reinterpret_cast<float2*>(smem + layout.col_sign);  // else: (scale, bias) of column c
   uint64_t* const step_delta = reinterpret_cast<uint64_t*>(smem + layout.step);
   const uint32_t ones = b_base + static_cast<uint32_t>(layout.ones);
 
@@ -149,9 +154,14 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
   const bool has_scale = ep.scale != nullptr, has_bias = ep.bias != nullptr;
   if (tid < BN) {
     const int step = has_scale && ep.scale_count != 1 ? 1 : 0;
-    col_sign[tid] = tid < cols_valid ? sign_threshold(has_scale ? ep.scale[(n0 + tid) * step] : 1.f,
-                                                      has_bias ? ep.bias[n0 + tid] : 0.f)
-                                     : make_int2(0, 1);
+    const bool valid = tid < cols_valid;
+    const float scale = valid && has_scale ? ep.scale[(n0 + tid) * step] : 1.f;
+    const float bias = valid && has_bias ? ep.bias[n0 + tid] : 0.f;
+    if constexpr (kSigns) {
+      col_sign[tid] = valid ? sign_threshold(scale, bias) : make_int2(0, 1);
+    } else {
+      col_value[tid] = make_float2(scale, bias);
+    }
   }
   const int wp = g.padded_width;
   if (tid < g.steps) {  // step s: chunks 2s and 2s + 1 of the tap-major K order
@@ -280,6 +290,11 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
           acc[4 * i + 3] += w_bottom * v.y;
         }
       }
+      // v = acc + sum_t D_t of the column (conv_epilogue's integer). Sign words: d v - t >= 0 (sign_threshold). 16-
+      // and 32-bit outputs (channels_last, OC even): y = fma(v, scale, bias) (epilogue_value without a row factor, bit
+      // for bit), plus the residual's element after rounding y to OutT (eager's add), stored a column pair at a time;
+      // ep.out_signs: the stored values' sign bits. A word's bits: a quad's, OR-ed by two shuffles.
+      uint32_t* const sign_out = kSigns ? reinterpret_cast<uint32_t*>(out) : ep.out_signs;
 #pragma unroll
       for (int word = 0; word < BN / 32; ++word) {  // word of the block's columns: i = 4 word .. 4 word + 3
         uint32_t bits[2] = {0u, 0u};
@@ -289,22 +304,47 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
           const int c = 8 * i + 2 * quad;
           const int2 all = *reinterpret_cast<const int2*>(all_d + c);  // sum_t D_t
           const bool valid0 = c < cols_valid, valid1 = c + 1 < cols_valid;
-          const int4 sign = *reinterpret_cast<const int4*>(&col_sign[c]);  // (d, t) of c, c + 1
-          const int term0 = sign.x * all.x - sign.y, term1 = sign.z * all.y - sign.w;  // d (v + all) - t
+          if constexpr (kSigns) {
+            const int4 sign = *reinterpret_cast<const int4*>(&col_sign[c]);  // (d, t) of c, c + 1
+            const int term0 = sign.x * all.x - sign.y, term1 = sign.z * all.y - sign.w;  // d (v + all) - t
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int z0 = acc[4 * i + 2 * h] * sign.x + term0;
-            const int z1 = acc[4 * i + 2 * h + 1] * sign.z + term1;
-            bits[h] |= ((valid0 && z0 >= 0 ? 1u : 0u) | (valid1 && z1 >= 0 ? 2u : 0u)) << (8 * j + 2 * quad);
+            for (int h = 0; h < 2; ++h) {
+              const int z0 = acc[4 * i + 2 * h] * sign.x + term0;
+              const int z1 = acc[4 * i + 2 * h + 1] * sign.z + term1;
+              bits[h] |= ((valid0 && z0 >= 0 ? 1u : 0u) | (valid1 && z1 >= 0 ? 2u : 0u)) << (8 * j + 2 * quad);
+            }
+          } else {
+            using Pair = typename OutPair<OutT>::type;
+            const float4 cv = *reinterpret_cast<const float4*>(&col_value[c]);  // (scale, bias) of c, c + 1
+            const OutT* const residual = static_cast<const OutT*>(ep.residual);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (valid0 && row_valid[h]) {  // (OC even: c + 1 is valid too)
+                const int64_t at = pixel[h] * n_rows + n0 + c;
+                float y0 = __fmaf_rn(static_cast<float>(acc[4 * i + 2 * h] + all.x), cv.x, cv.y);
+                float y1 = __fmaf_rn(static_cast<float>(acc[4 * i + 2 * h + 1] + all.y), cv.z, cv.w);
+                if (residual != nullptr) {
+                  const Pair r = *reinterpret_cast<const Pair*>(residual + at);
+                  y0 = to_float(from_float<OutT>(y0)) + to_float(OutPair<OutT>::low(r));
+                  y1 = to_float(from_float<OutT>(y1)) + to_float(OutPair<OutT>::high(r));
+                }
+                const Pair o = OutPair<OutT>::make(y0, y1);
+                *reinterpret_cast<Pair*>(out + at) = o;
+                bits[h] |= ((to_float(OutPair<OutT>::low(o)) >= 0.f ? 1u : 0u) |
+                            (to_float(OutPair<OutT>::high(o)) >= 0.f ? 2u : 0u)) << (8 * j + 2 * quad);
+              }
+            }
           }
         }
+        if (sign_out != nullptr) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          uint32_t bits_word = bits[h];
-          bits_word |= __shfl_xor_sync(kFullMask, bits_word, 1);
-          bits_word |= __shfl_xor_sync(kFullMask, bits_word, 2);
-          if (quad == 0 && row_valid[h] && 32 * word < cols_valid) {
-            out_words[pixel[h] * words_per_pixel + (n0 >> 5) + word] = bits_word;
+          for (int h = 0; h < 2; ++h) {
+            uint32_t bits_word = bits[h];
+            bits_word |= __shfl_xor_sync(kFullMask, bits_word, 1);
+            bits_word |= __shfl_xor_sync(kFullMask, bits_word, 2);
+            if (quad == 0 && row_valid[h] && 32 * word < cols_valid) {
+              sign_out[pixel[h] * words_per_pixel + (n0 >> 5) + word] = bits_word;
+            }
           }
         }
       }
@@ -361,20 +401,26 @@ bool conv_wgmma_halo_geometry(const ConvShape& s, int sm_count, WhGeometry& g) {
   return layout.total <= static_cast<size_t>(kWhSmemPerSm / kWhBlocksPerSm - 1024);
 }
 
+template <typename OutT>
 cudaError_t binary_conv2d_wgmma_halo(const uint32_t* x_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                     const Epilogue& ep, uint32_t* out_words, int* tap_table, int sm_count,
-                                     cudaStream_t stream, bool weights_ready, bool table_ready) {
+                                     const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
+                                     int sm_count, cudaStream_t stream, bool weights_ready, bool table_ready) {
+  constexpr bool kSigns = std::is_same_v<OutT, SignWords>;
+  // 16- and 32-bit outputs a column pair at a time: channels_last, OC even, output and residual pair-aligned
+  const size_t pair_bytes = kSigns ? 1 : 2 * sizeof(OutT);
+  const bool pairs = kSigns || (out_channels_last && shape.out_channels % 2 == 0 &&
+                                reinterpret_cast<uintptr_t>(out) % pair_bytes == 0 &&
+                                reinterpret_cast<uintptr_t>(ep.residual) % pair_bytes == 0);
   WhGeometry g;
-  if (ep.row_factor != nullptr || ep.residual != nullptr || ep.out_signs != nullptr ||
-      !conv_wgmma_halo_geometry(shape, sm_count, g) || reinterpret_cast<uintptr_t>(x_bits) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
+  if (ep.row_factor != nullptr || !pairs || !conv_wgmma_halo_geometry(shape, sm_count, g) ||
+      reinterpret_cast<uintptr_t>(x_bits) % 16 != 0 || reinterpret_cast<uintptr_t>(w_bits) % 16 != 0) {
     return cudaErrorNotSupported;
   }
   if (tap_table == nullptr) return cudaErrorInvalidValue;
   const WhLayout layout(g, static_cast<int>(shape.kernel_h * shape.kernel_w));
+  auto kernel = binary_conv2d_wgmma_halo_kernel<OutT>;
   static unsigned long long smem_devices = 0;
-  cudaError_t error = allow_dynamic_smem(binary_conv2d_wgmma_halo_kernel, kWhMaxDynamicSmem, smem_devices,
-                                         /*max_shared_carveout=*/true);
+  cudaError_t error = allow_dynamic_smem(kernel, kWhMaxDynamicSmem, smem_devices, /*max_shared_carveout=*/true);
   if (error != cudaSuccess) return error;
   if (!table_ready) {  // the weight's D_t table first (its completion implies the launch before it complete)
     error = launch_conv_tap_table(w_bits, shape, tap_table, /*dependent=*/true, weights_ready, stream);
@@ -383,9 +429,18 @@ cudaError_t binary_conv2d_wgmma_halo(const uint32_t* x_bits, const uint32_t* w_b
   const int n_tiles = static_cast<int>(ceil_div(shape.out_channels, kWhBN));
   const ClusterLaunch launch(dim3(static_cast<unsigned>(n_tiles * g.blocks_per_tile)), kWhThreads, layout.total, 1,
                              stream, /*dependent=*/true);
-  return cudaLaunchKernelEx(&launch.config, binary_conv2d_wgmma_halo_kernel, x_bits, w_bits,
-                            static_cast<const int*>(tap_table), shape, g, ep, out_words, weights_ready);
+  return cudaLaunchKernelEx(&launch.config, kernel, x_bits, w_bits, static_cast<const int*>(tap_table), shape, g, ep,
+                            out, weights_ready);
 }
+
+#define BC_WGMMA_HALO(OutT)                                                                                           \
+  template cudaError_t binary_conv2d_wgmma_halo<OutT>(const uint32_t*, const uint32_t*, const ConvShape&,           \
+                                                      const Epilogue&, OutT*, bool, int*, int, cudaStream_t, bool, bool);
+BC_WGMMA_HALO(float)
+BC_WGMMA_HALO(__half)
+BC_WGMMA_HALO(__nv_bfloat16)
+BC_WGMMA_HALO(SignWords)
+#undef BC_WGMMA_HALO
 
 }  // namespace conv
 }  // namespace cuda
