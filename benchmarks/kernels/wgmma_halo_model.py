@@ -23,7 +23,7 @@ import numpy as np
 
 BN, BLOCKS_PER_SM, MAX_STEPS = 128, 2, 64
 SMEM_SHARE = 233472 // BLOCKS_PER_SM - 1024
-MUTATIONS = ["lbo_next_pixel", "no_half_ones", "halo_no_pad_shift", "row_wp_as_ow", "plane_no_slack"]
+MUTATIONS = ["no_swap", "lbo_next_pixel", "no_half_ones", "halo_no_pad_shift", "row_wp_as_ow", "plane_no_slack"]
 
 
 def ceil_div(a, b):
@@ -95,28 +95,34 @@ def emulate(s, sm_count, rng, mutation=None):
     out = np.full((b_, oh_n, ow_n, oc), np.iinfo(np.int64).min, dtype=np.int64)
     writes = np.zeros((b_, oh_n, ow_n, oc), dtype=np.int64)
     # the step table
-    step_first, step_lbo = [], []
+    step_first, step_lbo, step_swap = [], [], []
     for st in range(g["steps"]):
         def offset(ch):
             t, j = divmod(ch, q)
             i, jw = divmod(t, kw)
             return (j * g["plane_pixels"] + i * wp + jw) * 16
-        first = offset(2 * st)
-        if 2 * st + 1 < g["k_chunks"]:
-            lbo = offset(2 * st + 1) - first
-        else:
-            lbo = 16
+        swap = 2 * st + 1 < g["k_chunks"] and offset(2 * st + 1) < offset(2 * st)
+        if mutation == "no_swap":
+            swap = False
+        first = offset(2 * st + swap)
+        lbo = offset(2 * st + (not swap)) - first if 2 * st + 1 < g["k_chunks"] else 16
+        if not 0 <= lbo < 1 << 18:  # the descriptor's LBO field: 14 bits of LBO >> 4, unsigned
+            raise AssertionError(f"step {st}: LBO {lbo} does not fit the descriptor")
         if mutation == "lbo_next_pixel":
             lbo = 16
         step_first.append(first)
         step_lbo.append(lbo)
+        step_swap.append(swap)
     odd = g["k_chunks"] % 2 == 1
     for tile in range(g["n_tiles"]):
         n0 = tile * BN
         cols = min(BN, oc - n0)
         # B planes: plane p row n (zero past G and past the last column)
         b_planes = np.zeros((2 * g["steps"], BN, 2), dtype=np.uint64)
-        b_planes[: g["k_chunks"], :cols] = w_chunks[n0 : n0 + cols].transpose(1, 0, 2)
+        for p in range(2 * g["steps"]):
+            ch = p ^ 1 if step_swap[p // 2] else p
+            if ch < g["k_chunks"]:
+                b_planes[p, :cols] = w_chunks[n0 : n0 + cols, ch]
         for slot in range(g["blocks_per_tile"]):
             for wg in range(2):
                 for item in range(slot * 2 + wg, g["items"], 2 * g["blocks_per_tile"]):

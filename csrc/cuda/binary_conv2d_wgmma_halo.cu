@@ -78,9 +78,14 @@ struct WhLayout {
 __device__ __forceinline__ uint32_t wh_shared_address(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
-// Named barrier `id` (1..15) of `threads` threads (a multiple of 32): a warpgroup's own.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+// Warpgroup wg's own barrier (named barrier 1 + wg of its 128 threads), with an immediate id: a register id makes
+// ptxas reserve all 16 of the block's barriers.
+__device__ __forceinline__ void warpgroup_barrier(int wg) {
+  if (wg == 0) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
 }
 // No-swizzle K-major descriptor: start >> 4 in bits 0-13, LBO >> 4 in 16-29, SBO >> 4 in 32-45 (128: the next 8 rows).
 __device__ __forceinline__ uint64_t wh_descriptor(uint32_t start, uint32_t lbo) {
@@ -135,15 +140,28 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
   const int channel_words = 4 * g.chunks;
   const int reduction_words = 4 * g.k_chunks;
 
-  // B: weight row n0 + n's chunk p (words 4p..4p+3) at plane p, row n; planes past G and rows past the last zero.
+  // K chunk c (words 4c..4c+3 of a weight row: tap c / chunks, its 16-byte chunk c % chunks) in a halo buffer:
+  // bytes from its plane 0, row 0. Step s pairs chunks 2s and 2s + 1, in the order of their offsets: the descriptor's
+  // LBO field is unsigned (with 3 chunks a tap, chunk (t, 2) pairs with (t + 1, 0), a lower plane).
+  const int wp = g.padded_width;
+  const auto chunk_offset = [&](int c) {
+    const int t = c / g.chunks, j = c - t * g.chunks;
+    const int kh = t / static_cast<int>(shape.kernel_w), kw = t - kh * static_cast<int>(shape.kernel_w);
+    return static_cast<uint32_t>(j * g.plane_pixels + kh * wp + kw) * 16u;
+  };
+  const auto swapped = [&](int s) {  // step s takes chunk 2s + 1 first
+    return 2 * s + 1 < g.k_chunks && chunk_offset(2 * s + 1) < chunk_offset(2 * s);
+  };
+  // B: plane 2s + e, row n = weight row n0 + n's e-th chunk of step s; planes past G and rows past the last zero.
   // A thread takes consecutive chunks of one row (coalesced reads of the K-contiguous weight row).
   const auto load_b = [&] {
     const int planes = 2 * g.steps;
     for (int i = tid; i < planes * BN; i += kWhThreads) {
       const int n = i / planes, p = i - n * planes;
-      const bool fill = p < g.k_chunks && n < cols_valid;
+      const int c = swapped(p >> 1) ? p ^ 1 : p;
+      const bool fill = c < g.k_chunks && n < cols_valid;
       cp_async_shared<16>(b_base + (p * BN + n) * 16,
-                          fill ? w_bits + static_cast<int64_t>(n0 + n) * reduction_words + 4 * p : w_bits, fill);
+                          fill ? w_bits + static_cast<int64_t>(n0 + n) * reduction_words + 4 * c : w_bits, fill);
     }
   };
   if (weights_ready) load_b();  // the weights were complete before the launch before this one began
@@ -163,15 +181,10 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
       col_value[tid] = make_float2(scale, bias);
     }
   }
-  const int wp = g.padded_width;
-  if (tid < g.steps) {  // step s: chunks 2s and 2s + 1 of the tap-major K order
-    const auto chunk_offset = [&](int c) {  // bytes from the buffer's plane 0, row 0
-      const int t = c / g.chunks, j = c - t * g.chunks;
-      const int kh = t / static_cast<int>(shape.kernel_w), kw = t - kh * static_cast<int>(shape.kernel_w);
-      return static_cast<uint32_t>(j * g.plane_pixels + kh * wp + kw) * 16u;
-    };
-    const uint32_t first = chunk_offset(2 * tid);
-    const uint32_t lbo = 2 * tid + 1 < g.k_chunks ? chunk_offset(2 * tid + 1) - first : 16u;
+  if (tid < g.steps) {  // step s: chunks 2s and 2s + 1 of the tap-major K order, the lower offset first
+    const bool swap = swapped(tid);
+    const uint32_t first = chunk_offset(2 * tid + (swap ? 1 : 0));
+    const uint32_t lbo = 2 * tid + 1 < g.k_chunks ? chunk_offset(2 * tid + (swap ? 0 : 1)) - first : 16u;
     step_delta[tid] = static_cast<uint64_t>(first >> 4) | (static_cast<uint64_t>(lbo >> 4) << 16) |
                       (static_cast<uint64_t>(128 >> 4) << 32);
   }
@@ -229,7 +242,7 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
     issue_halo(item + stride, halo0 + (buffer ^ 1) * buffer_bytes);
     cp_async_wait<1>();  // this item's halo copies (the thread's own) have landed
     fence_proxy_async_shared();
-    named_barrier_sync(1 + wg, 128);  // ... and every thread's of the warpgroup
+    warpgroup_barrier(wg);  // ... and every thread's of the warpgroup
     const int image = item / g.groups_per_image;
     const int mb0 = (item - image * g.groups_per_image) * g.group;
     const int count = min(g.group, g.m_blocks - mb0);
@@ -349,7 +362,7 @@ __global__ __launch_bounds__(kWhThreads, kWhBlocksPerSm) void binary_conv2d_wgmm
         }
       }
     }
-    named_barrier_sync(1 + wg, 128);  // every wgmma of the warpgroup done with `current` before it is refilled
+    warpgroup_barrier(wg);  // every wgmma of the warpgroup done with `current` before it is refilled
     buffer ^= 1;
   }
   cp_async_wait<0>();
