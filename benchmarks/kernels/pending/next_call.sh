@@ -84,7 +84,19 @@ case "${1:-}" in
     cat "$out/failures.txt" 2>/dev/null | head -60
     timeout 150 python3 examples/bnn_resnet.py --mode reduce-overhead --profile --top 30 > "$out/bnn_graphs.txt" 2>&1
     grep -E "images/s|us a forward|x$|exact|wgmma|halo|union" "$out/bnn_graphs.txt" | head -40 ;;
+  halo)
+    # the halo-tile conv against main on pending/conv_wgmma_halo.sweep, then ncu (sections and source counters) of
+    # it at layer2's sign-word and residual convs; logs packed into one tarball (carry build/ab and build/main)
+    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
+    gunzip -c benchmarks/kernels/build/ab/halo.gz > /tmp/halo_harness
+    chmod +x benchmarks/kernels/build/harness /tmp/halo_harness
+    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
+      benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
+    grep -h -E "NO|error|refused" "$out"/ab/ab_raw/halo.1.txt | head -20
+    HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1' \
+      NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
+    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu && rm -rf "$out/ab" "$out/ncu" && mv /tmp/halo_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2|first|all" >&2
+    echo "usage: bash $0 verify|host|profile|e2|first|all|halo" >&2
     exit 2 ;;
 esac
