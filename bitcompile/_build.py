@@ -121,7 +121,6 @@ LIBRARIES = {
             "cuda/binary_conv2d_pipelined.cu",
             "cuda/binary_conv2d_halo.cu",
             "cuda/binary_conv2d_wgmma.cu",
-            "cuda/binary_conv2d_wgmma_halo.cu",
         ],
         "apot": ["cuda/apot_ops.cpp", "cuda/apot_kernels.cu", "cuda/apot_wgmma.cu"],
     },

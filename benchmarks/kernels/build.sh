@@ -12,7 +12,7 @@ mkdir -p "$build"
 define=""  # sm_90a code: the launchers may take their wgmma kernels (BITCOMPILE_SM90A, csrc/cuda/device_common.cuh)
 if [[ "$arch" == *90a* ]]; then define="-DBITCOMPILE_SM90A=1"; fi
 sources=(pack_signs binary_linear binary_linear_wgmma binary_weight_linear binary_weight_wgmma binary_weight_planes_wgmma binary_conv2d
-         binary_conv2d_pipelined binary_conv2d_halo binary_conv2d_wgmma binary_conv2d_wgmma_halo apot_kernels apot_wgmma)
+         binary_conv2d_pipelined binary_conv2d_halo binary_conv2d_wgmma apot_kernels apot_wgmma)
 # Objects are cached by content (OBJ_CACHE, default ~/.cache/bitcompile-harness): the key hashes the source, every
 # header under csrc and the flags, so an unchanged translation unit is not compiled again (on 2 cores a full build
 # takes minutes, a one-file change then seconds; the watchdog build and the normal one keep separate objects).

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Host model of binary_conv2d_wgmma_halo_kernel (csrc/cuda/binary_conv2d_wgmma_halo.cu), no GPU needed.
+"""Host model of binary_conv2d_wgmma_halo_kernel (csrc/cuda/binary_conv2d_wgmma_halo.cu of
+benchmarks/kernels/pending/conv_wgmma_halo.patch: correct on an H100, slower than the gather kernel, not on main's
+dispatch), no GPU needed.
 
 Emulates the kernel's index formulas on random shapes: conv_wgmma_halo_geometry (group, items, blocks a tile, plane
 pixels), the B planes (load_b), each warpgroup's items and its halo buffer (issue_halo: padded pixels from p0, zero

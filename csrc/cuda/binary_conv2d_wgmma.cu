@@ -860,10 +860,6 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
   const cudaError_t error = current_device_facts(device);
   if (error != cudaSuccess) return error;
   if (!wgmma_device(device)) return cudaErrorNotSupported;
-  // stride-1 convs: the halo-tile kernel where it applies
-  const cudaError_t halo = binary_conv2d_wgmma_halo(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table,
-                                                    device.sm_count, stream, weights_ready, table_ready);
-  if (halo != cudaErrorNotSupported) return halo;
   return binary_conv2d_wgmma_launch(plus_bits, w_bits, shape, ep, out, out_channels_last, tap_table, stream,
                                     weights_ready, table_ready);
 }

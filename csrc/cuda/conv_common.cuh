@@ -772,13 +772,6 @@ cudaError_t binary_conv2d_wgmma(const uint32_t* plus_bits, const uint32_t* w_bit
                                 const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
                                 cudaStream_t stream, bool weights_ready, bool table_ready);
 
-// The halo-tile wgmma kernel of stride-1 convs where it takes the shape (cudaErrorNotSupported elsewhere;
-// binary_conv2d_wgmma_halo.cu).
-template <typename OutT>
-cudaError_t binary_conv2d_wgmma_halo(const uint32_t* x_bits, const uint32_t* w_bits, const ConvShape& shape,
-                                     const Epilogue& ep, OutT* out, bool out_channels_last, int* tap_table,
-                                     int sm_count, cudaStream_t stream, bool weights_ready, bool table_ready);
-
 // Where the halo kernel runs, and its launch (binary_conv2d_halo.cu).
 template <typename OutT>
 bool conv_halo_takes(const ConvShape& s, const Epilogue& ep, bool out_channels_last);
