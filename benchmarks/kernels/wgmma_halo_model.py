@@ -41,6 +41,20 @@ def inside_taps(top, left, kh, kw, h, w):
     return inside
 
 
+def inside_closed(oh, ow, ph, pw, kh, kw, h, w):
+    """The kernel's closed form of the taps inside the image: kernel rows [lo_h, hi_h) x columns [lo_w, hi_w), the
+    column mask times tap_rows (bit kh kw of every kernel row) masked to the rows."""
+    tap_rows = sum(1 << (k * kw) for k in range(kh))
+    lo_h, hi_h = max(0, ph - oh), min(kh, ph + h - oh)
+    lo_w, hi_w = max(0, pw - ow), min(kw, pw + w - ow)
+    if hi_h <= lo_h or hi_w <= lo_w:
+        return 0
+    columns, rows = (1 << hi_w) - (1 << lo_w), (1 << (hi_h * kw)) - (1 << (lo_h * kw))
+    got = (columns * tap_rows & rows) & (2**64 - 1)
+    assert got == inside_taps(oh - ph, ow - pw, kh, kw, h, w)
+    return got
+
+
 def geometry(s, sm_count, mutation):
     taps, cw = s["kh"] * s["kw"], ceil_div(s["c"], 32)
     wp = s["w"] + 2 * s["pw"]
@@ -164,7 +178,7 @@ def emulate(s, sm_count, rng, mutation=None):
                                 oh, ow = divmod(m, ow_n)
                             if not (oh < oh_n and ow < ow_n):
                                 continue
-                            inside = inside_taps(oh - ph, ow - pw, kh, kw, h, w)
+                            inside = inside_closed(oh, ow, ph, pw, kh, kw, h, w)
                             left = ~inside & ((1 << taps) - 1) if pad_weight != 0 else 0
                             v = 4 * acc[rr, :cols] - 2 * pa[rr] + all_d[n0 : n0 + cols]
                             for t in range(taps):
