@@ -23,6 +23,12 @@
 #     examples/llm_decode.py's tokens/s.
 #   profile (carry ["benchmarks/kernels/build/main"], ~50 s): ncu with source counters of the wgmma conv at
 #     layer2's residual and sign-word convs and layer3's residual conv (kernels/ncu_lines.py joins them to lines).
+#   halo (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s; the sixty-fourth session's
+#     first call): pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz: `ab.sh build halo
+#     benchmarks/kernels/pending/conv_wgmma_halo.patch`, with no other variant in build/ab) against main's on
+#     pending/conv_wgmma_halo.sweep, then ncu with source counters of it at layer2's sign-word and residual rows;
+#     the logs come back as one tarball. (The sixty-third session ran e2, the probe and the patch's first form
+#     with its CUDA tests and ResNet-18 in one call; the probe passed.)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -60,30 +66,6 @@ case "${1:-}" in
     TESTS="cuda and (residual or packed or wgmma or with_signs)" OUT="$out" \
       bash benchmarks/gpu_session.sh build tests 2>&1 | tail -12
     cat "$out/failures.txt" 2>/dev/null | head -40 ;;
-  first)
-    # the sixty-third session's first call (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"]):
-    # the probe, the halo-tile sign-word conv (build/ab/halo.gz) against main on pending/conv_wgmma_halo.sweep, then
-    # the e2 A/B alone (no tests)
-    probe=benchmarks/kernels/build/main/wgmma_halo_probe
-    "$probe" 2>&1 | tee "$out/probe.txt"
-    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
-    chmod +x benchmarks/kernels/build/harness
-    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/halo" bash benchmarks/kernels/ab.sh run \
-      benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -30
-    AB_ONLY="e2add e2h" AB_TIMEOUT=100 OUT="$out/e2" bash benchmarks/kernels/ab.sh run \
-      benchmarks/kernels/pending/conv_wgmma_e2.sweep 1 2>&1 | tail -30 ;;
-  all)
-    # `first`, then pending/conv_wgmma_e2h.patch applied (E2_PATCH), the extension built, the conv / residual /
-    # with_signs / packed CUDA tests (the halo-tile kernel's among them) and ResNet-18 in CUDA graphs with its profile
-    # (~450 s in all; same carry as `first`)
-    bash "$0" first
-    patch="benchmarks/kernels/pending/${E2_PATCH:-conv_wgmma_e2h.patch}"
-    git apply "$patch" || exit 1
-    TESTS="cuda and (conv or residual or with_signs or packed)" OUT="$out" \
-      bash benchmarks/gpu_session.sh build tests 2>&1 | tail -14
-    cat "$out/failures.txt" 2>/dev/null | head -60
-    timeout 150 python3 examples/bnn_resnet.py --mode reduce-overhead --profile --top 30 > "$out/bnn_graphs.txt" 2>&1
-    grep -E "images/s|us a forward|x$|exact|wgmma|halo|union" "$out/bnn_graphs.txt" | head -40 ;;
   halo)
     # the halo-tile conv against main on pending/conv_wgmma_halo.sweep, then ncu (sections and source counters) of
     # it at layer2's sign-word and residual convs; logs packed into one tarball (carry build/ab and build/main)
@@ -97,6 +79,6 @@ case "${1:-}" in
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
     tar czf /tmp/halo_logs.tgz -C "$out" ab ncu && rm -rf "$out/ab" "$out/ncu" && mv /tmp/halo_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2|first|all|halo" >&2
+    echo "usage: bash $0 verify|host|profile|e2|halo" >&2
     exit 2 ;;
 esac
