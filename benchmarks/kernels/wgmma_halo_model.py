@@ -4,7 +4,7 @@ benchmarks/kernels/pending/conv_wgmma_halo.patch: correct on an H100, slower tha
 dispatch), no GPU needed.
 
 Emulates the kernel's index formulas on random shapes: conv_wgmma_halo_geometry (group, items, blocks a tile, plane
-pixels), the B planes (load_b), each warpgroup's items and its halo buffer (issue_halo: padded pixels from p0, zero
+pixels, the steps' chunk order), the (oh, ow) and halo (y, x) stepping by divmod(8 / 64 / 128, Wp), the B planes (load_b), each warpgroup's items and its halo buffer (issue_halo: padded pixels from p0, zero
 outside the image), the step table (chunk offsets and LBO), the wgmma operands read back through the no-swizzle
 K-major descriptors (row r of a 64-row block at start + (r / 8) SBO + (r % 8) 16, its second 128-bit half LBO bytes
 on; B row n at plane + 16 n, its second half one plane on), pa against the ones / half-ones operand, and the
@@ -65,7 +65,7 @@ def geometry(s, sm_count, mutation):
     m_blocks = ceil_div(rows, 64)
     n_tiles = ceil_div(s["oc"], BN)
     slots = 2 * sm_count * BLOCKS_PER_SM
-    group = 2 if s["b"] * ceil_div(m_blocks, 2) * n_tiles >= slots else 1
+    group = 2 if m_blocks >= 2 and s["b"] * ceil_div(m_blocks, 2) * n_tiles >= slots else 1
     groups_per_image = ceil_div(m_blocks, group)
     items = s["b"] * groups_per_image
     per_tile = max(1, sm_count * BLOCKS_PER_SM // n_tiles)
@@ -148,7 +148,14 @@ def emulate(s, sm_count, rng, mutation=None):
                     halo = np.zeros((q * g["plane_pixels"] + 64, 2), dtype=np.uint64)  # + rows past the buffer
                     for pix in range(g["plane_pixels"]):
                         p = p0 + pix
-                        y, xx = divmod(p, wp)
+                        # the kernel's stepping: thread pix % 128's first pixel by one division, + divmod(128, Wp)
+                        y, xx = divmod(p0 + pix % 128, wp)
+                        for _ in range(pix // 128):
+                            quot, rem = divmod(128, wp)
+                            y, xx = y + quot, xx + rem
+                            if xx >= wp:
+                                y, xx = y + 1, xx - wp
+                        assert (y, xx) == divmod(p, wp)
                         iy, ix = y - ph, xx - pw
                         if mutation == "halo_no_pad_shift":
                             iy, ix = y, xx
@@ -173,7 +180,16 @@ def emulate(s, sm_count, rng, mutation=None):
                             pa += popc(a0) + (0 if half else popc(a1))
                         for rr in range(64):
                             m = (mb0 + blk) * 64 + rr
-                            oh, ow = divmod(m, wp)
+                            # the kernel's stepping: the thread's first row by one division an item, + divmod(64,
+                            # Wp) a block, + divmod(8, Wp) for its second row, each with one carry
+                            hh = (rr // 8) % 2
+                            oh, ow = divmod(mb0 * 64 + rr - 8 * hh, wp)
+                            for step in [64] * blk + [8] * hh:
+                                quot, rem = divmod(step, wp)
+                                oh, ow = oh + quot, ow + rem
+                                if ow >= wp:
+                                    oh, ow = oh + 1, ow - wp
+                            assert (oh, ow) == divmod(m, wp)
                             if mutation == "row_wp_as_ow":
                                 oh, ow = divmod(m, ow_n)
                             if not (oh < oh_n and ow < ow_n):
