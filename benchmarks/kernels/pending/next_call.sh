@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The device calls of the sixty-second session (verify, profile and host ran on an H100; e2 did not: the session's
-# device time ran out in failed starts) and the one left for the sixty-third:
+# The device calls of the sixty-second and sixty-third sessions (all ran on H100s) and the one left for the
+# sixty-fourth (halo, below):
 #   e2 (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s for the A/B, ~300 s with the
 #     tests): the wgmma conv's E2 with the residual added in OutT pairs and the sign bits by nonnegative_bits
 #     (pending/conv_wgmma_e2add.patch), and the same with the row loop instantiated once a vector width
@@ -13,9 +13,6 @@
 #       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
 #     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
 #     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
-#     It starts with benchmarks/kernels/wgmma_halo_probe.cu (built there, ~15 s): whether the no-swizzle K-major
-#     b1 descriptor of the halo-tile design (NOTES, sixty-second session) reads shifted and overlapping core matrices
-#     as the design assumes; "probe passed" is the go for that design.
 #   verify (no carry, ~270 s with the build): main's conv / packed / residual / weight-memo CUDA tests, the backend's
 #     CUDA-graph (reduce-overhead) and training tests, then ResNet-18 in CUDA graphs with its kernel profile and in
 #     the default mode.
@@ -34,6 +31,10 @@ root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
 out="${OUT:-.out}"
 mkdir -p "$out"
+main_harness() {  # main's harness, carried gzipped in build/main (gpu_session.sh's ncu stage runs build/harness)
+  gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
+  chmod +x benchmarks/kernels/build/harness
+}
 case "${1:-}" in
   verify)
     TESTS="cuda and (conv or residual or with_signs or packed or bnn or memo or reduce_overhead or training_and_inference)" OUT="$out" \
@@ -46,19 +47,13 @@ case "${1:-}" in
     [ -f .device_built ] || { OUT="$out" bash benchmarks/gpu_session.sh build 2>&1 | tail -5 && touch .device_built; }
     OUT="$out" bash benchmarks/gpu_session.sh host decode 2>&1 | tail -40 ;;
   profile)
-    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
-    chmod +x benchmarks/kernels/build/harness
+    main_harness
     NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
   e2)
-    # (the header says what and how); first the halo-tile descriptor probe (~15 s with its nvcc)
-    # (built here into build/main and carried where it is there; else built there)
-    probe=benchmarks/kernels/build/main/wgmma_halo_probe
-    [ -x "$probe" ] || { probe=/tmp/wgmma_halo_probe; nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
-      -I csrc benchmarks/kernels/wgmma_halo_probe.cu -o "$probe"; }
-    "$probe" 2>&1 | tee "$out/probe.txt"
-    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
-    chmod +x benchmarks/kernels/build/harness
+    # (the header says what and how; the halo-tile descriptor probe it ran first passed in the sixty-third session:
+    # its header has its own nvcc line)
+    main_harness
     OUT="$out" AB_TIMEOUT=100 bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/conv_wgmma_e2.sweep "${E2_PASSES:-1}" 2>&1 | tail -40
     [ "${E2_TESTS:-1}" = 0 ] && exit 0  # E2_TESTS=0: the A/B alone
     patch="benchmarks/kernels/pending/${E2_PATCH:-conv_wgmma_e2h.patch}"
@@ -69,9 +64,9 @@ case "${1:-}" in
   halo)
     # the halo-tile conv against main on pending/conv_wgmma_halo.sweep, then ncu (sections and source counters) of
     # it at layer2's sign-word and residual convs; logs packed into one tarball (carry build/ab and build/main)
-    gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
+    main_harness
     gunzip -c benchmarks/kernels/build/ab/halo.gz > /tmp/halo_harness
-    chmod +x benchmarks/kernels/build/harness /tmp/halo_harness
+    chmod +x /tmp/halo_harness
     AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
       benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
     grep -h -E "NO|error|refused" "$out"/ab/ab_raw/halo.1.txt | head -20
