@@ -70,9 +70,12 @@ case "${1:-}" in
     AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
       benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
     grep -h -E "NO|error|refused" "$out"/ab/ab_raw/halo.1.txt | head -20
-    HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1' \
+    HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=64 c=256 h=14 oc=256 kernel=2 signs=1' \
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
-    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu && rm -rf "$out/ab" "$out/ncu" && mv /tmp/halo_logs.tgz "$out/" ;;
+    # main's gather kernel at the B = 64 row, where the halo-tile kernel lost most (sections only)
+    NCU_ROWS='conv b=64 c=256 h=14 oc=256 kernel=2 signs=1' NCU_KERNELS=wgmma OUT="$out/ncu_main" \
+      bash benchmarks/gpu_session.sh ncu 2>&1 | tail -25
+    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu ncu_main && rm -rf "$out/ab" "$out/ncu" "$out/ncu_main" && mv /tmp/halo_logs.tgz "$out/" ;;
   *)
     echo "usage: bash $0 verify|host|profile|e2|halo" >&2
     exit 2 ;;
