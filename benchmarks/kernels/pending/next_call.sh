@@ -67,15 +67,20 @@ case "${1:-}" in
     main_harness
     gunzip -c benchmarks/kernels/build/ab/halo.gz > /tmp/halo_harness
     chmod +x /tmp/halo_harness
-    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
+    gunzip -c benchmarks/kernels/build/ab/halost.gz > /tmp/halost_harness
+    chmod +x /tmp/halost_harness
+    AB_ONLY="halo halost" AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
       benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
-    grep -h -E "NO|error|refused" "$out"/ab/ab_raw/halo.1.txt | head -20
+    grep -H -E "NO|error|refused" "$out"/ab/ab_raw/halo*.1.txt | head -20
     HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=64 c=256 h=14 oc=256 kernel=2 signs=1' \
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
     # main's gather kernel at the B = 64 row, where the halo-tile kernel lost most (sections only)
     NCU_ROWS='conv b=64 c=256 h=14 oc=256 kernel=2 signs=1' NCU_KERNELS=wgmma OUT="$out/ncu_main" \
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -25
-    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu ncu_main && rm -rf "$out/ab" "$out/ncu" "$out/ncu_main" && mv /tmp/halo_logs.tgz "$out/" ;;
+    # the row-store epilogue (pending/conv_wgmma_halo_st.patch) at layer2's residual conv
+    HARNESS=/tmp/halost_harness NCU_ROWS='conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1' NCU_KERNELS=wgmma_halo \
+      NCU_SOURCE=1 OUT="$out/ncu_st" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -40
+    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu ncu_main ncu_st && rm -rf "$out/ab" "$out/ncu" "$out/ncu_main" "$out/ncu_st" && mv /tmp/halo_logs.tgz "$out/" ;;
   *)
     echo "usage: bash $0 verify|host|profile|e2|halo" >&2
     exit 2 ;;
