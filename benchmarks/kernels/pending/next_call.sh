@@ -13,7 +13,7 @@
 #       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
 #     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
 #     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
-#   verify (no carry, ~270 s with the build): main's conv / packed / residual / weight-memo CUDA tests, the backend's
+#   verify (no carry, ~270 s with the build; VERIFY_PATCH=pending/NAME.patch applies a pending patch first): main's conv / packed / residual / weight-memo CUDA tests, the backend's
 #     CUDA-graph (reduce-overhead) and training tests, then ResNet-18 in CUDA graphs with its kernel profile and in
 #     the default mode.
 #   host (no carry, ~120 s after verify on a warm machine): benchmarks/host_time.py, weight_op_host.py on CUDA and
@@ -37,6 +37,10 @@ main_harness() {  # main's harness, carried gzipped in build/main (gpu_session.s
 }
 case "${1:-}" in
   verify)
+    # VERIFY_PATCH=pending/NAME.patch: that patch applied to the tree first (its kernels built into the extension)
+    if [ -n "${VERIFY_PATCH:-}" ]; then
+      git apply "benchmarks/kernels/$VERIFY_PATCH" || exit 1
+    fi
     TESTS="cuda and (conv or residual or with_signs or packed or bnn or memo or reduce_overhead or training_and_inference)" OUT="$out" \
       bash benchmarks/gpu_session.sh build tests 2>&1 | tail -30
     touch .device_built
