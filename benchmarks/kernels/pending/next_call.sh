@@ -76,6 +76,7 @@ case "${1:-}" in
     AB_ONLY="halo halost" AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
       benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
     grep -H -E "NO|error|refused" "$out"/ab/ab_raw/halo*.1.txt | head -20
+    [ "${HALO_NCU:-1}" = 0 ] && { tar czf "$out/halo_logs.tgz" -C "$out" ab && rm -rf "$out/ab"; exit 0; }  # the A/B alone
     HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=64 c=256 h=14 oc=256 kernel=2 signs=1' \
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
     # main's gather kernel at the B = 64 row, where the halo-tile kernel lost most (sections only)
