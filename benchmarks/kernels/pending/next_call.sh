@@ -86,7 +86,23 @@ case "${1:-}" in
     HARNESS=/tmp/halost_harness NCU_ROWS='conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1' NCU_KERNELS=wgmma_halo \
       NCU_SOURCE=1 OUT="$out/ncu_st" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -40
     tar czf /tmp/halo_logs.tgz -C "$out" ab ncu ncu_main ncu_st && rm -rf "$out/ab" "$out/ncu" "$out/ncu_main" "$out/ncu_st" && mv /tmp/halo_logs.tgz "$out/" ;;
+  leads)
+    # (carry ["benchmarks/kernels/build/main"], ~90 s) the rows furthest from their targets that no session has
+    # profiled lately: conv B = 1 C = 256 14x14 (issue 11: 1.15x against 2x) and W1A16 M = 1 / 16 (issue 10: 4.6x / 2.6x
+    # in a rotating graph against 7x / 6x): main's harness timings, ncu sections of every kernel of each row's call
+    # (x planes, weight kernel, tap table, conv), and source counters of the conv
+    main_harness
+    printf '%s\n' 'conv b=1 c=256 h=14 oc=256' 'conv b=1 c=256 h=14 oc=256 kernel=1' 'conv b=1 c=256 h=14 oc=256 kernel=2' \
+      'w1a16 m=1 n=8192 k=8192 dtype=bf16' 'w1a16 m=16 n=8192 k=8192 dtype=bf16' 'w1a16 m=1 n=16384 k=16384 dtype=bf16' \
+      > /tmp/leads.sweep
+    mkdir -p "$out/leads"
+    benchmarks/kernels/build/harness --sweep /tmp/leads.sweep 2>&1 | tee "$out/leads/timings.txt"
+    NCU_ROWS=$'w1a16 m=1 n=8192 k=8192 dtype=bf16\nw1a16 m=16 n=8192 k=8192 dtype=bf16\nconv b=1 c=256 h=14 oc=256' \
+      NCU_COUNT=4 NCU_SKIP=2 OUT="$out/leads" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -60
+    NCU_ROWS='conv b=1 c=256 h=14 oc=256' NCU_KERNELS=conv2d NCU_SOURCE=1 OUT="$out/leads_src" \
+      bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
+    tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2|halo" >&2
+    echo "usage: bash $0 verify|host|profile|e2|halo|leads" >&2
     exit 2 ;;
 esac
