@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The device calls of the sixty-second and sixty-third sessions (all ran on H100s) and the one left for the
-# sixty-fourth (halo, below):
+# The device calls of the sixty-second to sixty-fourth sessions (all ran on H100s) and those left for the sixty-fifth
+# (leads and halo, below):
 #   e2 (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s for the A/B, ~300 s with the
 #     tests): the wgmma conv's E2 with the residual added in OutT pairs and the sign bits by nonnegative_bits
 #     (pending/conv_wgmma_e2add.patch), and the same with the row loop instantiated once a vector width
@@ -20,12 +20,13 @@
 #     examples/llm_decode.py's tokens/s.
 #   profile (carry ["benchmarks/kernels/build/main"], ~50 s): ncu with source counters of the wgmma conv at
 #     layer2's residual and sign-word convs and layer3's residual conv (kernels/ncu_lines.py joins them to lines).
-#   halo (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s; the sixty-fourth session's
-#     first call): pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz: `ab.sh build halo
+#   halo (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s; HALO_NCU=0 ~60 s):
+#     pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz: `ab.sh build halo
 #     benchmarks/kernels/pending/conv_wgmma_halo.patch`, with no other variant in build/ab) against main's on
-#     pending/conv_wgmma_halo.sweep, then ncu with source counters of it at layer2's sign-word and residual rows;
-#     the logs come back as one tarball. (The sixty-third session ran e2, the probe and the patch's first form
-#     with its CUDA tests and ResNet-18 in one call; the probe passed.)
+#     pending/conv_wgmma_halo.sweep (HALO_PASSES passes, default 1), then ncu with source counters of it at layer2's
+#     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
+#     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
+#   leads (carry ["benchmarks/kernels/build/main"], ~90 s): below.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -66,26 +67,19 @@ case "${1:-}" in
       bash benchmarks/gpu_session.sh build tests 2>&1 | tail -12
     cat "$out/failures.txt" 2>/dev/null | head -40 ;;
   halo)
-    # the halo-tile conv against main on pending/conv_wgmma_halo.sweep, then ncu (sections and source counters) of
-    # it at layer2's sign-word and residual convs; logs packed into one tarball (carry build/ab and build/main)
+    # pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz) against main on pending/conv_wgmma_halo.sweep, then
+    # ncu (sections and source counters) of it at layer2's sign-word and residual convs and layer3's residual conv;
+    # logs packed into one tarball (carry build/ab and build/main); HALO_NCU=0: the A/B alone
     main_harness
     gunzip -c benchmarks/kernels/build/ab/halo.gz > /tmp/halo_harness
     chmod +x /tmp/halo_harness
-    gunzip -c benchmarks/kernels/build/ab/halost.gz > /tmp/halost_harness
-    chmod +x /tmp/halost_harness
-    AB_ONLY="halo halost" AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
-      benchmarks/kernels/pending/conv_wgmma_halo.sweep 1 2>&1 | tail -45
-    grep -H -E "NO|error|refused" "$out"/ab/ab_raw/halo*.1.txt | head -20
-    [ "${HALO_NCU:-1}" = 0 ] && { tar czf "$out/halo_logs.tgz" -C "$out" ab && rm -rf "$out/ab"; exit 0; }  # the A/B alone
-    HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=64 c=256 h=14 oc=256 kernel=2 signs=1' \
+    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
+      benchmarks/kernels/pending/conv_wgmma_halo.sweep "${HALO_PASSES:-1}" 2>&1 | tail -45
+    grep -H -E "NO|error|refused" "$out"/ab/ab_raw/halo*.txt | head -20
+    [ "${HALO_NCU:-1}" = 0 ] && { tar czf "$out/halo_logs.tgz" -C "$out" ab && rm -rf "$out/ab"; exit 0; }
+    HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
-    # main's gather kernel at the B = 64 row, where the halo-tile kernel lost most (sections only)
-    NCU_ROWS='conv b=64 c=256 h=14 oc=256 kernel=2 signs=1' NCU_KERNELS=wgmma OUT="$out/ncu_main" \
-      bash benchmarks/gpu_session.sh ncu 2>&1 | tail -25
-    # the row-store epilogue (pending/conv_wgmma_halo_st.patch) at layer2's residual conv
-    HARNESS=/tmp/halost_harness NCU_ROWS='conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1' NCU_KERNELS=wgmma_halo \
-      NCU_SOURCE=1 OUT="$out/ncu_st" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -40
-    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu ncu_main ncu_st && rm -rf "$out/ab" "$out/ncu" "$out/ncu_main" "$out/ncu_st" && mv /tmp/halo_logs.tgz "$out/" ;;
+    tar czf /tmp/halo_logs.tgz -C "$out" ab ncu && rm -rf "$out/ab" "$out/ncu" && mv /tmp/halo_logs.tgz "$out/" ;;
   leads)
     # (carry ["benchmarks/kernels/build/main"], ~90 s) the rows furthest from their targets that no session has
     # profiled lately: conv B = 1 C = 256 14x14 (issue 11: 1.15x against 2x) and W1A16 M = 1 / 16 (issue 10: 4.6x / 2.6x
