@@ -13,9 +13,9 @@
 #       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
 #     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
 #     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
-#   verify (no carry, ~270 s with the build; VERIFY_PATCH=pending/NAME.patch applies a pending patch first): main's conv / packed / residual / weight-memo CUDA tests, the backend's
-#     CUDA-graph (reduce-overhead) and training tests, then ResNet-18 in CUDA graphs with its kernel profile and in
-#     the default mode.
+#   verify (no carry, ~270 s with the build; VERIFY_PATCH=pending/NAME.patch applies a pending patch first): main's
+#     conv / packed / residual / weight-memo CUDA tests, the backend's CUDA-graph (reduce-overhead) and training
+#     tests, then ResNet-18 in CUDA graphs with its kernel profile and in the default mode.
 #   host (no carry, ~120 s after verify on a warm machine): benchmarks/host_time.py, weight_op_host.py on CUDA and
 #     examples/llm_decode.py's tokens/s.
 #   profile (carry ["benchmarks/kernels/build/main"], ~50 s): ncu with source counters of the wgmma conv at
