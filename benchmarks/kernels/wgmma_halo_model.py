@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Host model of binary_conv2d_wgmma_halo_kernel (csrc/cuda/binary_conv2d_wgmma_halo.cu of
-benchmarks/kernels/pending/conv_wgmma_halo.patch: correct on an H100, slower than the gather kernel, not on main's
-dispatch), no GPU needed.
+benchmarks/kernels/pending/conv_wgmma_halo.patch: correct on an H100, faster than the gather kernel at 28x28 only,
+not on main's dispatch), no GPU needed.
 
 Emulates the kernel's index formulas on random shapes: conv_wgmma_halo_geometry (group, items, blocks a tile, plane
-pixels, the steps' chunk order), the (oh, ow) and halo (y, x) stepping by divmod(8 / 64 / 128, Wp), the B planes (load_b), each warpgroup's items and its halo buffer (issue_halo: padded pixels from p0, zero
-outside the image), the step table (chunk offsets and LBO), the wgmma operands read back through the no-swizzle
-K-major descriptors (row r of a 64-row block at start + (r / 8) SBO + (r % 8) 16, its second 128-bit half LBO bytes
-on; B row n at plane + 16 n, its second half one plane on), pa against the ones / half-ones operand, and the
-epilogue's integer (4 acc - 2 pa + sum_t D_t - (1 + pad) sum_padded D_t) with the rows' validity and output pixel.
-Every output's integer dot is compared with a direct convolution (pad values, kernel sizes, channel tails, stray
-weight bits past the channels), and every output must be written exactly once. The descriptor semantics are the ones
-benchmarks/kernels/wgmma_halo_probe.cu checks on the GPU.
+pixels, the steps' chunk order), the (oh, ow) and halo (y, x) stepping by divmod(8 / 64 / 128, Wp), the B planes
+(load_b), each warpgroup's items and its halo buffer (issue_halo: padded pixels from p0, zero outside the image), the
+step table (chunk offsets and LBO), the wgmma operands read back through the no-swizzle K-major descriptors (row r of
+a 64-row block at start + (r / 8) SBO + (r % 8) 16, its second 128-bit half LBO bytes on; B row n at plane + 16 n, its
+second half one plane on), pa against the ones / half-ones operand, and the epilogue's integer (4 acc - 2 pa + sum_t
+D_t - (1 + pad) sum_padded D_t) with the rows' validity and output pixel. Every output's integer dot is compared with
+a direct convolution (pad values, kernel sizes, channel tails, stray weight bits past the channels), and every output
+must be written exactly once. The descriptor semantics are the ones benchmarks/kernels/wgmma_halo_probe.cu checks on
+the GPU. Not modelled: the 16-bit outputs' shared-memory tile (residual copy, values, one bulk store a row), whose
+rows step as the epilogue's do; the harness check rows of pending/conv_wgmma_halo.sweep cover it on the GPU.
 
     python benchmarks/kernels/wgmma_halo_model.py [--shapes N] [--seed S] [--mutation NAME]
 
