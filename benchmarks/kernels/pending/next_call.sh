@@ -1,18 +1,5 @@
 #!/usr/bin/env bash
-# The device calls of the sixty-second to sixty-fourth sessions (all ran on H100s) and those left for the sixty-fifth
-# (leads and halo, below):
-#   e2 (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s for the A/B, ~300 s with the
-#     tests): the wgmma conv's E2 with the residual added in OutT pairs and the sign bits by nonnegative_bits
-#     (pending/conv_wgmma_e2add.patch), and the same with the row loop instantiated once a vector width
-#     (pending/conv_wgmma_e2h.patch), against main on pending/conv_wgmma_e2.sweep (checks at every output type and
-#     vector width, a planted error, then layers 2-4's residual convs), E2_PASSES passes (default 1); then E2_PATCH
-#     (default conv_wgmma_e2h.patch) applied to the tree, the extension built and its residual / packed / wgmma /
-#     with_signs CUDA tests (E2_TESTS=0: the A/B alone). Build the variants here first (~5 min, nvcc, no GPU):
-#       rm -rf benchmarks/kernels/build/ab
-#       bash benchmarks/kernels/ab.sh build e2add benchmarks/kernels/pending/conv_wgmma_e2add.patch
-#       bash benchmarks/kernels/ab.sh build e2h benchmarks/kernels/pending/conv_wgmma_e2h.patch
-#     and main's harness into build/main/harness.gz if main's kernels changed (`bash benchmarks/kernels/build.sh`,
-#     then `gzip -c benchmarks/kernels/build/harness > benchmarks/kernels/build/main/harness.gz`).
+# The device calls of the sixty-second to sixty-fifth sessions (all ran on H100s):
 #   verify (no carry, ~270 s with the build; VERIFY_PATCH=pending/NAME.patch applies a pending patch first): main's
 #     conv / packed / residual / weight-memo CUDA tests, the backend's CUDA-graph (reduce-overhead) and training
 #     tests, then ResNet-18 in CUDA graphs with its kernel profile and in the default mode.
@@ -26,7 +13,7 @@
 #     pending/conv_wgmma_halo.sweep (HALO_PASSES passes, default 1), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~90 s): below.
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), rule (~260 s): below.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -55,17 +42,6 @@ case "${1:-}" in
     main_harness
     NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
-  e2)
-    # (the header says what and how; the halo-tile descriptor probe it ran first passed in the sixty-third session:
-    # its header has its own nvcc line)
-    main_harness
-    OUT="$out" AB_TIMEOUT=100 bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/conv_wgmma_e2.sweep "${E2_PASSES:-1}" 2>&1 | tail -40
-    [ "${E2_TESTS:-1}" = 0 ] && exit 0  # E2_TESTS=0: the A/B alone
-    patch="benchmarks/kernels/pending/${E2_PATCH:-conv_wgmma_e2h.patch}"
-    git apply "$patch" 2>/dev/null || patch -p1 < "$patch" || exit 1
-    TESTS="cuda and (residual or packed or wgmma or with_signs)" OUT="$out" \
-      bash benchmarks/gpu_session.sh build tests 2>&1 | tail -12
-    cat "$out/failures.txt" 2>/dev/null | head -40 ;;
   halo)
     # pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz) against main on pending/conv_wgmma_halo.sweep, then
     # ncu (sections and source counters) of it at layer2's sign-word and residual convs and layer3's residual conv;
@@ -96,7 +72,19 @@ case "${1:-}" in
     NCU_ROWS='conv b=1 c=256 h=14 oc=256' NCU_KERNELS=conv2d NCU_SOURCE=1 OUT="$out/leads_src" \
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
     tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
+  rule)
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~260 s with two variants) main against
+    # every variant in build/ab (the sixty-fifth session: halo = pending/conv_wgmma_halo.patch and it plus the since
+    # deleted e2add patch) on the halo sweep and its shape-rule sweep, one pass each; raw rows in one tarball
+    main_harness
+    for sweep in conv_wgmma_halo conv_wgmma_halo_rule; do
+      echo "=== $sweep"
+      AB_TIMEOUT=150 OUT="$out/$sweep" bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/$sweep.sweep 1 2>&1 | tail -45
+      grep -H -E " NO |error|refused" "$out/$sweep"/ab_raw/*.txt | head -10
+    done
+    tar czf /tmp/rule_logs.tgz -C "$out" conv_wgmma_halo conv_wgmma_halo_rule && \
+      rm -rf "$out"/conv_wgmma_halo* && mv /tmp/rule_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|e2|halo|leads" >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|rule" >&2
     exit 2 ;;
 esac
