@@ -182,7 +182,7 @@ struct WeightLinearTuning {
                    //   specialized) wgmma kernel (cudaErrorNotSupported where it does not apply, as for fp32 x; kernel
                    //   0 takes it from M = 17); 2, the all-threads wgmma kernel, was deleted (cudaErrorInvalidValue);
                    //   4 x as bit planes on the b1 wgmma (binary_weight_planes_wgmma.cu; kernel 0 takes it up to M = 32
-                   //   where it applies): rows_per_pass 1, 2, 4, 8, 16, slabs 1 or 2, slices
+                   //   where it applies): rows_per_pass 1, 2, 4, 8, 16, slabs 1 or 2 (not 2 at 16 rows), slices
   int slabs = 0;       // wgmma kernel: 64-feature slabs a warpgroup (two warpgroups), features a block = 128 * slabs;
                        //   tiles (rows, slabs) (32,1) (32,2) (64,1) (64,2) (128,1) (128,2) (192,1) (256,1); others:
                        //   cudaErrorInvalidValue
