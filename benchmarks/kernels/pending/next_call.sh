@@ -13,7 +13,7 @@
 #     pending/conv_wgmma_halo.sweep (HALO_PASSES passes, default 1), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), rule (~260 s): below.
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), rule (~260 s), ko (~40 s, built, never run): below.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -84,7 +84,20 @@ case "${1:-}" in
     done
     tar czf /tmp/rule_logs.tgz -C "$out" conv_wgmma_halo conv_wgmma_halo_rule && \
       rm -rf "$out"/conv_wgmma_halo* && mv /tmp/rule_logs.tgz "$out/" ;;
+  ko)
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~40 s; build/ab/ko.gz first:
+    # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
+    # kernel's stages without their plane rows (BC_KO=1) or without W (2) against the whole stages (0) and main,
+    # two passes: graph us only (the knocked-out rows fail their checks on purpose)
+    main_harness
+    gunzip -c benchmarks/kernels/build/ab/ko.gz > /tmp/ko_harness && chmod +x /tmp/ko_harness
+    sweep=benchmarks/kernels/pending/planes_wgmma_ko.sweep
+    row() { awk '{for (i = 1; i <= NF; i++) if ($i == "yes" || $i == "NO") print $2, $3, $4, $i, $(i + 2)}'; }
+    for pass in 1 2; do
+      echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
+      for ko in 0 1 2; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
+    done ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|rule" >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|rule|ko" >&2
     exit 2 ;;
 esac
