@@ -10,10 +10,12 @@
 #   halo (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~120 s; HALO_NCU=0 ~60 s):
 #     pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz: `ab.sh build halo
 #     benchmarks/kernels/pending/conv_wgmma_halo.patch`, with no other variant in build/ab) against main's on
-#     pending/conv_wgmma_halo.sweep (HALO_PASSES passes, default 1), then ncu with source counters of it at layer2's
+#     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), rule (~260 s), ko (~40 s, built, never run): below.
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~40 s, built, never run): below. (The sixty-fifth
+#     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
+#     also timed halo + e2add, a variant since deleted.)
 set -uo pipefail
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
 cd "$root"
@@ -43,21 +45,25 @@ case "${1:-}" in
     NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma NCU_SOURCE=1 OUT="$out" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -120 ;;
   halo)
-    # pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz) against main on pending/conv_wgmma_halo.sweep, then
-    # ncu (sections and source counters) of it at layer2's sign-word and residual convs and layer3's residual conv;
-    # logs packed into one tarball (carry build/ab and build/main); HALO_NCU=0: the A/B alone
+    # pending/conv_wgmma_halo.patch's harness (build/ab/halo.gz) against main on each sweep of HALO_SWEEPS (default
+    # conv_wgmma_halo; the sixty-fifth session added conv_wgmma_halo_rule: the shape rule's rows), HALO_PASSES passes
+    # each (default 1), then ncu (sections and source counters) of it at layer2's sign-word and residual convs and
+    # layer3's residual conv; logs packed into one tarball (carry build/ab and build/main); HALO_NCU=0: the A/B alone
     main_harness
     gunzip -c benchmarks/kernels/build/ab/halo.gz > /tmp/halo_harness
     chmod +x /tmp/halo_harness
-    AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab" bash benchmarks/kernels/ab.sh run \
-      benchmarks/kernels/pending/conv_wgmma_halo.sweep "${HALO_PASSES:-1}" 2>&1 | tail -45
-    grep -H -E "NO|error|refused" "$out"/ab/ab_raw/halo*.txt | head -20
+    for sweep in ${HALO_SWEEPS:-conv_wgmma_halo}; do
+      echo "=== $sweep"
+      AB_ONLY=halo AB_TIMEOUT=150 OUT="$out/ab/$sweep" bash benchmarks/kernels/ab.sh run \
+        "benchmarks/kernels/pending/$sweep.sweep" "${HALO_PASSES:-1}" 2>&1 | tail -45
+      grep -H -E "NO|error|refused" "$out/ab/$sweep"/ab_raw/halo*.txt | head -20
+    done
     [ "${HALO_NCU:-1}" = 0 ] && { tar czf "$out/halo_logs.tgz" -C "$out" ab && rm -rf "$out/ab"; exit 0; }
     HARNESS=/tmp/halo_harness NCU_ROWS=$'conv b=256 c=128 h=28 oc=128 kernel=2 signs=1\nconv b=256 c=128 h=28 oc=128 kernel=2 res=1 sumw=1\nconv b=256 c=256 h=14 oc=256 kernel=2 res=1 sumw=1' \
       NCU_KERNELS=wgmma_halo NCU_SOURCE=1 OUT="$out/ncu" bash benchmarks/gpu_session.sh ncu 2>&1 | tail -90
     tar czf /tmp/halo_logs.tgz -C "$out" ab ncu && rm -rf "$out/ab" "$out/ncu" && mv /tmp/halo_logs.tgz "$out/" ;;
   leads)
-    # (carry ["benchmarks/kernels/build/main"], ~90 s) the rows furthest from their targets that no session has
+    # (carry ["benchmarks/kernels/build/main"], ~25 s) the rows furthest from their targets that no session has
     # profiled lately: conv B = 1 C = 256 14x14 (issue 11: 1.15x against 2x) and W1A16 M = 1 / 16 (issue 10: 4.6x / 2.6x
     # in a rotating graph against 7x / 6x): main's harness timings, ncu sections of every kernel of each row's call
     # (x planes, weight kernel, tap table, conv), and source counters of the conv
@@ -72,18 +78,6 @@ case "${1:-}" in
     NCU_ROWS='conv b=1 c=256 h=14 oc=256' NCU_KERNELS=conv2d NCU_SOURCE=1 OUT="$out/leads_src" \
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
     tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
-  rule)
-    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~260 s with two variants) main against
-    # every variant in build/ab (the sixty-fifth session: halo = pending/conv_wgmma_halo.patch and it plus the since
-    # deleted e2add patch) on the halo sweep and its shape-rule sweep, one pass each; raw rows in one tarball
-    main_harness
-    for sweep in conv_wgmma_halo conv_wgmma_halo_rule; do
-      echo "=== $sweep"
-      AB_TIMEOUT=150 OUT="$out/$sweep" bash benchmarks/kernels/ab.sh run benchmarks/kernels/pending/$sweep.sweep 1 2>&1 | tail -45
-      grep -H -E " NO |error|refused" "$out/$sweep"/ab_raw/*.txt | head -10
-    done
-    tar czf /tmp/rule_logs.tgz -C "$out" conv_wgmma_halo conv_wgmma_halo_rule && \
-      rm -rf "$out"/conv_wgmma_halo* && mv /tmp/rule_logs.tgz "$out/" ;;
   ko)
     # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~40 s; build/ab/ko.gz first:
     # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
@@ -98,6 +92,6 @@ case "${1:-}" in
       for ko in 0 1 2; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|rule|ko" >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|ko" >&2
     exit 2 ;;
 esac
