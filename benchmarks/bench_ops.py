@@ -3,6 +3,7 @@
     python benchmarks/bench_ops.py            # every row this machine can run, plus the M sweep on GPU
     python benchmarks/bench_ops.py --quick    # fewer repetitions (a smoke run)
     python benchmarks/bench_ops.py --sweep-only --sweep-device cpu   # the M sweep on the CPU (fp32, 4096^2)
+    python benchmarks/bench_ops.py --only W1A16 --no-sweep --peers   # a row, then the peers (benchmarks/peers.py)
 
 Baselines (DESIGN.md "Benchmarks"): cuBLAS through F.linear in bf16, cuDNN through F.conv2d in
 fp16 channels_last, fp32 F.linear / F.conv2d on CPU. GPU times are triton.testing.do_bench
@@ -259,7 +260,11 @@ def main() -> None:
     parser.add_argument("--shape", default=None, help="N,K of the M sweep (default 8192,8192; the plot is "
                         "written for 8192,8192 only)")
     parser.add_argument("--only", default="", help="only the rows whose label contains this text (e.g. binary_conv2d)")
+    parser.add_argument("--peers", action="store_true", help="then W1A16 against gemlite and humming-kernels where "
+                        "they import (benchmarks/peers.py: the same tables as running it)")
     args = parser.parse_args()
+    if args.peers and not torch.cuda.is_available():
+        parser.error("--peers: no CUDA device (benchmarks/peers.py --dry-run checks the peers without one)")
 
     header = f"## {environment()}"
     print(header)
@@ -305,6 +310,10 @@ def main() -> None:
                 print(f"plot: {HERE / 'speedup_vs_m.png'}")
             except ImportError:
                 print("matplotlib not installed: no plot")
+    if args.peers:
+        import peers  # beside this file; it imports this module's timers
+
+        peers.run(args.quick, args.results)
 
 
 if __name__ == "__main__":

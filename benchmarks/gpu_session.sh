@@ -17,6 +17,8 @@
 #               benchmarks/weight_op_host.py (the weight ops' host time against their kernel ops')
 #     decode    examples/llm_decode.py dim 4096, 4 layers, CUDA graphs: tokens/s, then each model's kernels a token
 #     cpu       benchmarks/cpu_threads.py: the host CPU's kernels against fp32 at 1, 2, 4, ... threads
+#     peers     benchmarks/peers.py: W1A16 against gemlite and humming-kernels, from .whl (carry [".whl"]; NOTES.md
+#               "Peers" says how it is made)
 # Logs go under $OUT (the device tool brings them back), or ./.out here.
 set -o pipefail
 OUT=${OUT:-.out}
@@ -111,6 +113,18 @@ for stage in "$@"; do
         cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list 2>/dev/null | sed 's/^/cpu0 siblings: /'; } 2>&1 |
         tee "$OUT/cpu_topology.txt"
       timeout 300 python3 benchmarks/cpu_threads.py 2>&1 | tee "$OUT/cpu_threads.txt" || status=1 ;;
+    peers)
+      stamp peers
+      wheels="$here/../.whl"
+      if ls "$wheels"/*.whl > /dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/peers_site \
+          "$wheels"/*.whl > "$OUT/peers_install.log" 2>&1 || { tail -5 "$OUT/peers_install.log"; status=1; }
+        PYTHONPATH="/tmp/peers_site:$wheels/gemlite_src:${PYTHONPATH:-}" timeout 300 python3 benchmarks/peers.py \
+          --results "$OUT/RESULTS.md" > "$OUT/peers.log" 2>&1 || status=1
+        grep -E "^\| |not run" "$OUT/peers.log" | head -20
+      else
+        echo "no wheels in .whl: carry it (NOTES.md \"Peers\")"; status=1
+      fi ;;
     *) echo "unknown stage $stage"; exit 2 ;;
   esac
 done

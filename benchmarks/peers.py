@@ -7,6 +7,7 @@ gemlite's source, benchmarks/NOTES.md "Peers" says how it is made):
       && export PYTHONPATH=/tmp/site:$PWD/.whl/gemlite_src:$PYTHONPATH \
       && TORCH_EXTENSIONS_DIR=/tmp/bitcompile_extensions python3 benchmarks/peers.py --results $OUT/RESULTS.md
     python benchmarks/peers.py --dry-run     # no GPU needed: builds the inputs, checks imports, prints the plan
+    python benchmarks/bench_ops.py --peers    # the same tables after bench_ops' own rows, in its process
 
 All methods multiply the same fp16 x by the same weight sign(w) * alpha (alpha = mean|w| per row, fp16):
   fp16        F.linear on that weight as dense fp16 (cuBLAS): the baseline, and the reference of the errors
@@ -222,17 +223,9 @@ def dry_run(skip) -> None:
         print(f"humming uint1 schema: {schema.b_dtype}, tensors {attrs}: matches the builder")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--dry-run", action="store_true", help="no GPU: build the inputs, check imports, print the plan")
-    parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the tables are appended to")
-    args = parser.parse_args()
-
+def run(quick: bool, results: str) -> str:
+    """Time every method at every shape on the GPU; print the tables, append them to `results`, return them."""
     skip, versions = import_peers()
-    if args.dry_run or not torch.cuda.is_available():
-        dry_run(skip)
-        return
     try:
         ops.load_kernels("cuda")
     except Exception as error:
@@ -240,7 +233,7 @@ def main() -> None:
     rows = []
     for m, n in SHAPES:
         print(f"M={m} N=K={n}", flush=True)
-        rows.append(((m, n), run_shape(make_problem(m, n, "cuda"), skip, args.quick)))
+        rows.append(((m, n), run_shape(make_problem(m, n, "cuda"), skip, quick)))
     import triton
 
     peers = ", ".join(f"{name} {v}" for name, v in versions.items()) or "no peers imported"
@@ -249,8 +242,21 @@ def main() -> None:
               f"bitcompile {bitcompile.__version__}, {peers}")
     text = f"{header}\n\n{tables(rows)}\n"
     print(text)
-    with open(args.results, "a") as out:
+    with open(results, "a") as out:
         out.write("\n" + text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: build the inputs, check imports, print the plan")
+    parser.add_argument("--results", default=str(HERE / "RESULTS.md"), help="file the tables are appended to")
+    args = parser.parse_args()
+    if args.dry_run or not torch.cuda.is_available():
+        dry_run(import_peers()[0])
+    else:
+        run(args.quick, args.results)
 
 
 if __name__ == "__main__":
