@@ -81,15 +81,16 @@ case "${1:-}" in
   ko)
     # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~40 s; build/ab/ko.gz first:
     # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
-    # kernel's stages without their plane rows (BC_KO=1) or without W (2) against the whole stages (0) and main,
-    # two passes: graph us only (the knocked-out rows fail their checks on purpose)
+    # kernel's stages without their plane rows (BC_KO=1), without W (2), without either (3), the consumers without
+    # their wgmmas (4), neither loads nor wgmmas (5), against the whole stages (0) and main, two passes: graph us only
+    # (the knocked-out rows fail their checks on purpose)
     main_harness
     gunzip -c benchmarks/kernels/build/ab/ko.gz > /tmp/ko_harness && chmod +x /tmp/ko_harness
     sweep=benchmarks/kernels/pending/planes_wgmma_ko.sweep
     row() { awk '{for (i = 1; i <= NF; i++) if ($i == "yes" || $i == "NO") print $2, $3, $4, $i, $(i + 2)}'; }
     for pass in 1 2; do
       echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
-      for ko in 0 1 2; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
+      for ko in 0 1 2 3 4 5; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
   *)
     echo "usage: bash $0 verify|host|profile|halo|leads|ko" >&2
