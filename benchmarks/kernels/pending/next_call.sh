@@ -13,7 +13,8 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~40 s, built, never run): below. (The sixty-fifth
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~60 s; knockouts 0-2 ran in the sixty-sixth session,
+#     3-5 not yet): below. (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
 #     also timed halo + e2add, a variant since deleted.)
 set -uo pipefail
