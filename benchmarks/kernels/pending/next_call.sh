@@ -91,7 +91,7 @@ case "${1:-}" in
     row() { awk '{for (i = 1; i <= NF; i++) if ($i == "yes" || $i == "NO") print $2, $3, $4, $i, $(i + 2)}'; }
     for pass in 1 2; do
       echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
-      for ko in 0 1 2 3 4 5; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
+      for ko in 0 1 2 3 4 5 6 7; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
   *)
     echo "usage: bash $0 verify|host|profile|halo|leads|ko" >&2
