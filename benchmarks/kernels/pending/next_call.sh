@@ -13,8 +13,8 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~90 s; knockouts 0-5 ran in the sixty-sixth session,
-#     6-7 not yet): below. (The sixty-fifth
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~110 s; knockouts 0-5 ran in the sixty-sixth session,
+#     6-9 not yet): below. (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
 #     also timed halo + e2add, a variant since deleted.)
 set -uo pipefail
@@ -84,15 +84,16 @@ case "${1:-}" in
     # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
     # kernel's stages without their plane rows (BC_KO=1), without W (2), without either (3), the consumers without
     # their wgmmas (4), neither loads nor wgmmas (5), 5 without the x_row_planes launch (6), the whole kernel without
-    # it (7), against the whole stages (0) and main, two passes: graph us only (the knocked-out rows fail their
-    # checks on purpose)
+    # it (7), 6 without the counts' combination (8), 8 without the stage sums (9), against the whole stages (0) and
+    # main, two passes: graph us only (the knocked-out rows fail their checks on purpose; the sweep's header says
+    # what each difference measures)
     main_harness
     gunzip -c benchmarks/kernels/build/ab/ko.gz > /tmp/ko_harness && chmod +x /tmp/ko_harness
     sweep=benchmarks/kernels/pending/planes_wgmma_ko.sweep
     row() { awk '{for (i = 1; i <= NF; i++) if ($i == "yes" || $i == "NO") print $2, $3, $4, $i, $(i + 2)}'; }
     for pass in 1 2; do
       echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
-      for ko in 0 1 2 3 4 5 6 7; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
+      for ko in 0 1 2 3 4 5 6 7 8 9; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
   *)
     echo "usage: bash $0 verify|host|profile|halo|leads|ko" >&2
