@@ -13,8 +13,8 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ko (~110 s; knockouts 0-5 ran in the sixty-sixth session,
-#     6-9 not yet): below. (The sixty-fifth
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), redux (~150 s, built, never run), ko (~110 s;
+#     knockouts 0-5 ran in the sixty-sixth session, 6-9 not yet): below. (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
 #     also timed halo + e2add, a variant since deleted.)
 set -uo pipefail
@@ -95,7 +95,16 @@ case "${1:-}" in
       echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
       for ko in 0 1 2 3 4 5 6 7 8 9; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
+  redux)
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s; build/ab/redux.gz first:
+    # `bash benchmarks/kernels/ab.sh build redux benchmarks/kernels/pending/x_planes_redux.patch`) the x-plane
+    # kernels' reductions by redux.sync (x_planes_kernel: M <= 2; x_row_planes_kernel: the planes-wgmma rows) against
+    # main on the planes-wgmma sweep (its correctness edges first) and the decode sweep, two passes interleaved
+    main_harness
+    for sweep in planes_wgmma w1a16_decode; do
+      AB_ONLY=redux bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 | tail -80
+    done ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|ko" >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|ko|redux" >&2
     exit 2 ;;
 esac
