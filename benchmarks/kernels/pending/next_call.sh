@@ -80,7 +80,7 @@ case "${1:-}" in
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
     tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
   ko)
-    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~40 s; build/ab/ko.gz first:
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~110 s; build/ab/ko.gz first:
     # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
     # kernel's stages without their plane rows (BC_KO=1), without W (2), without either (3), the consumers without
     # their wgmmas (4), neither loads nor wgmmas (5), 5 without the x_row_planes launch (6), the whole kernel without
@@ -99,11 +99,14 @@ case "${1:-}" in
     # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s; build/ab/redux.gz first:
     # `bash benchmarks/kernels/ab.sh build redux benchmarks/kernels/pending/x_planes_redux.patch`) the x-plane
     # kernels' reductions by redux.sync (x_planes_kernel: M <= 2; x_row_planes_kernel: the planes-wgmma rows) against
-    # main on the planes-wgmma sweep (its correctness edges first) and the decode sweep, two passes interleaved
+    # main on the planes-wgmma sweep (its correctness edges first) and the decode sweep, two passes interleaved; the
+    # raw logs (a folder a sweep, as halo's) come back as one tarball
     main_harness
     for sweep in planes_wgmma w1a16_decode; do
-      AB_ONLY=redux bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 | tail -80
-    done ;;
+      AB_ONLY=redux OUT="$out/redux/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 |
+        tail -80
+    done
+    tar czf /tmp/redux_logs.tgz -C "$out" redux && rm -rf "$out/redux" && mv /tmp/redux_logs.tgz "$out/" ;;
   *)
     echo "usage: bash $0 verify|host|profile|halo|leads|ko|redux" >&2
     exit 2 ;;
