@@ -13,7 +13,7 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), redux (~150 s, built, never run), ko (~110 s;
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ab (~150 s a variant), ko (~110 s;
 #     knockouts 0-5 ran in the sixty-sixth session, 6-9 not yet): below. (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
 #     also timed halo + e2add, a variant since deleted.)
@@ -95,19 +95,22 @@ case "${1:-}" in
       echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
       for ko in 0 1 2 3 4 5 6 7 8 9; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
     done ;;
-  redux)
-    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s; build/ab/redux.gz first:
-    # `bash benchmarks/kernels/ab.sh build redux benchmarks/kernels/pending/x_planes_redux.patch`) the x-plane
-    # kernels' reductions by redux.sync (x_planes_kernel: M <= 2; x_row_planes_kernel: the planes-wgmma rows) against
-    # main on the planes-wgmma sweep (its correctness edges first) and the decode sweep, two passes interleaved; the
-    # raw logs (a folder a sweep, as halo's) come back as one tarball
+  ab)
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s a variant) `next_call.sh ab NAME...`:
+    # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
+    # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
+    # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
+    # tarball. Variants built: redux (pending/x_planes_redux.patch: the x-plane kernels' reductions by redux.sync),
+    # cores (pending/coresident.patch: x_row_planes at 256 threads and the GEMM kernel at 144 registers a thread, so
+    # the two share an SM).
     main_harness
+    shift
     for sweep in planes_wgmma w1a16_decode; do
-      AB_ONLY=redux OUT="$out/redux/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 |
-        tail -80
+      AB_ONLY="$*" OUT="$out/ab/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 |
+        tail -100
     done
-    tar czf /tmp/redux_logs.tgz -C "$out" redux && rm -rf "$out/redux" && mv /tmp/redux_logs.tgz "$out/" ;;
+    tar czf /tmp/ab_logs.tgz -C "$out" ab && rm -rf "$out/ab" && mv /tmp/ab_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|ko|redux" >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|ko|ab NAME..." >&2
     exit 2 ;;
 esac
