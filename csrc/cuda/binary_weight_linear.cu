@@ -714,7 +714,7 @@ __global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __re
   wait_for_prerequisite_grid();
   launch_dependents();
   constexpr int P = kPlaneBits;
-  __shared__ float word_largest[kTcChunkWords];
+  __shared__ uint32_t word_largest[kTcChunkWords];  // bits of each word's largest |x|
   __shared__ int word_finite[kTcChunkWords];
   __shared__ int word_sum[kTcChunkWords];
   const int lane = threadIdx.x & 31;
@@ -723,24 +723,20 @@ __global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __re
   const int64_t m = blockIdx.y;
   const int64_t kk = c * kTcChunkWords * 32 + w * 32 + lane;
   const float v = kk < k ? to_float(x[m * k + kk]) : 0.f;
-  float largest = fabsf(v);  // NaN: fmaxf keeps the other operand; the chunk is marked non-finite below
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
+  // |x| >= 0 orders as its bits: one redux.sync a reduction, not five shuffles (a NaN's bits win the max; the chunk
+  // is then non-finite, and its shift unused)
+  const uint32_t word_bits = __reduce_max_sync(kFullMask, __float_as_uint(fabsf(v)));
   const bool word_ok = __all_sync(kFullMask, isfinite(v));
   if (lane == 0) {
-    word_largest[w] = largest;
+    word_largest[w] = word_bits;
     word_finite[w] = word_ok;
   }
   __syncthreads();
-  // Lanes past the chunk's words hold the identities (0, 1); offsets from 16 give every lane the chunk's result.
-  largest = lane < kTcChunkWords ? word_largest[lane] : 0.f;
-  int finite_words = lane < kTcChunkWords ? word_finite[lane] : 1;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
-    finite_words &= __shfl_xor_sync(kFullMask, finite_words, offset);
-  }
-  const bool finite = finite_words != 0;
+  // Lanes past the chunk's words hold the identities (0, 1).
+  const float largest =
+      __uint_as_float(__reduce_max_sync(kFullMask, lane < kTcChunkWords ? word_largest[lane] : 0u));
+  const bool finite =
+      __reduce_and_sync(kFullMask, lane < kTcChunkWords ? static_cast<unsigned>(word_finite[lane]) : 1u) != 0;
   // |xq| < 2^(P-2): largest < 2^e, shift = P - 2 - e, kept where 2^shift is a normal float.
   int e = 0;
   (void)frexpf(largest, &e);
@@ -750,9 +746,7 @@ __global__ __launch_bounds__(kXPlanesThreads) void x_planes_kernel(const T* __re
   const int q = finite ? __float2int_rn(v * factor) : 0;
   const uint32_t plane_word = transpose_bits(static_cast<uint32_t>(q), lane);  // lane p: plane p's word w
   if (lane < P) planes[(m * chunks + c) * kPlaneChunkWords + lane * kTcChunkWords + w] = plane_word;
-  int sum = q;  // |sum| < 32 * 2^22: int32 within a word
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullMask, sum, offset);
+  const int sum = __reduce_add_sync(kFullMask, q);  // |sum| < 32 * 2^22: int32 within a word
   if (lane == 0) word_sum[w] = sum;
   __syncthreads();
   if (threadIdx.x == 0) {

@@ -87,7 +87,7 @@ __global__ __launch_bounds__(kXRowPlanesThreads) void x_row_planes_kernel(const 
   static_assert(sizeof(T) == 2, "bf16 / fp16 x");
   wait_for_prerequisite_grid();  // launched plainly: returns at once; kept for a dependent launch
   launch_dependents();           // the GEMM kernel may start: it waits for this grid before reading the planes
-  __shared__ float warp_largest[32];
+  __shared__ uint32_t warp_largest[32];  // bits of each warp's largest |x|
   __shared__ int warp_sum[32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t m = blockIdx.y;
@@ -115,13 +115,11 @@ __global__ __launch_bounds__(kXRowPlanesThreads) void x_row_planes_kernel(const 
       finite = finite && isfinite(value);
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
-  if (lane == 0) warp_largest[warp] = largest;
+  // largest >= 0 (fmaxf drops NaN), so its bits order as its values: one redux.sync a warp, not five shuffles
+  const uint32_t warp_bits = __reduce_max_sync(kFullMask, __float_as_uint(largest));
+  if (lane == 0) warp_largest[warp] = warp_bits;
   const bool all_finite = __syncthreads_and(finite) != 0;  // also publishes warp_largest
-  largest = warp_largest[lane];
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) largest = fmaxf(largest, __shfl_xor_sync(kFullMask, largest, offset));
+  largest = __uint_as_float(__reduce_max_sync(kFullMask, warp_largest[lane]));
   // |xq| < 2^(P-2): largest < 2^e, shift = P - 2 - e, kept where 2^shift is a normal float.
   int e = 0;
   (void)frexpf(largest, &e);
@@ -137,16 +135,13 @@ __global__ __launch_bounds__(kXRowPlanesThreads) void x_row_planes_kernel(const 
     const int q = all_finite ? __float2int_rn(v * factor) : 0;
     const uint32_t plane_word = transpose_bits(static_cast<uint32_t>(q), lane);  // lane p: plane p's word
     if (word < words && lane < kRowPlanes) planes[(m * kRowPlanes + lane) * words + word] = plane_word;
-    int sum = q;  // |sum| < 32 * 2^22
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    const int sum = __reduce_add_sync(kFullMask, q);  // |sum| < 32 * 2^22
     if (lane == 0) warp_sum[warp] = sum;
     __syncthreads();
-    if (warp == 0) {
-      long long total = warp_sum[lane];
-#pragma unroll
-      for (int offset = 16; offset > 0; offset >>= 1) total += __shfl_xor_sync(kFullMask, total, offset);
-      if (lane == 0) stage_sums[m * stages + j] = total;
+    if (warp == 0) {  // 32 warp sums of |.| < 2^27 may pass 2^31: summed as high and low 16-bit parts, exactly
+      const int part = warp_sum[lane];
+      const int high = __reduce_add_sync(kFullMask, part >> 16), low = __reduce_add_sync(kFullMask, part & 0xffff);
+      if (lane == 0) stage_sums[m * stages + j] = static_cast<long long>(high) * 65536 + low;
     }
     __syncthreads();  // warp_sum is reused by the next stage
   }
