@@ -100,9 +100,9 @@ case "${1:-}" in
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variants built: redux (pending/x_planes_redux.patch: the x-plane kernels' reductions by redux.sync),
-    # cores (pending/coresident.patch: x_row_planes at 256 threads and the GEMM kernel at 144 registers a thread, so
-    # the two share an SM).
+    # tarball. Variant built: comb (pending/quad_combination.patch: the planes-wgmma epilogue's count combination
+    # reduce-scattered over each quad in int32, its fp64 once a pair). (The sixty-seventh session ran redux, merged,
+    # and cores, deleted, this way.)
     main_harness
     shift
     for sweep in planes_wgmma w1a16_decode; do
