@@ -100,9 +100,12 @@ case "${1:-}" in
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variant built: comb (pending/quad_combination.patch: the planes-wgmma epilogue's count combination
-    # reduce-scattered over each quad in int32, its fp64 once a pair). (The sixty-seventh session ran redux, merged,
-    # and cores, deleted, this way.)
+    # tarball. Variants built: comb (pending/quad_combination.patch: the planes-wgmma epilogue's count combination
+    # reduce-scattered over each quad in int32, its fp64 once a pair); cores256 / cores512 (pending/coresident.patch
+    # with -DBC_XROW_THREADS=256 -DBC_PW_REGS=144 / =512 =128: x_row_planes at that many threads, the GEMM kernel's
+    # narrow tiles at that many registers, and x_row_planes asking for the whole L1 as shared memory, so that a GEMM
+    # block fits beside an x_row_planes block: registers and carveout). (The sixty-seventh session ran redux, merged,
+    # and cores, the 256-thread form without the carveout, lost, this way.)
     main_harness
     shift
     for sweep in planes_wgmma w1a16_decode; do
