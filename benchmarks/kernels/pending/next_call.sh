@@ -13,8 +13,9 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ab (~150 s a variant), ko (~110 s;
-#     knockouts 0-5 ran in the sixty-sixth session, 6-9 not yet): below. (The sixty-fifth
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ab (~150 s a variant): below. (ko, the planes-wgmma
+#     knockouts, ran in the sixty-sixth and sixty-seventh sessions; deleted with its patch when the combination they
+#     measured was rewritten: git log -- benchmarks/kernels/pending/planes_wgmma_ko.patch.) (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
 #     also timed halo + e2add, a variant since deleted.)
 set -uo pipefail
@@ -79,33 +80,16 @@ case "${1:-}" in
     NCU_ROWS='conv b=1 c=256 h=14 oc=256' NCU_KERNELS=conv2d NCU_SOURCE=1 OUT="$out/leads_src" \
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
     tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
-  ko)
-    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~110 s; build/ab/ko.gz first:
-    # `bash benchmarks/kernels/ab.sh build ko benchmarks/kernels/pending/planes_wgmma_ko.patch`) the planes-wgmma
-    # kernel's stages without their plane rows (BC_KO=1), without W (2), without either (3), the consumers without
-    # their wgmmas (4), neither loads nor wgmmas (5), 5 without the x_row_planes launch (6), the whole kernel without
-    # it (7), 6 without the counts' combination (8), 8 without the stage sums (9), against the whole stages (0) and
-    # main, two passes: graph us only (the knocked-out rows fail their checks on purpose; the sweep's header says
-    # what each difference measures)
-    main_harness
-    gunzip -c benchmarks/kernels/build/ab/ko.gz > /tmp/ko_harness && chmod +x /tmp/ko_harness
-    sweep=benchmarks/kernels/pending/planes_wgmma_ko.sweep
-    row() { awk '{for (i = 1; i <= NF; i++) if ($i == "yes" || $i == "NO") print $2, $3, $4, $i, $(i + 2)}'; }
-    for pass in 1 2; do
-      echo "main $pass"; benchmarks/kernels/build/harness --sweep $sweep 2>&1 | row
-      for ko in 0 1 2 3 4 5 6 7 8 9; do echo "ko=$ko $pass"; BC_KO=$ko /tmp/ko_harness --sweep $sweep 2>&1 | row; done
-    done ;;
   ab)
     # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s a variant) `next_call.sh ab NAME...`:
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variants built: comb (pending/quad_combination.patch: the planes-wgmma epilogue's count combination
-    # reduce-scattered over each quad in int32, its fp64 once a pair); cores256 / cores512 (pending/coresident.patch
-    # with -DBC_XROW_THREADS=256 -DBC_PW_REGS=144 / =512 =128: x_row_planes at that many threads, the GEMM kernel's
-    # narrow tiles at that many registers, and x_row_planes asking for the whole L1 as shared memory, so that a GEMM
-    # block fits beside an x_row_planes block: registers and carveout). (The sixty-seventh session ran redux, merged,
-    # and cores, the 256-thread form without the carveout, lost, this way.)
+    # tarball. Variants built: cores256 / cores512 (pending/coresident.patch with -DBC_XROW_THREADS=256
+    # -DBC_PW_REGS=144 / =512 =128: x_row_planes at that many threads, the GEMM kernel's narrow tiles at that many
+    # registers, and x_row_planes asking for the whole L1 as shared memory, so that a GEMM block fits beside an
+    # x_row_planes block: registers and carveout; never run). (The sixty-seventh session ran redux and comb, both
+    # merged, and cores, the 256-thread form without the carveout, lost, this way.)
     main_harness
     shift
     for sweep in planes_wgmma w1a16_decode; do
@@ -114,6 +98,6 @@ case "${1:-}" in
     done
     tar czf /tmp/ab_logs.tgz -C "$out" ab && rm -rf "$out/ab" && mv /tmp/ab_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|ko|ab NAME..." >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|ab NAME..." >&2
     exit 2 ;;
 esac
