@@ -88,7 +88,9 @@ case "${1:-}" in
     # tarball. Variants built: cores256 / cores512 (pending/coresident.patch with -DBC_XROW_THREADS=256
     # -DBC_PW_REGS=144 / =512 =128: x_row_planes at that many threads, the GEMM kernel's narrow tiles at that many
     # registers, and x_row_planes asking for the whole L1 as shared memory, so that a GEMM block fits beside an
-    # x_row_planes block: registers and carveout; never run). (The sixty-seventh session ran redux and comb, both
+    # x_row_planes block: registers and carveout; never run); sums (pending/early_sums.patch: warp 9 reads the
+    # slice's stage sums and shifts while the consumers run, not the consumers after their last wgmma; never run).
+    # (The sixty-seventh session ran redux and comb, both
     # merged, and cores, the 256-thread form without the carveout, lost, this way.)
     main_harness
     shift
