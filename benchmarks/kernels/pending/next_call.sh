@@ -13,7 +13,7 @@
 #     pending/conv_wgmma_halo.sweep (HALO_SWEEPS, HALO_PASSES: below), then ncu with source counters of it at layer2's
 #     sign-word and residual rows and layer3's residual row; the logs come back as one tarball. (The sixty-fourth
 #     session ran it on the patch's third form and its row-store form, with ncu at the B = 64 sign-word row too.)
-#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ab (~150 s a variant): below. (ko, the planes-wgmma
+#   leads (carry ["benchmarks/kernels/build/main"], ~25 s), ab (~150 s a variant), sweeps: below. (ko, the planes-wgmma
 #     knockouts, ran in the sixty-sixth and sixty-seventh sessions; deleted with its patch when the combination they
 #     measured was rewritten: git log -- benchmarks/kernels/pending/planes_wgmma_ko.patch.) (The sixty-fifth
 #     session's `rule` call is now `halo` with HALO_SWEEPS="conv_wgmma_halo conv_wgmma_halo_rule" HALO_NCU=0; it
@@ -99,7 +99,18 @@ case "${1:-}" in
         tail -100
     done
     tar czf /tmp/ab_logs.tgz -C "$out" ab && rm -rf "$out/ab" && mv /tmp/ab_logs.tgz "$out/" ;;
+  sweeps)
+    # (carry ["benchmarks/kernels/build/main"], ~60-90 s a 100-row sweep) `next_call.sh sweeps NAME...`: main's
+    # harness alone on pending/NAME.sweep, two passes (ab.sh run, no variant), the raw logs as one tarball. For the
+    # sixty-eighth session: planes_plan planes_m16_tiles, the planes-wgmma tile plan after the combination's rewrite.
+    main_harness
+    shift
+    for sweep in "$@"; do
+      AB_ONLY=none OUT="$out/sweeps/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/pending/$sweep.sweep" 2 2>&1 |
+        tail -200
+    done
+    tar czf /tmp/sweeps_logs.tgz -C "$out" sweeps && rm -rf "$out/sweeps" && mv /tmp/sweeps_logs.tgz "$out/" ;;
   *)
-    echo "usage: bash $0 verify|host|profile|halo|leads|ab NAME..." >&2
+    echo "usage: bash $0 verify|host|profile|halo|leads|ab NAME...|sweeps NAME..." >&2
     exit 2 ;;
 esac
