@@ -27,6 +27,16 @@ main_harness() {  # main's harness, carried gzipped in build/main (gpu_session.s
   gunzip -c benchmarks/kernels/build/main/harness.gz > benchmarks/kernels/build/harness
   chmod +x benchmarks/kernels/build/harness
 }
+ab_sweeps() {  # ab_sweeps FOLDER ONLY SWEEP_FILE...: ab.sh run, two passes, on each sweep with AB_ONLY=ONLY (none: main
+  # alone), the raw logs under $out/FOLDER/NAME, all of them back as one tarball, FOLDER_logs.tgz
+  local folder="$1" only="$2" sweep
+  shift 2
+  for sweep in "$@"; do
+    AB_ONLY="$only" OUT="$out/$folder/$(basename "$sweep" .sweep)" bash benchmarks/kernels/ab.sh run "$sweep" 2 2>&1 |
+      tail -200
+  done
+  tar czf "/tmp/${folder}_logs.tgz" -C "$out" "$folder" && rm -rf "${out:?}/$folder" && mv "/tmp/${folder}_logs.tgz" "$out/"
+}
 case "${1:-}" in
   verify)
     # VERIFY_PATCH=pending/NAME.patch: that patch applied to the tree first (its kernels built into the extension)
@@ -94,22 +104,16 @@ case "${1:-}" in
     # merged, and cores, the 256-thread form without the carveout, lost, this way.)
     main_harness
     shift
-    for sweep in planes_wgmma w1a16_decode; do
-      AB_ONLY="$*" OUT="$out/ab/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/$sweep.sweep" 2 2>&1 |
-        tail -100
-    done
-    tar czf /tmp/ab_logs.tgz -C "$out" ab && rm -rf "$out/ab" && mv /tmp/ab_logs.tgz "$out/" ;;
+    ab_sweeps ab "$*" benchmarks/kernels/planes_wgmma.sweep benchmarks/kernels/w1a16_decode.sweep ;;
   sweeps)
     # (carry ["benchmarks/kernels/build/main"], ~60-90 s a 100-row sweep) `next_call.sh sweeps NAME...`: main's
     # harness alone on pending/NAME.sweep, two passes (ab.sh run, no variant), the raw logs as one tarball. For the
     # sixty-eighth session: planes_plan planes_m16_tiles, the planes-wgmma tile plan after the combination's rewrite.
     main_harness
     shift
-    for sweep in "$@"; do
-      AB_ONLY=none OUT="$out/sweeps/$sweep" bash benchmarks/kernels/ab.sh run "benchmarks/kernels/pending/$sweep.sweep" 2 2>&1 |
-        tail -200
-    done
-    tar czf /tmp/sweeps_logs.tgz -C "$out" sweeps && rm -rf "$out/sweeps" && mv /tmp/sweeps_logs.tgz "$out/" ;;
+    files=()
+    for name in "$@"; do files+=("benchmarks/kernels/pending/$name.sweep"); done
+    ab_sweeps sweeps none "${files[@]}" ;;
   *)
     echo "usage: bash $0 verify|host|profile|halo|leads|ab NAME...|sweeps NAME..." >&2
     exit 2 ;;
