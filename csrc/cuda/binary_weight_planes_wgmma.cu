@@ -232,6 +232,21 @@ __global__ void __launch_bounds__(384, 1)
         load_planes(i);
       }
     }
+    if (warp == 9) {  // while the consumers run: the slice's sum of xq and the shift of each row (x_row_planes')
+      if (lane < MR) {
+        wait_for_prerequisite_grid();
+        const int64_t m = static_cast<int64_t>(m0) + lane;
+        long long sum = 0;
+        int shift = 0;
+        if (m < m_rows) {
+          for (int j = 0; j < tiles; ++j) sum += stage_sums[m * stages_total + stage_begin + j];
+          shift = row_shift[m];
+        }
+        slice_x_sum[lane] = static_cast<double>(sum);  // |sum| < K 2^22 < 2^53: exact
+        slice_shift[lane] = shift;
+      }
+      asm volatile("bar.arrive 2, %0;\n" ::"n"(Shape::kConsumerThreads + 32) : "memory");
+    }
     if (slices > 1) {  // the two cluster barriers of finish_tile
       cg::this_cluster().sync();
       cg::this_cluster().sync();
@@ -280,20 +295,9 @@ __global__ void __launch_bounds__(384, 1)
     for (int slab = 0; slab < SLABS; ++slab)
 #pragma unroll
       for (int sub = 0; sub < kSub; ++sub) b1::fence_accumulators(acc[slab][sub]);
-    if (tid < MR) {  // the slice's sum of xq and the shift of row m0 + tid (x_row_planes_kernel's output)
-      wait_for_prerequisite_grid();
-      const int64_t m = static_cast<int64_t>(m0) + tid;
-      long long sum = 0;
-      int shift = 0;
-      if (m < m_rows) {
-        for (int j = 0; j < tiles; ++j) sum += stage_sums[m * stages_total + stage_begin + j];
-        shift = row_shift[m];
-      }
-      slice_x_sum[tid] = static_cast<double>(sum);  // |sum| < K 2^22 < 2^53: exact
-      slice_shift[tid] = shift;
-    }
-    // Every consumer's wgmmas are complete (and with them every copy): the ring becomes the fp32 tile.
-    asm volatile("bar.sync 1, %0;\n" ::"n"(Shape::kConsumerThreads) : "memory");
+    // Every consumer's wgmmas are complete (and with them every copy): the ring becomes the fp32 tile; warp 9's
+    // slice sums and shifts are in.
+    asm volatile("bar.sync 2, %0;\n" ::"n"(Shape::kConsumerThreads + 32) : "memory");
     float* const partial = reinterpret_cast<float*>(smem);
     // Row r of the tile: columns 24 r .. 24 r + 23 of plane sub-tile r / kRowsPerSub, i.e. 8-column groups
     // i0 + j (i0 = 3 (r % kRowsPerSub), j = 0..2); this lane holds planes p = 8 j + 2 t + e (e = 0, 1) of features
