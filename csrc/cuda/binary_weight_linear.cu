@@ -1200,18 +1200,18 @@ constexpr int64_t kPlanesWgmmaMaxRows = 32;
 // - 2..8 rows from 2^25 weights: 8192^2 M = 2 8.68 / 8.40, 8 13.47 / 11.52; 16384^2 M = 4 29.91 / 14.75; 8192 x 28672
 //   M = 4 36.70 / 16.59; 4096 x 11008 M = 8 14.08 / 11.37; 12288 x 4096 M = 4 9.74 / 7.79; 11008 x 4096 M = 2 7.55 /
 //   6.74. Not 4096^2 (M = 8 7.06 / 9.16), nor M = 1 but at 16384^2 (8192^2 7.26 / 8.12, 4096 x 11008 6.57 / 7.78).
-// - 9..32 rows from 2^26, or from 2^25 where K >= 8192: 8192^2 M = 16 15.94 / 13.10 (8-row tiles), M = 20 21.48 /
-//   18.22, M = 32 21.51 / 19.19; 16384^2 M = 16 44.18 / 27.45, M = 24 64.73 / 50.00; 8192 x 28672 M = 24 64.95 /
-//   43.91; 28672 x 8192 M = 16 37.81 / 31.67, M = 32 63.66 / 58.48; 4096 x 11008 M = 12 17.11 / 14.33, M = 16 17.24 /
-//   14.31, M = 20 20.18 / 15.06, M = 32 21.27 / 17.41; 4096 x 8192 M = 12 12.80 / 11.69, M = 20 16.43 / 12.64. Not
-//   at K = 4096 below 2^26: 12288 x 4096 M = 16 13.88 / 14.25, M = 24 19.65 / 23.70; 11008 x 4096 M = 16 11.88 /
-//   14.09 (it and 8192 x 4096 win at some M: 11008 x 4096 M = 24 19.69 / 14.67, 8192 x 4096 M = 16 11.45 / 10.04,
-//   but 8192 x 4096 M = 20 12.77 / 14.06).
+// - 9..32 rows from 2^23 weights (H100, main 64412e4 with the cheaper epilogue, 2026-12-07, graph us best of two,
+//   pending/planes_pays.sweep, the kernels below / planes on the plan's tile): 12288 x 4096 M = 12 13.40 / 10.27,
+//   M = 16 14.76 / 10.98, M = 24 20.29 / 17.97, M = 32 20.24 / 18.36; 11008 x 4096 M = 16 12.39 / 10.69, M = 24
+//   20.06 / 12.37; 8192 x 4096 M = 16 11.89 / 8.74; 4096^2 M = 12 9.26 / 6.51, M = 32 10.87 / 8.50; 2048 x 8192 M = 9
+//   9.43 / 8.52; 4096 x 2048 M = 16 7.69 / 5.56; 2048 x 4096 M = 9 7.36 / 7.16, M = 32 9.58 / 6.82. Below 2^23 not
+//   measured. (On the H200 before the epilogue's rewrite, 2026-12-05, these lost at K = 4096 below 2^26: 12288 x 4096
+//   M = 16 13.88 / 14.25, 11008 x 4096 M = 16 11.88 / 14.09; from 2^26 they won: 8192^2 M = 16 15.94 / 13.10, 16384^2
+//   M = 16 44.18 / 27.45, 28672 x 8192 M = 32 63.66 / 58.48.)
 bool planes_wgmma_pays(int64_t m_rows, int64_t n_rows, int64_t k) {
   const int64_t weights = n_rows * k;
   if (m_rows < 2 || m_rows > kPlanesWgmmaMaxRows) return false;
-  if (weights >= (int64_t(1) << 26)) return true;
-  return weights >= (int64_t(1) << 25) && (m_rows <= 8 || k >= 8192);
+  return weights >= (int64_t(1) << (m_rows <= 8 ? 25 : 23));
 }
 
 // binary_weight_linear_fused_rows: where the binding switches to dequantize_signs + cuBLAS, placed by H200 sweeps
