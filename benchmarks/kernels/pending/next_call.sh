@@ -95,20 +95,17 @@ case "${1:-}" in
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variants built: cores256 / cores512 (pending/coresident.patch with -DBC_XROW_THREADS=256
-    # -DBC_PW_REGS=144 / =512 =128: x_row_planes at that many threads, the GEMM kernel's narrow tiles at that many
-    # registers, and x_row_planes asking for the whole L1 as shared memory, so that a GEMM block fits beside an
-    # x_row_planes block: registers and carveout; never run); sums (pending/early_sums.patch: warp 9 reads the
-    # slice's stage sums and shifts while the consumers run, not the consumers after their last wgmma; never run).
-    # (The sixty-seventh session ran redux and comb, both
-    # merged, and cores, the 256-thread form without the carveout, lost, this way.)
+    # tarball. Variant built (sixty-eighth session, on 37b200d): xrowdep (pending/xrow_dependent.patch:
+    # x_row_planes_kernel launched dependent on the previous kernel, as x_planes_kernel is at M = 1 (-0.4 us there);
+    # never run). (The sixty-eighth session ran cores256 / cores512 (pending/coresident.patch, deleted: a wash or
+    # slower) and sums (merged, 64412e4) this way; the sixty-seventh redux and comb, both merged.)
     main_harness
     shift
     ab_sweeps ab "$*" benchmarks/kernels/planes_wgmma.sweep benchmarks/kernels/w1a16_decode.sweep ;;
   sweeps)
     # (carry ["benchmarks/kernels/build/main"], ~60-90 s a 100-row sweep) `next_call.sh sweeps NAME...`: main's
-    # harness alone on pending/NAME.sweep, two passes (ab.sh run, no variant), the raw logs as one tarball. For the
-    # sixty-eighth session: planes_plan planes_m16_tiles, the planes-wgmma tile plan after the combination's rewrite.
+    # harness alone on pending/NAME.sweep, two passes (ab.sh run, no variant), the raw logs as one tarball. The
+    # sixty-eighth session ran planes_m16_tiles, planes_plan and planes_pays (the 9..32-row rule, 37b200d) this way.
     main_harness
     shift
     files=()
