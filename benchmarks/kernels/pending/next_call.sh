@@ -101,7 +101,8 @@ case "${1:-}" in
     # GEMM block (168 x 384 registers), with the max-shared carveout, so the GEMM's blocks start at once and issue
     # their W; each block still reads the whole row); xrowcl (pending/xrow_cluster.patch: the same one-warp blocks
     # as a cluster of up to 8 a row, each copying only its own stages into shared memory by cp.async, the row's
-    # largest |x| exchanged through DSMEM). (The sixty-eighth session ran cores256 / cores512
+    # largest |x| exchanged through DSMEM); xrowcldep (pending/xrow_cluster_dependent.patch: xrowcl launched
+    # dependent as xrowdep). All four: ~400 s. (The sixty-eighth session ran cores256 / cores512
     # (pending/coresident.patch, deleted: a wash or slower) and sums (merged, 64412e4) this way; the sixty-seventh
     # redux and comb, both merged.)
     main_harness
