@@ -964,17 +964,16 @@ def test_weight_linear_bit_planes(device, dtype, m):
 
 
 # (m, n, k, planes, tile) around planes_wgmma_pays (binary_weight_linear.cu): 2..8 rows from 2^25 weights, 9..32
-# from 2^23; tile = (rows, slabs) of the planes kernel on 132 SMs (the plan of
-# binary_weight_planes_wgmma.cu: past 4 rows the smallest of 4- and 8-row tiles whose blocks fit one wave, past 16
-# rows 8-row tiles where they pad less than 16-row ones; 2 slabs for tiles under 16 rows past one wave).
+# from 2^23; tile = (rows, slabs) of the planes kernel on 132 SMs (the plan of binary_weight_planes_wgmma.cu: past 4
+# rows the smallest of 4- and 8-row tiles whose blocks fit one wave, past 16 rows 8-row tiles where they pad less
+# than 16-row ones; 2 slabs for tiles under 16 rows past one wave).
 PLANES_WGMMA_RULE = [(2, 8192, 8192, True, (2, 1)), (8, 8192, 8192, True, (4, 1)), (9, 8192, 8192, True, (8, 1)),
                      (16, 8192, 8192, True, (8, 1)), (16, 16384, 8192, True, (16, 1)), (17, 8192, 8192, True, (8, 2)),
                      (32, 8192, 8192, True, (16, 1)), (33, 8192, 8192, False, None), (8, 8192, 4096, True, (4, 1)),
                      (9, 8192, 4096, True, (8, 1)), (9, 2048, 4096, True, (4, 1)), (32, 2048, 4096, True, (4, 1)),
                      (9, 2047, 4096, False, None), (8, 2048, 4096, False, None), (16, 4096, 8192, True, (4, 1)),
-                     (17, 4096, 8192, True, (8, 1)),
-                     (32, 4096, 8192, True, (8, 1)), (33, 4096, 8192, False, None), (8, 4096, 8160, False, None),
-                     (1, 8192, 8192, False, None)]
+                     (17, 4096, 8192, True, (8, 1)), (32, 4096, 8192, True, (8, 1)), (33, 4096, 8192, False, None),
+                     (8, 4096, 8160, False, None), (1, 8192, 8192, False, None)]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

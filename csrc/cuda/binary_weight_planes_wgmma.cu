@@ -18,9 +18,9 @@
 // x (B = their 24 MR plane rows, in kSub wgmmas of N = 24 MR / kSub <= 192). A stage is 1024 k: 128 bytes a row of
 // both operands (one 128-byte swizzle span, the K-major SW128 layout of binary_linear_wgmma.cu, whose header has the
 // descriptor details), 4 k256 steps. Accumulators: SLABS x 12 MR s32 a thread.
-// Roles (384 threads, as wgmma_ws.cuh): warps 0-7 consumers, warp 8 lane 0 the producer (TMA), warps 9-11 only
-// take part in the cluster barriers. K is split over a cluster of `slices` blocks, reduced through DSMEM
-// (finish_tile, wgmma_rs.cuh).
+// Roles (384 threads, as wgmma_ws.cuh): warps 0-7 consumers, warp 8 lane 0 the producer (TMA), warp 9 reads the
+// slice's stage sums and row shifts while the consumers run, warps 10-11 only take part in the cluster barriers. K
+// is split over a cluster of `slices` blocks, reduced through DSMEM (finish_tile, wgmma_rs.cuh).
 // Dependent launch: the GEMM kernel starts while x_row_planes_kernel runs, issues its first S stages' W copies,
 // then waits (griddepcontrol.wait) for the planes. x_row_planes_kernel is not launched dependent, so everything
 // before it on the stream (W included) is complete when the GEMM kernel starts.
@@ -30,8 +30,8 @@
 //           elements are zero-filled and counted), completed by the TMA copies.
 //   empty[s] count 8: lane 0 of each consumer warp, once the stage's wgmmas are complete (wait_group 1 after the
 //           next stage's commit).
-//   The last tile of a slice is never released. After the loop: wait_group 0, named barrier 1 (256 consumers), the
-//   fp32 tile aliases the ring.
+//   The last tile of a slice is never released. After the loop: wait_group 0, named barrier 2 (256 consumers and
+//   warp 9, which arrives once its sums and shifts are in shared memory), the fp32 tile aliases the ring.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
