@@ -22,8 +22,9 @@
 // slice's stage sums and row shifts while the consumers run, warps 10-11 only take part in the cluster barriers. K
 // is split over a cluster of `slices` blocks, reduced through DSMEM (finish_tile, wgmma_rs.cuh).
 // Dependent launch: the GEMM kernel starts while x_row_planes_kernel runs, issues its first S stages' W copies,
-// then waits (griddepcontrol.wait) for the planes. x_row_planes_kernel is not launched dependent, so everything
-// before it on the stream (W included) is complete when the GEMM kernel starts.
+// then waits (griddepcontrol.wait) for the planes. x_row_planes_kernel is launched dependent too, but waits for the
+// previous grid before it lets the GEMM kernel start, so everything before it on the stream (W included) is complete
+// when the GEMM kernel starts.
 //
 // ---- Protocol (S stages; tile i of the slice in stage s = i % S) --------------------------------------------------
 //   full[s] count 1: the producer's arrive.expect_tx (the whole stage: W box + plane boxes; out-of-bound box
@@ -85,7 +86,7 @@ __global__ __launch_bounds__(kXRowPlanesThreads) void x_row_planes_kernel(const 
                                                                           int* __restrict__ row_shift,
                                                                           long long* __restrict__ stage_sums) {
   static_assert(sizeof(T) == 2, "bf16 / fp16 x");
-  wait_for_prerequisite_grid();  // launched plainly: returns at once; kept for a dependent launch
+  wait_for_prerequisite_grid();  // the previous grid (launched dependent): before x is read or the workspace written
   launch_dependents();           // the GEMM kernel may start: it waits for this grid before reading the planes
   __shared__ uint32_t warp_largest[32];  // bits of each warp's largest |x|
   __shared__ int warp_sum[32];
@@ -381,11 +382,15 @@ cudaError_t planes_wgmma_launch(const T* x, const uint32_t* w_bits, int64_t m_ro
   }
   const int64_t stages_per_block = ceil_div(stages, kXRowBlocksPerRow);
   const dim3 row_grid(static_cast<unsigned>(ceil_div(stages, stages_per_block)), static_cast<unsigned>(m_rows));
-  x_row_planes_kernel<T><<<row_grid, kXRowPlanesThreads, 0, stream>>>(
-      x, static_cast<int>(k), static_cast<int>(words), static_cast<int>(stages), static_cast<int>(stages_per_block),
-      ws.planes, ws.row_shift, ws.stage_sums);
-  error = cudaGetLastError();
-  if (error != cudaSuccess) return error;
+  {
+    // Launched dependent: its launch overlaps the previous kernel's tail; it waits for that grid before reading x or
+    // writing the workspace, and lets the GEMM kernel start only then (so W, too, is complete by then).
+    const ClusterLaunch row_launch(row_grid, kXRowPlanesThreads, 0, 1, stream, /*dependent=*/true);
+    error = cudaLaunchKernelEx(&row_launch.config, x_row_planes_kernel<T>, x, static_cast<int>(k),
+                               static_cast<int>(words), static_cast<int>(stages), static_cast<int>(stages_per_block),
+                               ws.planes, ws.row_shift, ws.stage_sums);
+    if (error != cudaSuccess) return error;
+  }
   auto launch = [&](int64_t size) {
     const ClusterLaunch config(dim3(static_cast<unsigned>(feature_blocks * size), static_cast<unsigned>(row_groups), 1),
                                Shape::kThreads, Shape::kSmemBytes, size, stream, /*dependent=*/true);

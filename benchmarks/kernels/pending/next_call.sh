@@ -95,16 +95,11 @@ case "${1:-}" in
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variants built (sixty-eighth session, on 37b200d; none run): xrowdep (pending/xrow_dependent.patch:
-    # x_row_planes_kernel launched dependent on the previous kernel, as x_planes_kernel is at M = 1); xrowwarp
-    # (pending/xrow_warp.patch: x_row_planes as one-warp blocks at 32 registers, the one block that fits beside a
-    # GEMM block (168 x 384 registers), with the max-shared carveout, so the GEMM's blocks start at once and issue
-    # their W; each block still reads the whole row); xrowcl (pending/xrow_cluster.patch: the same one-warp blocks
-    # as a cluster of up to 8 a row, each copying only its own stages into shared memory by cp.async, the row's
-    # largest |x| exchanged through DSMEM); xrowcldep (pending/xrow_cluster_dependent.patch: xrowcl launched
-    # dependent as xrowdep). All four: ~400 s. (The sixty-eighth session ran cores256 / cores512
-    # (pending/coresident.patch, deleted: a wash or slower) and sums (merged, 64412e4) this way; the sixty-seventh
-    # redux and comb, both merged.)
+    # tarball. No variant is built now. (The sixty-ninth session ran xrowdep, x_row_planes_kernel launched dependent:
+    # merged; and xrowcl / xrowcldep, x_row_planes as one-warp cluster blocks beside the GEMM's: 3-4 us slower, deleted
+    # with xrowwarp, not run; git log -- benchmarks/kernels/pending/xrow_cluster.patch finds them. The sixty-eighth
+    # session ran cores256 / cores512 (pending/coresident.patch, deleted: a wash or slower) and sums (merged, 64412e4)
+    # this way; the sixty-seventh redux and comb, both merged.)
     main_harness
     shift
     ab_sweeps ab "$*" benchmarks/kernels/planes_wgmma.sweep benchmarks/kernels/w1a16_decode.sweep ;;
