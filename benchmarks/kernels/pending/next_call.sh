@@ -98,11 +98,11 @@ case "${1:-}" in
     # tarball. Variants built (sixty-ninth session, on 200e46e; not run): xb1, xb2, xb4 (`ab.sh build xbN
     # benchmarks/kernels/pending/xrow_blocks.patch -DBC_XROW_BLOCKS_PER_ROW=N`): at most N x_row_planes blocks a row
     # (main: 16), so at M = 16 fewer SMs are held from the GEMM's blocks (16 N instead of 128 at K = 8192), each block
-    # taking more stages in series. ~300 s for the three. (The sixty-ninth session ran xrowdep, x_row_planes_kernel launched dependent:
-    # merged; and xrowcl / xrowcldep, x_row_planes as one-warp cluster blocks beside the GEMM's: 3-4 us slower, deleted
-    # with xrowwarp, not run; git log -- benchmarks/kernels/pending/xrow_cluster.patch finds them. The sixty-eighth
-    # session ran cores256 / cores512 (pending/coresident.patch, deleted: a wash or slower) and sums (merged, 64412e4)
-    # this way; the sixty-seventh redux and comb, both merged.)
+    # taking more stages in series. ~300 s for the three. (The sixty-ninth session ran xrowdep, x_row_planes_kernel
+    # launched dependent: merged; and xrowcl / xrowcldep, x_row_planes as one-warp cluster blocks beside the GEMM's: 3-4
+    # us slower, deleted with xrowwarp, not run; git log -- benchmarks/kernels/pending/xrow_cluster.patch finds them.
+    # The sixty-eighth session ran cores256 / cores512 (pending/coresident.patch, deleted: a wash or slower) and sums
+    # (merged, 64412e4) this way; the sixty-seventh redux and comb, both merged.)
     main_harness
     shift
     ab_sweeps ab "$*" benchmarks/kernels/planes_wgmma.sweep benchmarks/kernels/w1a16_decode.sweep ;;
