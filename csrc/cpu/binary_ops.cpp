@@ -663,7 +663,8 @@ BitMatrix bit_matrix(const PackedRows& rows, int64_t valid) {
 // M = 512 93.3 -> 46.8 ms; 1.7-2.5x at every M and decode shape measured (2048^2 to 11008 x 4096).
 constexpr int kLutCols = 16;   // weight rows (outputs) a vector, one a lane
 constexpr int kLutWords = 16;  // weight words a transposed block
-constexpr int kLutRows = 4;    // x rows a tile: they share the block's transposed words and index shifts
+constexpr int kLutRows = 4;    // x rows a tile: they share the block's transposed words and index shifts (a
+                                // remainder of 2-3 rows: a 2-row tile, then 1)
 constexpr int64_t kLutTableFloats = 128;  // table floats a weight word: 8 groups of 16
 // Tables of at most this many bytes are built at a time (16 bytes a value of x: 64 KiB a row at K = 4096).
 constexpr int64_t kLutTableChunkBytes = int64_t(4) << 20;
@@ -712,13 +713,20 @@ inline void transpose_16x16(__m512i (&r)[16]) {
 
 // acc[i] lane j += the dot of one weight word (lane j: 32 signs of weight row j) with the 32 values of x row i whose
 // tables start at tables[i] + offset: 8 lookups, one a nibble.
+// The nibbles go in pairs, even into acc[i][0] and odd into acc[i][1]: with one nibble a trip, acc[i][nibble & 1]
+// is an index gcc 12 did not resolve (it left the loop rolled), and the accumulators lived on the stack, a load and
+// a store around every add. The op on 2 threads of this Xeon (AVX-512), against the build before in another
+// process, interleaved: 4096^2 M = 4 787-935 -> 401-513 us, M = 256 50.7-59.6 -> 29.7-33.1 ms, M = 1024 185-187 ->
+// 122 ms (0.70x -> 1.09-1.24x fp32 F.linear); binary_weight_conv2d B = 8 C = 128 28x28 11.2-12.8 -> 6.3-6.8 ms.
 template <int MR>
 inline void lut_word(__m512i word, const float* const* tables, int64_t offset, __m512 (&acc)[MR][2]) {
-  for (int nibble = 0; nibble < 8; ++nibble) {
-    const __m512i index = _mm512_srli_epi32(word, 4 * nibble);  // vpermps reads the low 4 bits
+  for (int nibble = 0; nibble < 8; nibble += 2) {
+    // vpermps reads the low 4 bits of each lane
+    const __m512i even = _mm512_srli_epi32(word, 4 * nibble), odd = _mm512_srli_epi32(word, 4 * nibble + 4);
     for (int i = 0; i < MR; ++i) {
-      const __m512 table = _mm512_loadu_ps(tables[i] + offset + 16 * nibble);
-      acc[i][nibble & 1] = _mm512_add_ps(acc[i][nibble & 1], _mm512_permutexvar_ps(index, table));
+      const float* table = tables[i] + offset + 16 * nibble;
+      acc[i][0] = _mm512_add_ps(acc[i][0], _mm512_permutexvar_ps(even, _mm512_loadu_ps(table)));
+      acc[i][1] = _mm512_add_ps(acc[i][1], _mm512_permutexvar_ps(odd, _mm512_loadu_ps(table + 16)));
     }
   }
 }
@@ -775,7 +783,7 @@ void sign_lut_linear(const float* x, int64_t m, const uint32_t* w, int64_t n, in
     // 1024^2 M = 1 stayed on one thread: 18.4 -> 14.0 us at 10; 16 split 256 x 1024 M = 4 too early (17.0 -> 19.7).
     for_each_block(rows, n, 16, 64, 10 * words, [&](int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
       for (int64_t i = m0; i < m1;) {
-        const int64_t tile_rows = m1 - i >= kLutRows ? kLutRows : 1;
+        const int64_t tile_rows = m1 - i >= kLutRows ? kLutRows : m1 - i >= 2 ? 2 : 1;
         for (int64_t col = n0; col < n1; col += kLutCols) {
           const int64_t cols = std::min<int64_t>(kLutCols, n1 - col);
           const int64_t next_rows = std::min<int64_t>(kLutCols, n - col - kLutCols);
@@ -785,6 +793,7 @@ void sign_lut_linear(const float* x, int64_t m, const uint32_t* w, int64_t n, in
           const float* row_tables[kLutRows];
           for (int r = 0; r < tile_rows; ++r) row_tables[r] = table_data + (i + r) * row_floats;
           if (tile_rows == kLutRows) lut_tile<kLutRows>(row_tables, w, words, col, cols, next, next_lines, acc);
+          else if (tile_rows == 2) lut_tile<2>(row_tables, w, words, col, cols, next, next_lines, acc);
           else lut_tile<1>(row_tables, w, words, col, cols, next, next_lines, acc);
           for (int r = 0; r < tile_rows; ++r) {
             float* row = output.row(c0 + i + r);
@@ -1768,13 +1777,15 @@ at::Tensor binary_weight_conv2d_cpu(const at::Tensor& x, const at::Tensor& w_pac
             const int32_t* box_taps = box.taps.data();
             const int64_t count = int64_t(box.taps.size());
             for (int64_t ow = box.w0; ow < box.w1;) {
-              const int64_t tile = box.w1 - ow >= kConvLutPixels ? kConvLutPixels : 1;
+              const int64_t tile = box.w1 - ow >= kConvLutPixels ? kConvLutPixels : box.w1 - ow >= 2 ? 2 : 1;
               const float* pixel_tables[kConvLutPixels];
               for (int64_t i = 0; i < tile; ++i) pixel_tables[i] = row_tables + (ow + i) * g.stride_w * pixel_floats;
               float acc[kConvLutPixels][kLutCols];
               if (tile == kConvLutPixels)
                 conv_lut_tile<kConvLutPixels>(pixel_tables, tap_offsets.data(), box_taps, count, words, block_lanes,
                                               acc);
+              else if (tile == 2)
+                conv_lut_tile<2>(pixel_tables, tap_offsets.data(), box_taps, count, words, block_lanes, acc);
               else
                 conv_lut_tile<1>(pixel_tables, tap_offsets.data(), box_taps, count, words, block_lanes, acc);
               for (int64_t i = 0; i < tile; ++i) {
