@@ -1269,18 +1269,21 @@ def test_weight_linear_wgmma_dispatch_cuda():
         # The plans below count waves of 132 SMs (H100 SXM, H200); another SM count plans other tiles.
         if torch.cuda.get_device_properties(0).multi_processor_count == 132:
             # M <= 64 (ws_small_slabs: waves x (a slice's 128-k tiles + a block's fixed 6.8) x the tile's time a
-            # tile): N = 11008, K = 4096 takes 2 slabs at 32 rows (43 blocks of 256 features, K in two, against 86
-            # of 128 over the whole K), at K = 1024 (8 tiles: the fixed time outweighs the split) 1 slab; N = 8192
-            # 1 slab (64 blocks, K in two, against 32 x 3); N = 4096 1 slab (32 blocks, K in three: clusters of 3);
-            # N = 28672 2 slabs (112 blocks in one wave, against 224 in two).
+            # tile), at 64 rows: N = 11008, K = 1024 (8 tiles: the fixed time outweighs a split) 1 slab; N = 4096 1
+            # slab; N = 28672 2 slabs (112 blocks in one wave, against 224 in two).
             w_11008, w_8192 = packed_weight(11008, 1024, "cuda")[1], packed_weight(8192, 1024, "cuda")[1]
             w_11008_4096, w_4096 = packed_weight(11008, 4096, "cuda")[1], packed_weight(4096, 1024, "cuda")[1]
             w_28672 = packed_weight(28672, 1024, "cuda")[1]
-            for m, k, w, tile in ((32, 4096, w_11008_4096, (32, 2, 1)), (32, 1024, w_11008, (32, 1, 1)),
-                                  (64, 1024, w_11008, (64, 1, 1)), (32, 1024, w_8192, (32, 1, 1)),
-                                  (64, 1024, w_4096, (64, 1, 1)), (64, 1024, w_28672, (64, 2, 1))):
+            for m, k, w, tile in ((64, 1024, w_11008, (64, 1, 1)), (64, 1024, w_4096, (64, 1, 1)),
+                                  (64, 1024, w_28672, (64, 2, 1))):
                 names = kernels(random_input((m, k), dtype, "cuda"), k, w)
                 assert wgmma_tiles(names) == [tile], f"{dtype} m={m} k={k}: {names}"
+            # 9..32 rows of x against >= 2^23 weights take the planes-wgmma kernel instead (planes_wgmma_pays, since
+            # 37b200d; test_weight_linear_planes_wgmma_rule checks its tiles): 32 rows of these shapes no longer
+            # reach the plans above.
+            for k, w in ((4096, w_11008_4096), (1024, w_11008), (1024, w_8192)):
+                names = kernels(random_input((32, k), dtype, "cuda"), k, w)
+                assert uses(names, "binary_weight_planes_wgmma_kernel") and not wgmma_tiles(names), names
             # N = 8192 (64 feature blocks): (192, 1) where its blocks fill one wave (384 rows), two launches where
             # one would leave a partial wave (448 rows: 192 + 256, 640: 384 + 256; the second on (256, 1), K split
             # in two).

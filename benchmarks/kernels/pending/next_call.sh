@@ -91,16 +91,16 @@ case "${1:-}" in
       bash benchmarks/gpu_session.sh ncu 2>&1 | tail -30
     tar czf /tmp/leads_logs.tgz -C "$out" leads leads_src && rm -rf "$out/leads" "$out/leads_src" && mv /tmp/leads_logs.tgz "$out/" ;;
   ab)
-    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~150 s a variant) `next_call.sh ab NAME...`:
+    # (carry ["benchmarks/kernels/build/ab", "benchmarks/kernels/build/main"], ~100 s a variant) `next_call.sh ab NAME...`:
     # each variant's harness (build/ab/NAME.gz: `bash benchmarks/kernels/ab.sh build NAME
     # benchmarks/kernels/pending/PATCH.patch`) against main on the planes-wgmma sweep (its correctness edges first)
     # and the decode sweep, two passes, all interleaved; the raw logs (a folder a sweep) come back as one
-    # tarball. Variants built (sixty-ninth session, on 200e46e; not run): xb1, xb2, xb4 (`ab.sh build xbN
-    # benchmarks/kernels/pending/xrow_blocks.patch -DBC_XROW_BLOCKS_PER_ROW=N`): at most N x_row_planes blocks a row
-    # (main: 16), so at M = 16 fewer SMs are held from the GEMM's blocks (16 N instead of 128 at K = 8192), each block
-    # taking more stages in series. ~300 s for the three. (The sixty-ninth session ran xrowdep, x_row_planes_kernel
-    # launched dependent: merged; and xrowcl / xrowcldep, x_row_planes as one-warp cluster blocks beside the GEMM's: 3-4
-    # us slower, deleted with xrowwarp, not run; git log -- benchmarks/kernels/pending/xrow_cluster.patch finds them.
+    # tarball. No variant is built now. (The seventieth session ran xb1 / xb2 / xb4, at most 1 / 2 / 4 x_row_planes
+    # blocks a row against main's 16: slower at every M = 2..16 row (xb1 +6.4 us at 8192^2 M = 2), xb4 within 0.5 us
+    # at M = 16 and M = 32; deleted with pending/xrow_blocks.patch. The sixty-ninth session ran xrowdep,
+    # x_row_planes_kernel launched dependent: merged; and xrowcl / xrowcldep, x_row_planes as one-warp cluster
+    # blocks beside the GEMM's: 3-4 us slower, deleted with xrowwarp, not run; git log --
+    # benchmarks/kernels/pending/xrow_cluster.patch finds them.
     # The sixty-eighth session ran cores256 / cores512 (pending/coresident.patch, deleted: a wash or slower) and sums
     # (merged, 64412e4) this way; the sixty-seventh redux and comb, both merged.)
     main_harness
